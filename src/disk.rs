@@ -1,0 +1,143 @@
+//! Plain data describing what the node agent finds on the host: discovered entries, their identity and size.
+//!
+//! Everything here is inert data shared by the host layer (which fills it in), the pure planners (which decide
+//! from it) and the inventory (which publishes it). No I/O lives here.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// How a volume is presented to pods, as in `PersistentVolume.spec.volumeMode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum VolumeMode {
+    #[default]
+    Filesystem,
+    Block,
+}
+
+impl VolumeMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VolumeMode::Filesystem => "Filesystem",
+            VolumeMode::Block => "Block",
+        }
+    }
+}
+
+/// Who a disk is, independent of the path or device name it appears under today.
+///
+/// The filesystem UUID is the identity that survives device renames and reboots; hardware ids are recorded when
+/// udev or sysfs know them and are compared only when present on both sides.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskIdentity {
+    /// Backing block device, e.g. `/dev/loop3`; `None` for filesystems without one (tmpfs).
+    pub device: Option<String>,
+    /// `major:minor` of the backing device (or of the anonymous device for tmpfs), from mountinfo or stat.
+    pub dev_id: Option<String>,
+    pub fs_type: Option<String>,
+    pub fs_uuid: Option<String>,
+    pub fs_label: Option<String>,
+    pub wwn: Option<String>,
+    pub serial: Option<String>,
+    pub model: Option<String>,
+    pub vendor: Option<String>,
+    pub rotational: Option<bool>,
+}
+
+/// A usable disk found under a discovery directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Disk {
+    /// Storage class whose discovery directory holds the entry.
+    pub class: String,
+    /// First-level entry name inside the discovery directory (`vol1`).
+    pub entry: String,
+    /// Path on the host (`hostDir/entry`): what goes into `spec.local.path`.
+    pub host_path: PathBuf,
+    pub mode: VolumeMode,
+    /// Total bytes (statvfs `f_blocks * f_frsize`, or the block device size).
+    pub capacity_bytes: u64,
+    /// Free bytes for filesystems (statvfs `f_bavail * f_frsize`); `None` for block volumes.
+    pub available_bytes: Option<u64>,
+    /// For a bind mount of a sub-directory: the root inside the source filesystem (mountinfo field 4).
+    pub mount_root: Option<String>,
+    pub identity: DiskIdentity,
+}
+
+/// Why an entry under a discovery directory is not published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UnusableReason {
+    /// A directory that is not a mount point.
+    NotAMountPoint,
+    /// A regular file, fifo, socket, or a symlink to something that is not a block device.
+    NotADiskEntry,
+    /// Another entry already publishes the same filesystem.
+    DuplicateFilesystem,
+    /// The entry's kind does not fit the class's volume mode (a block device in a Filesystem class, ...).
+    WrongVolumeMode,
+    /// The host refused to tell us about it (permission, I/O error).
+    ProbeFailed,
+}
+
+impl UnusableReason {
+    /// Stable CamelCase reason, used in Events, inventory status and metrics labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnusableReason::NotAMountPoint => "NotAMountPoint",
+            UnusableReason::NotADiskEntry => "NotADiskEntry",
+            UnusableReason::DuplicateFilesystem => "DuplicateFilesystem",
+            UnusableReason::WrongVolumeMode => "WrongVolumeMode",
+            UnusableReason::ProbeFailed => "ProbeFailed",
+        }
+    }
+}
+
+/// An entry that was looked at and rejected, with a message an operator can act on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unusable {
+    pub class: String,
+    pub entry: String,
+    pub host_path: PathBuf,
+    pub reason: UnusableReason,
+    pub message: String,
+}
+
+/// One discovery pass over every class of one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Discovery {
+    pub disks: Vec<Disk>,
+    pub unusable: Vec<Unusable>,
+    /// Classes whose discovery directory (or the mount table it needs) could not be read in this pass. Their
+    /// entries are unknown, not gone: a planner must leave their PVs alone until a later pass succeeds.
+    #[serde(default)]
+    pub failed_classes: Vec<ClassFailure>,
+}
+
+/// A class that discovery could not look into at all (missing directory, permission, unreadable mountinfo).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassFailure {
+    pub class: String,
+    /// The directory as this process sees it (`mountDir`).
+    pub mount_dir: PathBuf,
+    pub message: String,
+}
+
+/// What discovery needs to know about one storage class: where to look and what to accept.
+/// Built from the node agent's configuration (`config`), consumed by `discover`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveryClass {
+    /// StorageClass name.
+    pub name: String,
+    /// Discovery directory as the host sees it; published in `spec.local.path`.
+    pub host_dir: PathBuf,
+    /// The same directory as this process sees it (inside a container it is usually mounted elsewhere).
+    pub mount_dir: PathBuf,
+    pub mode: VolumeMode,
+    /// Shell-style globs (`*`, `?`, `[..]`) an entry name must match one of; `["*"]` by default.
+    pub name_patterns: Vec<String>,
+}

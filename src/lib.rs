@@ -1,0 +1,27 @@
+//! localpv: local persistent volumes for Kubernetes.
+//!
+//! ```text
+//!  host (mounts, block devices)          kube-apiserver                     kube-scheduler
+//!        |  host::Host (trait)               ^    |  watches (own node only)        | POST /filter, /prioritize
+//!        v                                   |    v                                 v
+//!  discover ──> disk::Discovery ──> plan (pure) ──> agent executor     extender::decide (pure) <── extender::index
+//! ```
+//!
+//! Pure decision modules (`disk`, `config`, `pvname`, `plan`, `extender::decide`, `extender::wire`,
+//! `host::mountinfo`) import no tokio, kube client, axum or nix; the shells around them gather inputs, call them
+//! and apply what they return.
+
+// NB: `forbid` cannot be relaxed for the one module that issues ioctls (`sys`), so the crate denies unsafe code
+// and `sys` alone allows it, with every block commented.
+#![deny(unsafe_code)]
+
+pub mod disk;
+pub mod sys;
+pub mod config;
+pub mod discover;
+pub mod explain;
+pub mod extender;
+pub mod host;
+pub mod plan;
+pub mod pvname;
+pub mod wipe;

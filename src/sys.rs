@@ -1,0 +1,68 @@
+//! The only module that talks to the kernel through `ioctl`/raw syscalls that nix does not wrap safely.
+//!
+//! Every function takes an open file descriptor owned by the caller and returns a plain `Result`; the unsafe blocks
+//! are one ioctl each, with the argument layout the kernel expects (see `include/uapi/linux/fs.h`).
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsFd, AsRawFd};
+
+// _IOR(0x12, 114, size_t)
+nix::ioctl_read!(blk_getsize64, 0x12, 114, u64);
+// _IO(0x12, 119) with a `uint64_t[2]` {start, len} argument.
+nix::ioctl_write_ptr_bad!(blk_discard, nix::request_code_none!(0x12, 119), [u64; 2]);
+// _IO(0x12, 125)
+nix::ioctl_write_ptr_bad!(blk_secdiscard, nix::request_code_none!(0x12, 125), [u64; 2]);
+// _IO(0x12, 127)
+nix::ioctl_write_ptr_bad!(blk_zeroout, nix::request_code_none!(0x12, 127), [u64; 2]);
+
+/// Size in bytes of the block device open at `fd` (`BLKGETSIZE64`).
+pub fn block_device_size(fd: impl AsFd) -> nix::Result<u64> {
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which is valid for the duration of the call.
+    unsafe { blk_getsize64(fd.as_fd().as_raw_fd(), &mut size) }?;
+    Ok(size)
+}
+
+/// Which range-based block operation to ask the device for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeOp {
+    /// `BLKZEROOUT`: the range reads back as zeros afterwards (offloaded when the device can).
+    ZeroOut,
+    /// `BLKDISCARD`: the device may drop the blocks; contents afterwards are unspecified.
+    Discard,
+    /// `BLKSECDISCARD`: discard that also erases every copy the device kept.
+    SecureDiscard,
+}
+
+/// Apply `op` to `len` bytes starting at `start` (both multiples of the logical block size).
+pub fn block_range(fd: impl AsFd, op: RangeOp, start: u64, len: u64) -> nix::Result<()> {
+    let range = [start, len];
+    let raw = fd.as_fd().as_raw_fd();
+    // SAFETY: each of these ioctls reads a `uint64_t[2]` through the pointer, valid for the call; nothing is written.
+    unsafe {
+        match op {
+            RangeOp::ZeroOut => blk_zeroout(raw, &range),
+            RangeOp::Discard => blk_discard(raw, &range),
+            RangeOp::SecureDiscard => blk_secdiscard(raw, &range),
+        }
+    }?;
+    Ok(())
+}
+
+/// Put the calling thread in the idle I/O scheduling class (`ioprio_set(IOPRIO_WHO_PROCESS, 0, IDLE)`), so a wipe
+/// only uses the disk when nothing else wants it. Best effort: schedulers without priorities ignore it.
+pub fn set_idle_io_priority() -> nix::Result<()> {
+    const IOPRIO_WHO_PROCESS: nix::libc::c_long = 1;
+    const IOPRIO_CLASS_IDLE: nix::libc::c_long = 3;
+    const IOPRIO_CLASS_SHIFT: u32 = 13;
+    // SAFETY: ioprio_set takes three integers and touches no memory of ours.
+    let rc = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            0 as nix::libc::c_long,
+            IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT,
+        )
+    };
+    nix::errno::Errno::result(rc).map(drop)
+}
