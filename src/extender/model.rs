@@ -1,0 +1,415 @@
+//! The few facts a placement decision needs about PVs, PVCs, StorageClasses and Nodes, extracted once when an
+//! object enters the cache so that a decision never parses quantities or selectors again.
+//!
+//! `Volume::from_pv`, `Claim::from_pvc`, `Class::from_storage_class` and `node_labels` read k8s-openapi objects;
+//! they fail only when an object lacks a name (a malformed object the watch layer then skips and logs).
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::labels::{Labels, NodeAffinity, Selector};
+use crate::disk::VolumeMode;
+
+/// Class annotation that wins over `spec.storageClassName`, on PVs and PVCs alike.
+pub const BETA_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
+/// PV annotation set by the node agent while it wipes a released volume; such a PV comes back as Available.
+pub const WIPE_PHASE_ANNOTATION: &str = "localpv.io/wipe-phase";
+/// StorageClass annotation overriding the extender's global score strategy for claims of that class.
+pub const SCORE_STRATEGY_ANNOTATION: &str = "localpv.io/score-strategy";
+/// The provisioner of static local classes: the only classes whose unbound claims the extender decides for.
+pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ModelError {
+    #[error("failed to read {kind}: metadata.name is missing")]
+    MissingName { kind: &'static str },
+}
+
+/// Access modes as a bit set, so "offers every mode the claim asks for" is one AND.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AccessModes(u8);
+
+const ACCESS_MODE_NAMES: [&str; 4] = [
+    "ReadWriteOnce",
+    "ReadOnlyMany",
+    "ReadWriteMany",
+    "ReadWriteOncePod",
+];
+
+impl AccessModes {
+    pub fn parse<'a>(modes: impl IntoIterator<Item = &'a String>) -> AccessModes {
+        let mut bits = 0u8;
+        for mode in modes {
+            match ACCESS_MODE_NAMES.iter().position(|m| m == mode) {
+                Some(i) => bits |= 1 << i,
+                // NB: an unknown mode on a claim must not be satisfiable, so it takes a bit no PV ever sets.
+                None => bits |= 1 << 7,
+            }
+        }
+        AccessModes(bits)
+    }
+
+    pub fn contains(self, wanted: AccessModes) -> bool {
+        self.0 & wanted.0 == wanted.0
+    }
+
+    pub fn names(self) -> Vec<&'static str> {
+        ACCESS_MODE_NAMES
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.0 & (1 << i) != 0)
+            .map(|(_, n)| *n)
+            .collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Pending,
+    Available,
+    Bound,
+    Released,
+    Failed,
+    Unknown,
+}
+
+impl Phase {
+    fn parse(phase: Option<&str>) -> Phase {
+        match phase {
+            Some("Pending") => Phase::Pending,
+            Some("Available") => Phase::Available,
+            Some("Bound") => Phase::Bound,
+            Some("Released") => Phase::Released,
+            Some("Failed") => Phase::Failed,
+            _ => Phase::Unknown,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRef {
+    pub namespace: String,
+    pub name: String,
+    /// Empty when the reference does not pin a UID.
+    pub uid: String,
+}
+
+/// A PersistentVolume as the decision sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Volume {
+    pub name: String,
+    /// Effective class: the beta annotation, else `spec.storageClassName`, else "".
+    pub class: String,
+    pub capacity: u128,
+    pub mode: VolumeMode,
+    pub access: AccessModes,
+    pub labels: Labels,
+    pub affinity: NodeAffinity,
+    pub claim_ref: Option<ClaimRef>,
+    pub phase: Phase,
+    pub deleting: bool,
+    pub reclaim_delete: bool,
+    /// The node agent is wiping it (annotation `localpv.io/wipe-phase`).
+    pub wiping: bool,
+}
+
+impl Volume {
+    pub fn from_pv(pv: &PersistentVolume) -> Result<Volume, ModelError> {
+        let meta = &pv.metadata;
+        let name = meta.name.clone().ok_or(ModelError::MissingName {
+            kind: "PersistentVolume",
+        })?;
+        let spec = pv.spec.clone().unwrap_or_default();
+        let annotations = meta.annotations.as_ref();
+        let class = annotations
+            .and_then(|a| a.get(BETA_CLASS_ANNOTATION).cloned())
+            .or(spec.storage_class_name)
+            .unwrap_or_default();
+        let claim_ref = spec.claim_ref.map(|r| ClaimRef {
+            namespace: r.namespace.unwrap_or_default(),
+            name: r.name.unwrap_or_default(),
+            uid: r.uid.unwrap_or_default(),
+        });
+        Ok(Volume {
+            name,
+            class,
+            capacity: spec
+                .capacity
+                .as_ref()
+                .and_then(|c| c.get("storage"))
+                .map(quantity_bytes)
+                .unwrap_or(0),
+            mode: parse_mode(spec.volume_mode.as_deref()),
+            access: AccessModes::parse(spec.access_modes.iter().flatten()),
+            labels: meta.labels.clone().unwrap_or_default(),
+            affinity: NodeAffinity::compile(spec.node_affinity.as_ref()),
+            claim_ref,
+            phase: Phase::parse(pv.status.as_ref().and_then(|s| s.phase.as_deref())),
+            deleting: meta.deletion_timestamp.is_some(),
+            reclaim_delete: spec.persistent_volume_reclaim_policy.as_deref() == Some("Delete"),
+            wiping: annotations
+                .and_then(|a| a.get(WIPE_PHASE_ANNOTATION))
+                .is_some_and(|v| !v.is_empty()),
+        })
+    }
+
+    /// Whether `claim_ref` names this claim (namespace, name, and UID when the reference sets one).
+    pub fn is_bound_to(&self, claim: &Claim) -> bool {
+        self.claim_ref.as_ref().is_some_and(|r| {
+            r.name == claim.name
+                && r.namespace == claim.namespace
+                && (r.uid.is_empty() || r.uid == claim.uid)
+        })
+    }
+
+    /// A volume that is not free now but will be once the node agent has wiped and republished it.
+    pub fn coming_back(&self) -> bool {
+        self.wiping || (self.phase == Phase::Released && self.reclaim_delete)
+    }
+}
+
+/// A PersistentVolumeClaim as the decision sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Effective class: the beta annotation, else `spec.storageClassName`, else "".
+    pub class: String,
+    pub request: u128,
+    pub mode: VolumeMode,
+    pub access: AccessModes,
+    pub selector: Option<Selector>,
+    /// `spec.volumeName`: the claim is bound (or pre-bound by the user) to this PV.
+    pub volume_name: Option<String>,
+    pub deleting: bool,
+}
+
+impl Claim {
+    pub fn from_pvc(pvc: &PersistentVolumeClaim) -> Result<Claim, ModelError> {
+        let meta = &pvc.metadata;
+        let name = meta.name.clone().ok_or(ModelError::MissingName {
+            kind: "PersistentVolumeClaim",
+        })?;
+        let spec = pvc.spec.clone().unwrap_or_default();
+        let class = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(BETA_CLASS_ANNOTATION).cloned())
+            .or(spec.storage_class_name)
+            .unwrap_or_default();
+        let request = spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"));
+        Ok(Claim {
+            namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()),
+            name,
+            uid: meta.uid.clone().unwrap_or_default(),
+            class,
+            request: request.map(quantity_bytes).unwrap_or(0),
+            mode: parse_mode(spec.volume_mode.as_deref()),
+            access: AccessModes::parse(spec.access_modes.iter().flatten()),
+            selector: spec.selector.as_ref().map(Selector::compile),
+            volume_name: spec.volume_name.filter(|v| !v.is_empty()),
+            deleting: meta.deletion_timestamp.is_some(),
+        })
+    }
+
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Score strategies for prioritize; the global flag picks one, a class annotation may override it.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Least capacity wasted on the PVs the pod would get: keeps big disks for big claims.
+    #[default]
+    Binpack,
+    /// Most matching PVs left on the node after the pod takes its share.
+    Spread,
+}
+
+impl Strategy {
+    pub fn parse(s: &str) -> Option<Strategy> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "binpack" => Some(Strategy::Binpack),
+            "spread" => Some(Strategy::Spread),
+            _ => None,
+        }
+    }
+}
+
+/// A StorageClass as the decision sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Class {
+    pub name: String,
+    pub provisioner: String,
+    pub wait_for_first_consumer: bool,
+    pub strategy: Option<Strategy>,
+}
+
+impl Class {
+    pub fn from_storage_class(sc: &StorageClass) -> Result<Class, ModelError> {
+        let name = sc.metadata.name.clone().ok_or(ModelError::MissingName {
+            kind: "StorageClass",
+        })?;
+        let strategy = sc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SCORE_STRATEGY_ANNOTATION));
+        Ok(Class {
+            name,
+            provisioner: sc.provisioner.clone(),
+            wait_for_first_consumer: sc.volume_binding_mode.as_deref()
+                == Some("WaitForFirstConsumer"),
+            strategy: strategy.and_then(|s| Strategy::parse(s)),
+        })
+    }
+
+    /// Delayed static binding: the scheduler must pick an existing PV when it picks the node.
+    pub fn is_static_delayed(&self) -> bool {
+        self.wait_for_first_consumer && self.provisioner == NO_PROVISIONER
+    }
+}
+
+pub fn node_labels(node: &Node) -> Result<(String, Labels), ModelError> {
+    let name = node
+        .metadata
+        .name
+        .clone()
+        .ok_or(ModelError::MissingName { kind: "Node" })?;
+    Ok((name, node.metadata.labels.clone().unwrap_or_default()))
+}
+
+fn parse_mode(mode: Option<&str>) -> VolumeMode {
+    match mode {
+        Some("Block") => VolumeMode::Block,
+        _ => VolumeMode::Filesystem,
+    }
+}
+
+fn quantity_bytes(q: &Quantity) -> u128 {
+    parse_quantity(&q.0).unwrap_or(0)
+}
+
+/// Bytes in a Kubernetes quantity (`10Gi`, `1.5G`, `500M`, `1e9`, `100m`), rounded up to a whole byte.
+/// `None` for text that is not a quantity.
+pub fn parse_quantity(text: &str) -> Option<u128> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+'))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let (mut mult_num, mut mult_den): (u128, u128) = match suffix {
+        "" => (1, 1),
+        "Ki" => (1 << 10, 1),
+        "Mi" => (1 << 20, 1),
+        "Gi" => (1 << 30, 1),
+        "Ti" => (1 << 40, 1),
+        "Pi" => (1 << 50, 1),
+        "Ei" => (1 << 60, 1),
+        "m" => (1, 1000),
+        "k" => (1_000, 1),
+        "M" => (1_000_000, 1),
+        "G" => (1_000_000_000, 1),
+        "T" => (1_000_000_000_000, 1),
+        "P" => (1_000_000_000_000_000, 1),
+        "E" => (1_000_000_000_000_000_000, 1),
+        s if s.starts_with(['e', 'E']) => {
+            let exp: i32 = s[1..].parse().ok()?;
+            if !(-30..=30).contains(&exp) {
+                return None;
+            }
+            if exp >= 0 {
+                (10u128.pow(exp as u32), 1)
+            } else {
+                (1, 10u128.pow((-exp) as u32))
+            }
+        }
+        _ => return None,
+    };
+    let number = number.strip_prefix('+').unwrap_or(number);
+    let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && frac.is_empty() || frac.len() > 18 {
+        return None;
+    }
+    let digits: u128 = format!("{whole}{frac}").parse().ok()?;
+    mult_den = mult_den.checked_mul(10u128.pow(frac.len() as u32))?;
+    mult_num = mult_num.checked_mul(digits)?;
+    Some(mult_num.div_ceil(mult_den))
+}
+
+/// Human form of a byte count for reasons: binary units when exact, else bytes.
+pub fn format_bytes(bytes: u128) -> String {
+    for (unit, shift) in [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ] {
+        if bytes != 0 && bytes % (1u128 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    if bytes >= 1 << 30 {
+        return format!("{:.1}Gi", bytes as f64 / (1u64 << 30) as f64);
+    }
+    bytes.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("10Gi", Some(10 << 30))]
+    #[case("1.5Gi", Some(3 << 29))]
+    #[case("500M", Some(500_000_000))]
+    #[case("1e9", Some(1_000_000_000))]
+    #[case("1E3", Some(1_000))]
+    #[case("100m", Some(1))]
+    #[case("4096", Some(4096))]
+    #[case("+2Ki", Some(2048))]
+    #[case("10Xi", None)]
+    #[case("", None)]
+    #[case("Gi", None)]
+    fn quantities_parse_to_bytes_rounded_up(#[case] text: &str, #[case] want: Option<u128>) {
+        assert_eq!(parse_quantity(text), want);
+    }
+
+    #[rstest]
+    #[case(10 << 30, "10Gi")]
+    #[case(512 << 20, "512Mi")]
+    #[case(1_500_000_000, "1.4Gi")]
+    #[case(1000, "1000")]
+    fn byte_counts_format_in_binary_units(#[case] bytes: u128, #[case] want: &str) {
+        assert_eq!(format_bytes(bytes), want);
+    }
+
+    #[test]
+    fn unknown_access_modes_are_never_offered() {
+        let pv = AccessModes::parse(&["ReadWriteOnce".to_string(), "ReadWriteMany".to_string()]);
+        assert!(pv.contains(AccessModes::parse(&["ReadWriteMany".to_string()])));
+        assert!(!pv.contains(AccessModes::parse(&["ReadWriteOncePod".to_string()])));
+        assert!(!pv.contains(AccessModes::parse(&["Bogus".to_string()])));
+    }
+}
