@@ -1,0 +1,252 @@
+//! Pure classification of discovery-directory entries: which are volumes, which are not and why.
+//!
+//! ```text
+//!  Listing (class + its entries, lstat/stat kinds) ─┐
+//!  MountTable (mountinfo) ──────────────────────────┴─> classify ─> Candidate (to measure) | Unusable (with reason)
+//! ```
+//!
+//! Rules, per class in name order and per entry in name order:
+//! - Filesystem classes publish directories that are mount points in the mount table (the mount point field equals
+//!   the path: same-device bind mounts count, `st_dev` is never compared). A bind mount of a sub-directory is
+//!   accepted; its root is carried along.
+//! - Block classes publish block devices and symlinks that lead to one.
+//! - One piece of storage is published once. Two mounts of the same filesystem whose roots overlap (equal, or one
+//!   inside the other) would let one volume's wipe destroy the other's data, so the later one is a
+//!   `DuplicateFilesystem`. Disjoint sub-directories of one filesystem bind-mounted side by side stay separate
+//!   volumes: that is how the reference provisioner documents sharing a disk. A block entry for a device that an
+//!   earlier entry already publishes (as a block volume or as a mounted filesystem) is a duplicate too.
+
+use std::path::{Path, PathBuf};
+
+use super::pattern;
+use crate::disk::{DiscoveryClass, Unusable, UnusableReason, VolumeMode};
+use crate::host::{DevId, DirEntry, EntryKind, MountEntry, MountTable};
+
+/// One class's directory listing, as gathered from the host.
+#[derive(Clone, Debug)]
+pub struct Listing<'a> {
+    pub class: &'a DiscoveryClass,
+    /// `mount_dir` with symlinks resolved, spelled as mount points are in the mount table.
+    pub resolved_dir: PathBuf,
+    pub entries: Vec<DirEntry>,
+}
+
+/// An entry that looks like a volume; measuring it (size, identity) is the next step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate<'a> {
+    pub class: &'a DiscoveryClass,
+    pub entry: String,
+    /// `host_dir/entry`: what the PV will point at.
+    pub host_path: PathBuf,
+    /// `mount_dir/entry`: where this process can reach it.
+    pub probe_path: PathBuf,
+    pub kind: CandidateKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CandidateKind {
+    Filesystem { mount: MountEntry },
+    Block { rdev: DevId },
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Classified<'a> {
+    pub candidates: Vec<Candidate<'a>>,
+    pub unusable: Vec<Unusable>,
+}
+
+/// Sort every matching entry of every class into candidates and unusable entries. Entries that match none of
+/// their class's name patterns are not ours and are left out entirely.
+pub fn classify<'a>(listings: &[Listing<'a>], table: &MountTable) -> Classified<'a> {
+    let mut listings: Vec<&Listing<'a>> = listings.iter().collect();
+    listings.sort_by(|a, b| a.class.name.cmp(&b.class.name));
+    let mut out = Classified::default();
+    for listing in listings {
+        let mut entries: Vec<&DirEntry> = listing
+            .entries
+            .iter()
+            .filter(|entry| {
+                listing
+                    .class
+                    .name_patterns
+                    .iter()
+                    .any(|p| pattern::matches(p, &entry.name))
+            })
+            .collect();
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        for entry in entries {
+            match classify_entry(listing, entry, table) {
+                Ok(candidate) => match out
+                    .candidates
+                    .iter()
+                    .find(|earlier| overlaps(earlier, &candidate))
+                {
+                    Some(earlier) => out.unusable.push(duplicate(&candidate, earlier)),
+                    None => out.candidates.push(candidate),
+                },
+                Err(unusable) => out.unusable.push(unusable),
+            }
+        }
+    }
+    out
+}
+
+fn classify_entry<'a>(
+    listing: &Listing<'a>,
+    entry: &DirEntry,
+    table: &MountTable,
+) -> Result<Candidate<'a>, Unusable> {
+    let class = listing.class;
+    let host_path = class.host_dir.join(&entry.name);
+    let unusable = |reason, message: String| Unusable {
+        class: class.name.clone(),
+        entry: entry.name.clone(),
+        host_path: host_path.clone(),
+        reason,
+        message,
+    };
+    let shown = format!("{:?}", host_path.display().to_string());
+    let mount = table.mount_at(&listing.resolved_dir.join(&entry.name));
+    let kind = match (class.mode, &entry.kind, mount, block_rdev(&entry.kind)) {
+        (_, EntryKind::Unreadable { error }, _, _) => {
+            return Err(unusable(
+                UnusableReason::ProbeFailed,
+                format!("failed to inspect path {shown}: {error}"),
+            ));
+        }
+        (VolumeMode::Filesystem, EntryKind::Directory, Some(mount), _) => {
+            CandidateKind::Filesystem {
+                mount: mount.clone(),
+            }
+        }
+        (VolumeMode::Block, _, _, Some(rdev)) => CandidateKind::Block { rdev },
+        (mode, kind, mount, _) => {
+            let (reason, message) = rejection(
+                &class.name,
+                mode,
+                &entry.name,
+                &shown,
+                kind,
+                mount.is_some(),
+            );
+            return Err(unusable(reason, message));
+        }
+    };
+    Ok(Candidate {
+        class,
+        entry: entry.name.clone(),
+        probe_path: class.mount_dir.join(&entry.name),
+        host_path,
+        kind,
+    })
+}
+
+/// The device number of a block device entry, or of the block device a symlink entry leads to.
+fn block_rdev(kind: &EntryKind) -> Option<DevId> {
+    match kind {
+        EntryKind::BlockDevice { rdev } => Some(*rdev),
+        EntryKind::Symlink { leads_to, .. } => match **leads_to {
+            EntryKind::BlockDevice { rdev } => Some(rdev),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Why an entry is not a volume of a class of this mode, worded so the operator knows what to change.
+fn rejection(
+    class: &str,
+    mode: VolumeMode,
+    name: &str,
+    shown: &str,
+    kind: &EntryKind,
+    mounted: bool,
+) -> (UnusableReason, String) {
+    match mode {
+        VolumeMode::Filesystem if block_rdev(kind).is_some() => (
+            UnusableReason::WrongVolumeMode,
+            format!(
+                "path {shown} is {} but storage class {class:?} publishes Filesystem volumes: link it from the \
+                 directory of a volumeMode: Block class instead, or format it and mount it here",
+                kind.describe()
+            ),
+        ),
+        VolumeMode::Filesystem if matches!(kind, EntryKind::Directory) && name == "lost+found" => (
+            UnusableReason::NotAMountPoint,
+            format!(
+                "path {shown} is not a valid mount point: lost+found belongs to the filesystem mounted on the \
+                 discovery directory itself; mount each disk on its own sub-directory"
+            ),
+        ),
+        VolumeMode::Filesystem if matches!(kind, EntryKind::Directory) => (
+            UnusableReason::NotAMountPoint,
+            format!(
+                "path {shown} is not a valid mount point: mount a filesystem on it, or remove it"
+            ),
+        ),
+        VolumeMode::Filesystem => (
+            UnusableReason::NotADiskEntry,
+            format!(
+                "path {shown} is {}, not a mount point: remove it, or mount a filesystem on a directory",
+                kind.describe()
+            ),
+        ),
+        VolumeMode::Block if mounted => (
+            UnusableReason::WrongVolumeMode,
+            format!(
+                "path {shown} is a mounted filesystem but storage class {class:?} publishes Block volumes: mount it \
+                 under the directory of a volumeMode: Filesystem class instead"
+            ),
+        ),
+        VolumeMode::Block => (
+            UnusableReason::NotADiskEntry,
+            format!(
+                "path {shown} is {}, not a block device or a symlink to one",
+                kind.describe()
+            ),
+        ),
+    }
+}
+
+/// Whether publishing `later` would expose storage that `earlier` already exposes.
+fn overlaps(earlier: &Candidate<'_>, later: &Candidate<'_>) -> bool {
+    match (&earlier.kind, &later.kind) {
+        (CandidateKind::Filesystem { mount: a }, CandidateKind::Filesystem { mount: b }) => {
+            a.dev == b.dev && (a.root.starts_with(&b.root) || b.root.starts_with(&a.root))
+        }
+        (CandidateKind::Block { rdev: a }, CandidateKind::Block { rdev: b }) => a == b,
+        (CandidateKind::Filesystem { mount }, CandidateKind::Block { rdev })
+        | (CandidateKind::Block { rdev }, CandidateKind::Filesystem { mount }) => {
+            !mount.dev.is_anonymous() && mount.dev == *rdev
+        }
+    }
+}
+
+fn duplicate(later: &Candidate<'_>, earlier: &Candidate<'_>) -> Unusable {
+    let what = match &later.kind {
+        CandidateKind::Filesystem { mount } => {
+            format!("filesystem {}{}", mount.dev, root_suffix(&mount.root))
+        }
+        CandidateKind::Block { rdev } => format!("block device {rdev}"),
+    };
+    Unusable {
+        class: later.class.name.clone(),
+        entry: later.entry.clone(),
+        host_path: later.host_path.clone(),
+        reason: UnusableReason::DuplicateFilesystem,
+        message: format!(
+            "path {:?} exposes {what}, which path {:?} (storage class {:?}) already publishes: remove one of the two",
+            later.host_path.display().to_string(),
+            earlier.host_path.display().to_string(),
+            earlier.class.name,
+        ),
+    }
+}
+
+fn root_suffix(root: &Path) -> String {
+    if root == Path::new("/") {
+        String::new()
+    } else {
+        format!(" (directory {})", root.display())
+    }
+}

@@ -1,0 +1,1 @@
+//! Tests of discovery against the fake host.

@@ -1,0 +1,200 @@
+//! A [`Host`] that answers from canned data and records every call, for tests of what discovery does when the
+//! host misbehaves (unreadable directories, failing probes, a broken mount table).
+//!
+//! Anything not set up answers `ENOENT`, like a path that does not exist.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::{DevId, DirEntry, FsProbe, FsSize, HardwareIds, Host, HostError, MountTable};
+
+/// A host call, as recorded by [`FakeHost`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    MountTable,
+    Canonicalize(PathBuf),
+    ReadDir(PathBuf),
+    Statvfs(PathBuf),
+    BlockDeviceSize(PathBuf),
+    ProbeFilesystem(PathBuf),
+    HardwareIds(DevId),
+    DeviceNode(DevId),
+}
+
+/// A canned answer: the value, or the errno the call fails with.
+type Canned<T> = Result<T, i32>;
+
+#[derive(Debug, Default)]
+pub struct FakeHost {
+    pub mountinfo: Option<Canned<String>>,
+    pub canonical: HashMap<PathBuf, Canned<PathBuf>>,
+    pub dirs: HashMap<PathBuf, Canned<Vec<DirEntry>>>,
+    pub statvfs: HashMap<PathBuf, Canned<FsSize>>,
+    pub block_sizes: HashMap<PathBuf, Canned<u64>>,
+    pub probes: HashMap<PathBuf, Canned<FsProbe>>,
+    pub hardware: HashMap<DevId, Canned<HardwareIds>>,
+    pub nodes: HashMap<DevId, PathBuf>,
+    calls: Mutex<Vec<Call>>,
+}
+
+impl FakeHost {
+    pub fn new() -> Self {
+        FakeHost::default()
+    }
+
+    pub fn with_mountinfo(mut self, text: &str) -> Self {
+        self.mountinfo = Some(Ok(text.to_owned()));
+        self
+    }
+
+    pub fn with_dir(mut self, dir: impl Into<PathBuf>, entries: Vec<DirEntry>) -> Self {
+        self.dirs.insert(dir.into(), Ok(entries));
+        self
+    }
+
+    pub fn with_statvfs(
+        mut self,
+        path: impl Into<PathBuf>,
+        total_bytes: u64,
+        available_bytes: u64,
+    ) -> Self {
+        self.statvfs.insert(
+            path.into(),
+            Ok(FsSize {
+                total_bytes,
+                available_bytes,
+            }),
+        );
+        self
+    }
+
+    pub fn with_block_size(mut self, path: impl Into<PathBuf>, bytes: u64) -> Self {
+        self.block_sizes.insert(path.into(), Ok(bytes));
+        self
+    }
+
+    pub fn with_probe(mut self, device: impl Into<PathBuf>, probe: FsProbe) -> Self {
+        self.probes.insert(device.into(), Ok(probe));
+        self
+    }
+
+    pub fn with_device_node(mut self, dev: DevId, node: impl Into<PathBuf>) -> Self {
+        self.nodes.insert(dev, node.into());
+        self
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.lock_calls().clone()
+    }
+
+    fn record(&self, call: Call) {
+        self.lock_calls().push(call);
+    }
+
+    fn lock_calls(&self) -> std::sync::MutexGuard<'_, Vec<Call>> {
+        // A panic while holding the lock can only come from a failing test; the log is still readable.
+        self.calls
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn errno(code: i32) -> io::Error {
+    io::Error::from_raw_os_error(code)
+}
+
+fn answer<T: Clone>(map: &HashMap<PathBuf, Canned<T>>, path: &Path) -> Result<T, io::Error> {
+    match map.get(path) {
+        Some(Ok(value)) => Ok(value.clone()),
+        Some(Err(code)) => Err(errno(*code)),
+        None => Err(errno(nix::libc::ENOENT)),
+    }
+}
+
+impl Host for FakeHost {
+    fn mount_table(&self) -> Result<MountTable, HostError> {
+        self.record(Call::MountTable);
+        let path = PathBuf::from("/proc/self/mountinfo");
+        let text = match &self.mountinfo {
+            Some(Ok(text)) => text.clone(),
+            Some(Err(code)) => {
+                return Err(HostError::ReadMountTable {
+                    path,
+                    source: errno(*code),
+                });
+            }
+            None => String::new(),
+        };
+        MountTable::parse(text.as_bytes())
+            .map_err(|source| HostError::ParseMountTable { path, source })
+    }
+
+    fn canonicalize(&self, path: &Path) -> Result<PathBuf, HostError> {
+        self.record(Call::Canonicalize(path.into()));
+        match self.canonical.get(path) {
+            Some(Ok(resolved)) => Ok(resolved.clone()),
+            Some(Err(code)) => Err(HostError::Canonicalize {
+                path: path.into(),
+                source: errno(*code),
+            }),
+            // Paths without symlinks resolve to themselves, as long as they exist.
+            None if self.dirs.contains_key(path) => Ok(path.into()),
+            None => Err(HostError::Canonicalize {
+                path: path.into(),
+                source: errno(nix::libc::ENOENT),
+            }),
+        }
+    }
+
+    fn read_dir(&self, dir: &Path) -> Result<Vec<DirEntry>, HostError> {
+        self.record(Call::ReadDir(dir.into()));
+        answer(&self.dirs, dir).map_err(|source| HostError::ReadDir {
+            path: dir.into(),
+            source,
+        })
+    }
+
+    fn statvfs(&self, path: &Path) -> Result<FsSize, HostError> {
+        self.record(Call::Statvfs(path.into()));
+        answer(&self.statvfs, path).map_err(|source| HostError::Statvfs {
+            path: path.into(),
+            source,
+        })
+    }
+
+    fn block_device_size(&self, path: &Path) -> Result<u64, HostError> {
+        self.record(Call::BlockDeviceSize(path.into()));
+        answer(&self.block_sizes, path).map_err(|source| HostError::OpenDevice {
+            path: path.into(),
+            source,
+        })
+    }
+
+    fn probe_filesystem(&self, device: &Path) -> Result<FsProbe, HostError> {
+        self.record(Call::ProbeFilesystem(device.into()));
+        answer(&self.probes, device).map_err(|source| HostError::Probe {
+            device: device.into(),
+            source: source.into(),
+        })
+    }
+
+    fn hardware_ids(&self, dev: DevId) -> Result<HardwareIds, HostError> {
+        self.record(Call::HardwareIds(dev));
+        match self.hardware.get(&dev) {
+            Some(Ok(ids)) => Ok(ids.clone()),
+            Some(Err(code)) => Err(HostError::ReadSysfs {
+                path: format!("/sys/dev/block/{dev}").into(),
+                source: errno(*code),
+            }),
+            None => Ok(HardwareIds::default()),
+        }
+    }
+
+    fn device_node(&self, dev: DevId) -> Result<Option<PathBuf>, HostError> {
+        self.record(Call::DeviceNode(dev));
+        Ok(self.nodes.get(&dev).cloned())
+    }
+}

@@ -1,0 +1,199 @@
+//! The node agent's view of the machine, behind one narrow trait.
+//!
+//! ```text
+//!   discover (decides) ──> &dyn Host ──> LinuxHost: /proc/self/mountinfo, readdir+stat, statvfs,
+//!                                  │                BLKGETSIZE64 (sys), libblkid, udev db, /sys
+//!                                  └──> FakeHost: canned answers, records every call (tests of failure paths)
+//!   agent loop ──> watch::MountWatcher: wakes on mountinfo POLLPRI and inotify on the discovery directories
+//! ```
+//!
+//! Everything the host answers is plain data ([`DirEntry`], [`FsSize`], [`FsProbe`], [`HardwareIds`]) so the
+//! decisions made from it stay pure. Implementations are injected explicitly, never chosen by `cfg(test)`.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub mod fake;
+pub mod linux;
+pub mod mountinfo;
+pub mod watch;
+
+pub use mountinfo::{DevId, MountEntry, MountInfoError, MountTable};
+
+/// What the agent asks the host. Each method is one observation; none of them changes anything on the machine.
+pub trait Host: Send + Sync {
+    /// The mount table of this process's mount namespace.
+    fn mount_table(&self) -> Result<MountTable, HostError>;
+
+    /// `path` with every symlink resolved, as the mount table spells mount points.
+    fn canonicalize(&self, path: &Path) -> Result<PathBuf, HostError>;
+
+    /// First-level entries of `dir` (not `.`/`..`), each with its kind. A failure to look at one entry is reported
+    /// in that entry's kind, not as an error of the whole listing.
+    fn read_dir(&self, dir: &Path) -> Result<Vec<DirEntry>, HostError>;
+
+    /// Size and free space of the filesystem holding `path`.
+    fn statvfs(&self, path: &Path) -> Result<FsSize, HostError>;
+
+    /// Size in bytes of the block device at `path` (a device node or a symlink to one).
+    fn block_device_size(&self, path: &Path) -> Result<u64, HostError>;
+
+    /// Read the superblock signatures on `device` (libblkid). A device with no recognisable filesystem gives an
+    /// empty [`FsProbe`], not an error.
+    fn probe_filesystem(&self, device: &Path) -> Result<FsProbe, HostError>;
+
+    /// Hardware identity of block device `dev`, from the udev database when udevd populated it and from sysfs
+    /// otherwise. Unknown fields are `None`; a host without udev is not an error.
+    fn hardware_ids(&self, dev: DevId) -> Result<HardwareIds, HostError>;
+
+    /// Device node of block device `dev` (`/dev/<DEVNAME>` from `/sys/dev/block/M:m/uevent`); `None` when the
+    /// kernel has no block device with that number.
+    fn device_node(&self, dev: DevId) -> Result<Option<PathBuf>, HostError>;
+}
+
+/// One first-level entry of a discovery directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub kind: EntryKind,
+}
+
+/// What an entry is, looked at without following it (`lstat`), and for a symlink what it leads to (`stat`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    Directory,
+    File,
+    BlockDevice {
+        rdev: DevId,
+    },
+    CharDevice,
+    Fifo,
+    Socket,
+    Symlink {
+        target: PathBuf,
+        leads_to: Box<EntryKind>,
+    },
+    /// The host would not say (permission, I/O error, dangling symlink, a name that is not UTF-8).
+    Unreadable {
+        error: String,
+    },
+}
+
+impl EntryKind {
+    /// A short noun for messages: "a directory", "a fifo", ...
+    pub fn describe(&self) -> String {
+        match self {
+            EntryKind::Directory => "a directory".into(),
+            EntryKind::File => "a regular file".into(),
+            EntryKind::BlockDevice { rdev } => format!("block device {rdev}"),
+            EntryKind::CharDevice => "a character device".into(),
+            EntryKind::Fifo => "a fifo".into(),
+            EntryKind::Socket => "a socket".into(),
+            EntryKind::Symlink { target, leads_to } => {
+                format!(
+                    "a symlink to {} ({})",
+                    target.display(),
+                    leads_to.describe()
+                )
+            }
+            EntryKind::Unreadable { error } => format!("unreadable ({error})"),
+        }
+    }
+}
+
+/// statvfs totals in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FsSize {
+    /// `f_blocks * f_frsize`
+    pub total_bytes: u64,
+    /// `f_bavail * f_frsize`: what an unprivileged writer can still use.
+    pub available_bytes: u64,
+}
+
+/// libblkid's answer for one device; all `None` when no signature was found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FsProbe {
+    pub fs_type: Option<String>,
+    pub uuid: Option<String>,
+    pub label: Option<String>,
+}
+
+/// Hardware identity of a block device; fields the host does not know stay `None`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HardwareIds {
+    pub wwn: Option<String>,
+    pub serial: Option<String>,
+    pub model: Option<String>,
+    pub vendor: Option<String>,
+    pub rotational: Option<bool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("failed to read the mount table {path}")]
+    ReadMountTable {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("failed to parse the mount table {path}")]
+    ParseMountTable {
+        path: PathBuf,
+        #[source]
+        source: MountInfoError,
+    },
+    #[error("failed to resolve {path}")]
+    Canonicalize {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("failed to list directory {path}")]
+    ReadDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("failed to statvfs {path}")]
+    Statvfs {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("failed to open block device {path}")]
+    OpenDevice {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("failed to read the size of block device {path}")]
+    BlockDeviceSize {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("failed to probe {device} for a filesystem")]
+    Probe {
+        device: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("failed to read {path}")]
+    ReadSysfs {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// `error: cause: cause` on one line, for messages an operator reads (Events, inventory status, logs).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
+}

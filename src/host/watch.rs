@@ -1,0 +1,179 @@
+//! Wake the agent when what discovery would find may have changed.
+//!
+//! ```text
+//!  /proc/self/mountinfo ── POLLPRI|POLLERR on any mount/unmount in our namespace ──┐
+//!  inotify(discovery dirs) ── create/delete/move/attrib of a first-level entry ────┴─> changed().await (debounced)
+//! ```
+//!
+//! NB: inotify does not fire when something is mounted on a directory, which is why mountinfo is watched too; and
+//! both sources can drop events (inotify queue overflow, a directory created after the watch), so the agent must
+//! also resync periodically. A wake-up only says "look again", never what changed.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use tokio::sync::Notify;
+use tokio::time::{Instant, sleep_until};
+use tracing::warn;
+
+/// Quiet time after the last event before `changed` returns: a `mount` of ten disks is one wake-up, not ten.
+pub const DEBOUNCE: Duration = Duration::from_millis(50);
+/// Longest a burst can hold a wake-up back, so constant churn cannot starve discovery.
+const MAX_DELAY: Duration = Duration::from_millis(500);
+
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("failed to open {path} for mount events")]
+    OpenMountinfo {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("failed to create an inotify instance")]
+    Inotify(#[source] io::Error),
+    #[error("failed to create the watcher's stop pipe")]
+    Pipe(#[source] io::Error),
+    #[error("failed to start the watcher thread")]
+    Spawn(#[source] io::Error),
+}
+
+/// Wakes [`MountWatcher::changed`]. A blocking thread polls the mount table and inotify (plain `poll(2)`: no
+/// unsafe fd registration with the async reactor) and turns each event into a [`Notify`] permit; permits do not
+/// accumulate, which already coalesces events that arrive while nobody waits.
+pub struct MountWatcher {
+    events: Arc<Notify>,
+    /// Dropping this closes the pipe, which the thread sees as POLLHUP and exits on.
+    stop: Option<OwnedFd>,
+    thread: Option<JoinHandle<()>>,
+    /// An event was taken by a call to `changed` that was cancelled before it returned.
+    pending: bool,
+}
+
+impl MountWatcher {
+    /// Watch the mount table and each of `dirs`. A directory that cannot be watched (missing, not a directory) is
+    /// logged and left to the periodic resync; the mount table is required.
+    pub fn new(dirs: &[PathBuf]) -> Result<Self, WatchError> {
+        Self::with_mountinfo(Path::new("/proc/self/mountinfo"), dirs)
+    }
+
+    pub fn with_mountinfo(mountinfo: &Path, dirs: &[PathBuf]) -> Result<Self, WatchError> {
+        let mountinfo = File::open(mountinfo).map_err(|source| WatchError::OpenMountinfo {
+            path: mountinfo.into(),
+            source,
+        })?;
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .map_err(|errno| WatchError::Inotify(errno.into()))?;
+        let mask = AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_MOVED_FROM
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_ATTRIB
+            | AddWatchFlags::IN_DELETE_SELF
+            | AddWatchFlags::IN_MOVE_SELF
+            | AddWatchFlags::IN_ONLYDIR;
+        for dir in dirs {
+            if let Err(errno) = inotify.add_watch(dir.as_path(), mask) {
+                warn!(dir = %dir.display(), error = %errno, "cannot watch discovery directory; relying on resync");
+            }
+        }
+        let (stopped, stop) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|errno| WatchError::Pipe(errno.into()))?;
+        let events = Arc::new(Notify::new());
+        let notify = Arc::clone(&events);
+        let thread = std::thread::Builder::new()
+            .name("mount-watch".into())
+            .spawn(move || watch_loop(&mountinfo, &inotify, &stopped, &notify))
+            .map_err(WatchError::Spawn)?;
+        Ok(MountWatcher {
+            events,
+            stop: Some(stop),
+            thread: Some(thread),
+            pending: false,
+        })
+    }
+
+    /// Wait until the mount table or a watched directory changed, then until things have been quiet for
+    /// [`DEBOUNCE`] (at most about half a second in all). Cancel-safe: an event taken by a cancelled call makes
+    /// the next call return after the quiet time alone.
+    pub async fn changed(&mut self) {
+        if !self.pending {
+            self.events.notified().await;
+            self.pending = true;
+        }
+        let give_up = Instant::now() + MAX_DELAY;
+        loop {
+            let quiet_until = (Instant::now() + DEBOUNCE).min(give_up);
+            tokio::select! {
+                () = self.events.notified() => {}
+                () = sleep_until(quiet_until) => break,
+            }
+        }
+        self.pending = false;
+    }
+}
+
+impl Drop for MountWatcher {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            warn!("mount watcher thread panicked");
+        }
+    }
+}
+
+fn watch_loop(mountinfo: &File, inotify: &Inotify, stopped: &OwnedFd, notify: &Notify) {
+    loop {
+        // NB: the kernel reports a changed mount table as POLLPRI|POLLERR, never as readable (it always is), and
+        // polling the file is itself what re-arms it: no need to read it.
+        let mut fds = [
+            PollFd::new(mountinfo.as_fd(), PollFlags::POLLPRI),
+            PollFd::new(inotify.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(errno) => {
+                warn!(error = %errno, "failed to poll for mount events; relying on resync");
+                return;
+            }
+        }
+        let fired = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
+        if fired(&fds[2]) {
+            return;
+        }
+        let mut changed = fired(&fds[0]);
+        if fired(&fds[1]) {
+            drain(inotify);
+            changed = true;
+        }
+        if changed {
+            notify.notify_one();
+        }
+    }
+}
+
+/// Read and discard every queued inotify event: which entry changed does not matter, discovery rereads all.
+fn drain(inotify: &Inotify) {
+    loop {
+        match inotify.read_events() {
+            Ok(events) if !events.is_empty() => continue,
+            Ok(_) | Err(Errno::EAGAIN) => return,
+            Err(errno) => {
+                warn!(error = %errno, "failed to read inotify events");
+                return;
+            }
+        }
+    }
+}
