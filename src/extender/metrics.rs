@@ -1,0 +1,124 @@
+//! Extender metrics. Every label is a small closed enum: never node, pod or PV names.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Verb {
+    Filter,
+    Prioritize,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Outcome {
+    Ok,
+    BadRequest,
+    TooLarge,
+    NotReady,
+    Deadline,
+    Internal,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum NodeResult {
+    Passed,
+    Failed,
+    Unresolvable,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Kind {
+    PersistentVolumes,
+    PersistentVolumeClaims,
+    StorageClasses,
+    Nodes,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub verb: Verb,
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabels {
+    pub verb: Verb,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabels {
+    pub result: NodeResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: Kind,
+}
+
+type HistogramFamily = Family<VerbLabels, Histogram, fn() -> Histogram>;
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub requests: Family<RequestLabels, Counter>,
+    pub duration: HistogramFamily,
+    pub nodes: Family<NodeLabels, Counter>,
+    pub cached: Family<KindLabels, Gauge>,
+    pub snapshot_builds: Counter,
+}
+
+fn duration_histogram() -> Histogram {
+    // 50µs .. ~1.6s: decisions should sit at the bottom, the deadline near the top.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+}
+
+impl Metrics {
+    pub fn register(reg: &mut Registry) -> Metrics {
+        let m = Metrics {
+            requests: Family::default(),
+            duration: HistogramFamily::new_with_constructor(duration_histogram),
+            nodes: Family::default(),
+            cached: Family::default(),
+            snapshot_builds: Counter::default(),
+        };
+        let reg = reg.sub_registry_with_prefix("localpv_extender");
+        reg.register(
+            "requests",
+            "Extender requests by verb and outcome",
+            m.requests.clone(),
+        );
+        reg.register(
+            "request_duration_seconds",
+            "Time to answer an extender request",
+            m.duration.clone(),
+        );
+        reg.register(
+            "filter_nodes",
+            "Nodes judged by filter, by result",
+            m.nodes.clone(),
+        );
+        reg.register(
+            "cached_objects",
+            "Objects in the watch caches",
+            m.cached.clone(),
+        );
+        reg.register(
+            "snapshot_builds",
+            "Snapshots rebuilt from the watch caches",
+            m.snapshot_builds.clone(),
+        );
+        m
+    }
+
+    pub fn request(&self, verb: Verb, outcome: Outcome, seconds: f64) {
+        self.requests
+            .get_or_create(&RequestLabels { verb, outcome })
+            .inc();
+        self.duration
+            .get_or_create(&VerbLabels { verb })
+            .observe(seconds);
+    }
+}

@@ -1,0 +1,267 @@
+//! The HTTP face of the extender: `fn app(state) -> Router`.
+//!
+//! ```text
+//!  POST filter/prioritize ─> body (capped: 413) ─> ready? (503) ─> spawn_blocking { decode (400) ─> verbs::* ─> encode }
+//!                                                                   └─ raced against the deadline (Error answer)
+//!  GET /livez (always 200)   GET /readyz (caches synced and not shutting down)   GET /metrics
+//! ```
+//!
+//! Each request reads the current snapshot once; the decision runs on a blocking thread so a large request never
+//! stalls the runtime. Failures become responses in exactly one place (`Reject::into_response`), and are logged.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use prometheus_client::registry::Registry;
+use tracing::{debug, warn};
+
+use super::metrics::{Metrics, NodeLabels, NodeResult, Outcome, Verb};
+use super::model::Strategy;
+use super::snapshot::Snapshot;
+use super::verbs;
+use super::wire::{ExtenderArgs, ExtenderFilterResult};
+
+/// The latest snapshot plus the readiness flags, shared by the watch side (writer) and handlers (readers).
+#[derive(Default)]
+pub struct Cache {
+    snapshot: RwLock<Arc<Snapshot>>,
+    synced: AtomicBool,
+    stopping: AtomicBool,
+}
+
+impl Cache {
+    pub fn new(snapshot: Snapshot, synced: bool) -> Cache {
+        Cache {
+            snapshot: RwLock::new(Arc::new(snapshot)),
+            synced: AtomicBool::new(synced),
+            ..Cache::default()
+        }
+    }
+
+    pub fn load(&self) -> Arc<Snapshot> {
+        // NB: a poisoned lock only means a writer panicked between two whole snapshots; the value is intact.
+        self.snapshot
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn store(&self, snapshot: Snapshot) {
+        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
+    }
+
+    pub fn set_synced(&self) {
+        self.synced.store(true, Ordering::SeqCst);
+    }
+
+    pub fn set_stopping(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.synced.load(Ordering::SeqCst) && !self.stopping.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub filter_path: String,
+    pub prioritize_path: String,
+    pub body_limit: usize,
+    pub deadline: Duration,
+    pub strategy: Strategy,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            filter_path: "/filter".into(),
+            prioritize_path: "/prioritize".into(),
+            body_limit: 64 << 20,
+            deadline: Duration::from_secs(4),
+            strategy: Strategy::Binpack,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub cache: Arc<Cache>,
+    pub config: Arc<ServerConfig>,
+    pub metrics: Metrics,
+    pub registry: Arc<Registry>,
+}
+
+impl AppState {
+    /// State with its own registry; the wiring uses the same shape with the process-wide one.
+    pub fn new(cache: Arc<Cache>, config: ServerConfig) -> AppState {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        AppState {
+            cache,
+            config: Arc::new(config),
+            metrics,
+            registry: Arc::new(registry),
+        }
+    }
+}
+
+pub fn app(state: AppState) -> Router {
+    let limit = state.config.body_limit;
+    Router::new()
+        .route(&state.config.filter_path, post(filter))
+        .route(&state.config.prioritize_path, post(prioritize))
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    if state.cache.is_ready() {
+        "ok".into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "caches not synced or shutting down",
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let mut text = String::new();
+    match prometheus_client::encoding::text::encode(&mut text, &state.registry) {
+        Ok(()) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+async fn filter(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    handle(state, Verb::Filter, body).await
+}
+
+async fn prioritize(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    handle(state, Verb::Prioritize, body).await
+}
+
+/// Why a request got no decision.
+#[derive(Debug, thiserror::Error)]
+enum Reject {
+    #[error("failed to read the request body: {0}")]
+    Body(BytesRejection),
+    #[error("failed to decode ExtenderArgs: {0}")]
+    Malformed(serde_json::Error),
+    #[error("failed to decide: extender caches have not synced yet")]
+    NotReady,
+    #[error("failed to decide within {0:?}")]
+    Deadline(Duration),
+    #[error("failed to decide: {0}")]
+    Internal(String),
+}
+
+impl Reject {
+    fn outcome(&self) -> Outcome {
+        match self {
+            Reject::Body(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Outcome::TooLarge,
+            Reject::Body(_) | Reject::Malformed(_) => Outcome::BadRequest,
+            Reject::NotReady => Outcome::NotReady,
+            Reject::Deadline(_) => Outcome::Deadline,
+            Reject::Internal(_) => Outcome::Internal,
+        }
+    }
+
+    fn into_response(self, verb: Verb) -> Response {
+        warn!(?verb, error = %self, "extender request rejected");
+        let message = self.to_string();
+        match self {
+            Reject::Body(r) => (r.status(), message).into_response(),
+            Reject::Malformed(_) => (StatusCode::BAD_REQUEST, message).into_response(),
+            Reject::NotReady => (StatusCode::SERVICE_UNAVAILABLE, message).into_response(),
+            // A filter Error is reported by the scheduler on the pod; prioritize has no such field, and the
+            // scheduler ignores failed prioritize calls.
+            Reject::Deadline(_) | Reject::Internal(_) if verb == Verb::Filter => {
+                axum::Json(ExtenderFilterResult::error(message, true)).into_response()
+            }
+            Reject::Deadline(_) | Reject::Internal(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, message).into_response()
+            }
+        }
+    }
+}
+
+async fn handle(state: AppState, verb: Verb, body: Result<Bytes, BytesRejection>) -> Response {
+    let started = Instant::now();
+    let result = decide(&state, verb, body).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    match result {
+        Ok(json) => {
+            state.metrics.request(verb, Outcome::Ok, elapsed);
+            debug!(?verb, seconds = elapsed, "extender request answered");
+            ([(header::CONTENT_TYPE, "application/json")], json).into_response()
+        }
+        Err(reject) => {
+            state.metrics.request(verb, reject.outcome(), elapsed);
+            reject.into_response(verb)
+        }
+    }
+}
+
+async fn decide(
+    state: &AppState,
+    verb: Verb,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Vec<u8>, Reject> {
+    let body = body.map_err(Reject::Body)?;
+    if !state.cache.is_ready() {
+        return Err(Reject::NotReady);
+    }
+    let snapshot = state.cache.load();
+    let strategy = state.config.strategy;
+    let metrics = state.metrics.clone();
+    let work = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, Reject> {
+        let args: ExtenderArgs = serde_json::from_slice(&body).map_err(Reject::Malformed)?;
+        let encoded = match verb {
+            Verb::Filter => {
+                let (result, counts) = verbs::filter(args, &snapshot);
+                for (result, n) in [
+                    (NodeResult::Passed, counts.passed),
+                    (NodeResult::Failed, counts.failed),
+                    (NodeResult::Unresolvable, counts.unresolvable),
+                ] {
+                    metrics
+                        .nodes
+                        .get_or_create(&NodeLabels { result })
+                        .inc_by(n as u64);
+                }
+                serde_json::to_vec(&result)
+            }
+            Verb::Prioritize => serde_json::to_vec(&verbs::prioritize(&args, &snapshot, strategy)),
+        };
+        encoded.map_err(|e| Reject::Internal(e.to_string()))
+    });
+    match tokio::time::timeout(state.config.deadline, work).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(join)) => Err(Reject::Internal(format!("decision task failed: {join}"))),
+        Err(_) => Err(Reject::Deadline(state.config.deadline)),
+    }
+}
