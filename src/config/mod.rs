@@ -1,0 +1,311 @@
+//! The node agent's configuration: the reference provisioner's ConfigMap format, read unchanged, plus our own keys.
+//!
+//! ```text
+//!  config dir (ConfigMap volume: one file per key)  ─┐
+//!  single YAML file (the same keys at top level)     ─┼─> raw YAML values ──> parse (validate, collect warnings)
+//!  a whole ConfigMap manifest (kind: ConfigMap)      ─┘        ──> Config ──> Vec<DiscoveryClass> for discovery
+//!                                                                        ──> ClassConfig / globals for plan
+//! ```
+//!
+//! Parsing is pure (`Config::from_yaml`, `Config::from_files`); `Config::load` is the one function that reads the
+//! file system. Every key, its default and its origin are documented in `docs/configuration.md`.
+
+mod parse;
+pub mod values;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::NodeSelectorTerm;
+
+use crate::disk::{DiscoveryClass, VolumeMode};
+
+/// The reference provisioner's default for `minResyncPeriod`.
+pub const DEFAULT_MIN_RESYNC_PERIOD: Duration = Duration::from_secs(5 * 60);
+
+/// A validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// One entry per `storageClassMap` key, sorted by class name.
+    pub classes: Vec<ClassConfig>,
+    /// `nodeLabelsForPV`: Node label keys whose values are copied onto every PV.
+    pub node_labels_for_pv: Vec<String>,
+    /// `labelsForPV`: fixed labels put on every PV.
+    pub labels_for_pv: BTreeMap<String, String>,
+    /// `useNodeNameOnly`: node affinity on the node name instead of its `kubernetes.io/hostname` label.
+    pub use_node_name_only: bool,
+    /// `setPVOwnerRef`: make the Node the owner of its PVs (they are garbage-collected with it).
+    pub set_pv_owner_ref: bool,
+    /// `minResyncPeriod`: the full resync runs at least this often.
+    pub min_resync_period: Duration,
+    /// `removeNodeNotReadyTaint`: remove `provisioner_not_ready_node_taint_key` from the Node once ready.
+    pub remove_node_not_ready_taint: bool,
+    /// `provisionerNotReadyNodeTaintKey`.
+    pub provisioner_not_ready_node_taint_key: Option<String>,
+    /// `pvNaming` (ours).
+    pub pv_naming: PvNaming,
+    /// `capacityRounding` (ours): round capacities down like the reference provisioner.
+    pub capacity_rounding: bool,
+    /// `wipeOnFirstDiscovery` (ours): the default for classes that do not set it.
+    pub wipe_on_first_discovery: bool,
+    /// `missingDiskGracePeriod` (ours): how long an Available PV outlives its vanished disk.
+    pub missing_disk_grace_period: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            classes: Vec::new(),
+            node_labels_for_pv: Vec::new(),
+            labels_for_pv: BTreeMap::new(),
+            use_node_name_only: false,
+            set_pv_owner_ref: false,
+            min_resync_period: DEFAULT_MIN_RESYNC_PERIOD,
+            remove_node_not_ready_taint: false,
+            provisioner_not_ready_node_taint_key: None,
+            pv_naming: PvNaming::default(),
+            capacity_rounding: false,
+            wipe_on_first_discovery: false,
+            missing_disk_grace_period: Duration::ZERO,
+        }
+    }
+}
+
+/// One `storageClassMap` entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassConfig {
+    /// StorageClass name (the map key).
+    pub name: String,
+    /// `hostDir`: discovery directory as the host sees it; PV paths live beneath it.
+    pub host_dir: PathBuf,
+    /// `mountDir`: the same directory as this process sees it; defaults to `host_dir`.
+    pub mount_dir: PathBuf,
+    /// `volumeMode`.
+    pub volume_mode: VolumeMode,
+    /// `accessMode`, as the single-element list PVs carry.
+    pub access_modes: Vec<String>,
+    /// `fsType`: put on PVs of Filesystem classes.
+    pub fs_type: Option<String>,
+    /// `namePattern`, split at commas.
+    pub name_patterns: Vec<String>,
+    /// `selector`: node selector terms ORed with the node's own term in each PV's node affinity.
+    pub selector: Vec<NodeSelectorTerm>,
+    /// How a released volume of this class is wiped (`wipeMethod`, `blockCleanerCommand`, `fsCleanerCommand`).
+    pub wipe: WipeMethod,
+    /// `wipeOnFirstDiscovery` for this class (falls back to the global key).
+    pub wipe_on_first_discovery: bool,
+}
+
+impl ClassConfig {
+    /// What discovery needs from this class.
+    pub fn discovery_class(&self) -> DiscoveryClass {
+        DiscoveryClass {
+            name: self.name.clone(),
+            host_dir: self.host_dir.clone(),
+            mount_dir: self.mount_dir.clone(),
+            mode: self.volume_mode,
+            name_patterns: self.name_patterns.clone(),
+        }
+    }
+}
+
+/// How PV names are chosen for new PVs. Adopted PVs keep their names either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PvNaming {
+    /// `localpv-<node>-<entry>-<64-bit hash>`: readable and collision-resistant.
+    #[default]
+    Localpv,
+    /// `local-pv-<32-bit FNV-1a>`, exactly as the reference provisioner names them.
+    Reference,
+}
+
+/// How a released volume is wiped before its disk is published again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WipeMethod {
+    /// Filesystem classes: remove everything beneath the volume root, in-process (`remove`).
+    RemoveContents,
+    /// Block: `BLKZEROOUT` over the whole device (`zeroout`).
+    ZeroOut,
+    /// Block: `BLKDISCARD` (`discard`); zeros are not guaranteed.
+    Discard,
+    /// Block: `BLKSECDISCARD` (`secure-discard`).
+    SecureDiscard,
+    /// Block: erase filesystem and partition-table signatures only (`signatures`).
+    Signatures,
+    /// Block: write zeros over every byte (`overwrite`).
+    Overwrite,
+    /// Run this argv (`command`): `blockCleanerCommand` for Block classes with `LOCAL_PV_BLKDEVICE` set,
+    /// `fsCleanerCommand` for Filesystem classes.
+    Command(Vec<String>),
+}
+
+impl WipeMethod {
+    /// The `wipeMethod` spelling.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            WipeMethod::RemoveContents => "remove",
+            WipeMethod::ZeroOut => "zeroout",
+            WipeMethod::Discard => "discard",
+            WipeMethod::SecureDiscard => "secure-discard",
+            WipeMethod::Signatures => "signatures",
+            WipeMethod::Overwrite => "overwrite",
+            WipeMethod::Command(_) => "command",
+        }
+    }
+}
+
+/// A key that was accepted but has no effect, or a setting that is probably not what the operator meant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    /// Key path, e.g. `storageClassMap.fast-disks.blockCleanerCommand`.
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// One reason a configuration is invalid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Key path, e.g. `storageClassMap.fast-disks.volumeMode`.
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// A parsed configuration and what the caller should log about it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Loaded {
+    pub config: Config,
+    pub warnings: Vec<Warning>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("failed to read configuration {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to parse {origin} as YAML")]
+    Parse {
+        origin: String,
+        #[source]
+        source: serde_yaml::Error,
+    },
+    #[error("invalid configuration: {}", join(problems))]
+    Invalid { problems: Vec<Problem> },
+}
+
+fn join(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(Problem::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl Config {
+    /// Reads a configuration directory (a mounted ConfigMap: one file per key) or a single YAML file.
+    pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+        let read_err = |source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        if std::fs::metadata(path).map_err(read_err)?.is_dir() {
+            Self::from_dir(path)
+        } else {
+            Self::from_file(path)
+        }
+    }
+
+    /// Reads a single YAML file holding the keys at top level (or a whole ConfigMap manifest).
+    pub fn from_file(path: &Path) -> Result<Loaded, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_yaml(&text, &path.display().to_string())
+    }
+
+    /// Reads a mounted ConfigMap directory: every visible regular file (symlinks followed) is one key.
+    /// Names starting with `.` are the kubelet's `..data` machinery and are skipped.
+    pub fn from_dir(dir: &Path) -> Result<Loaded, ConfigError> {
+        let read_err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ConfigError::Read { path, source }
+        };
+        let mut files = BTreeMap::new();
+        for entry in std::fs::read_dir(dir).map_err(read_err(dir))? {
+            let entry = entry.map_err(read_err(dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            if name.starts_with('.')
+                || !std::fs::metadata(&path).map_err(read_err(&path))?.is_file()
+            {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).map_err(read_err(&path))?;
+            files.insert(name, text);
+        }
+        Self::from_files(&files, &dir.display().to_string())
+    }
+
+    /// Parses one YAML document holding the keys at top level. A ConfigMap manifest (`kind: ConfigMap` with
+    /// `data`) is accepted too and read like a mounted directory. `origin` names the source in errors.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<Loaded, ConfigError> {
+        let value: serde_yaml::Value =
+            serde_yaml::from_str(text).map_err(|source| ConfigError::Parse {
+                origin: origin.to_string(),
+                source,
+            })?;
+        if let Some(files) = parse::configmap_data(&value) {
+            return Self::from_files(&files, origin);
+        }
+        parse::parse_document(&value)
+    }
+
+    /// Parses ConfigMap-style data: key -> the YAML text of its value.
+    pub fn from_files(
+        files: &BTreeMap<String, String>,
+        origin: &str,
+    ) -> Result<Loaded, ConfigError> {
+        let mut document = serde_yaml::Mapping::new();
+        for (key, text) in files {
+            let value: serde_yaml::Value =
+                serde_yaml::from_str(text).map_err(|source| ConfigError::Parse {
+                    origin: format!("{origin}/{key}"),
+                    source,
+                })?;
+            document.insert(serde_yaml::Value::String(key.clone()), value);
+        }
+        parse::parse_document(&serde_yaml::Value::Mapping(document))
+    }
+
+    /// What discovery needs: one entry per class.
+    pub fn discovery_classes(&self) -> Vec<DiscoveryClass> {
+        self.classes
+            .iter()
+            .map(ClassConfig::discovery_class)
+            .collect()
+    }
+
+    pub fn class(&self, name: &str) -> Option<&ClassConfig> {
+        self.classes.iter().find(|class| class.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests;

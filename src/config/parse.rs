@@ -1,0 +1,643 @@
+//! Walks the raw YAML tree, checks every key, and builds a `Config` with warnings, or the list of problems.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::NodeSelectorTerm;
+use serde_yaml::Value;
+
+use super::values::{
+    go_duration, is_dns_subdomain, label_key_problem, label_value_problem, yaml11_bool,
+};
+use super::{ClassConfig, Config, ConfigError, Loaded, Problem, PvNaming, Warning, WipeMethod};
+use crate::disk::VolumeMode;
+
+const ACCESS_MODES: [&str; 4] = [
+    "ReadWriteOnce",
+    "ReadOnlyMany",
+    "ReadWriteMany",
+    "ReadWriteOncePod",
+];
+const BLOCK_METHODS: [&str; 6] = [
+    "zeroout",
+    "discard",
+    "secure-discard",
+    "signatures",
+    "overwrite",
+    "command",
+];
+const FS_METHODS: [&str; 2] = ["remove", "command"];
+
+/// The label every PV of ours carries; `labelsForPV` may not override it.
+const NODE_LABEL: &str = "localpv.io/node";
+
+/// The `data` of a ConfigMap manifest, when the document is one.
+pub(super) fn configmap_data(document: &Value) -> Option<BTreeMap<String, String>> {
+    let map = plain(document).as_mapping()?;
+    if map.get("kind").and_then(Value::as_str) != Some("ConfigMap") {
+        return None;
+    }
+    let data = map.get("data").map(plain).and_then(Value::as_mapping);
+    let files = data.into_iter().flatten().filter_map(|(key, value)| {
+        Some((
+            key.as_str()?.to_string(),
+            scalar_text(value).unwrap_or_default(),
+        ))
+    });
+    Some(files.collect())
+}
+
+pub(super) fn parse_document(document: &Value) -> Result<Loaded, ConfigError> {
+    let mut reader = Reader::default();
+    let config = reader.document(document);
+    if reader.problems.is_empty() {
+        Ok(Loaded {
+            config,
+            warnings: reader.warnings,
+        })
+    } else {
+        Err(ConfigError::Invalid {
+            problems: reader.problems,
+        })
+    }
+}
+
+#[derive(Default)]
+struct Reader {
+    problems: Vec<Problem>,
+    warnings: Vec<Warning>,
+}
+
+/// The per-class keys before they are combined and checked together.
+#[derive(Default)]
+struct RawClass {
+    host_dir: Option<PathBuf>,
+    mount_dir: Option<PathBuf>,
+    volume_mode: VolumeMode,
+    access_mode: Option<String>,
+    fs_type: Option<String>,
+    name_patterns: Option<Vec<String>>,
+    selector: Vec<NodeSelectorTerm>,
+    wipe_method: Option<String>,
+    block_cleaner: Option<Vec<String>>,
+    fs_cleaner: Option<Vec<String>>,
+    wipe_on_first_discovery: Option<bool>,
+}
+
+impl Reader {
+    fn problem(&mut self, key: &str, message: impl Into<String>) {
+        self.problems.push(Problem {
+            key: key.to_string(),
+            message: message.into(),
+        });
+    }
+
+    fn warn(&mut self, key: &str, message: impl Into<String>) {
+        self.warnings.push(Warning {
+            key: key.to_string(),
+            message: message.into(),
+        });
+    }
+
+    fn document(&mut self, document: &Value) -> Config {
+        let mut config = Config::default();
+        let mut classes = None;
+        for (key, value) in self.entries("(top level)", document, "") {
+            self.global(&mut config, &key, value, &mut classes);
+        }
+        match classes {
+            Some(value) => config.classes = self.classes(value, config.wipe_on_first_discovery),
+            None => self.warn(
+                "storageClassMap",
+                "no storage classes configured: nothing will be published",
+            ),
+        }
+        config
+    }
+
+    fn global<'v>(
+        &mut self,
+        config: &mut Config,
+        key: &str,
+        value: &'v Value,
+        classes: &mut Option<&'v Value>,
+    ) {
+        match key {
+            "storageClassMap" => *classes = Some(value),
+            "nodeLabelsForPV" => set(&mut config.node_labels_for_pv, self.label_keys(key, value)),
+            "labelsForPV" => set(&mut config.labels_for_pv, self.labels(key, value)),
+            "useNodeNameOnly" => set(&mut config.use_node_name_only, self.bool(key, value)),
+            "setPVOwnerRef" => set(&mut config.set_pv_owner_ref, self.bool(key, value)),
+            "minResyncPeriod" => {
+                let period = self.duration(key, value);
+                if period == Some(Duration::ZERO) {
+                    self.problem(key, "must be longer than zero");
+                }
+                set(&mut config.min_resync_period, period)
+            }
+            "removeNodeNotReadyTaint" => set(
+                &mut config.remove_node_not_ready_taint,
+                self.bool(key, value),
+            ),
+            "provisionerNotReadyNodeTaintKey" => {
+                config.provisioner_not_ready_node_taint_key = self.string(key, value);
+            }
+            "pvNaming" => set(&mut config.pv_naming, self.pv_naming(key, value)),
+            "capacityRounding" => set(&mut config.capacity_rounding, self.bool(key, value)),
+            "wipeOnFirstDiscovery" => {
+                set(&mut config.wipe_on_first_discovery, self.bool(key, value))
+            }
+            "missingDiskGracePeriod" => set(
+                &mut config.missing_disk_grace_period,
+                self.duration(key, value),
+            ),
+            "useJobForCleaning" => {
+                if self.bool(key, value) == Some(true) {
+                    self.warn(
+                        key,
+                        "accepted but ignored: localpv wipes volumes in the agent, never in Jobs",
+                    );
+                }
+            }
+            "jobTolerations" | "jobContainerImage" => {
+                self.warn(
+                    key,
+                    "accepted but ignored: localpv wipes volumes in the agent, never in Jobs",
+                );
+            }
+            "useAlphaAPI" => {
+                if self.bool(key, value) == Some(true) {
+                    self.warn(
+                        key,
+                        "accepted but ignored: the alpha node-affinity annotation is long gone",
+                    );
+                }
+            }
+            _ => self.warn(key, "unknown key, ignored"),
+        }
+    }
+
+    fn classes(&mut self, value: &Value, global_wipe_first: bool) -> Vec<ClassConfig> {
+        let mut classes = Vec::new();
+        for (name, body) in self.entries("storageClassMap", value, "storageClassMap.") {
+            let prefix = format!("storageClassMap.{name}");
+            if !is_dns_subdomain(&name) {
+                self.problem(
+                    &prefix,
+                    "is not a valid StorageClass name (lowercase DNS subdomain)",
+                );
+            }
+            let raw = self.raw_class(&prefix, body);
+            if let Some(class) = self.class(&prefix, name, raw, global_wipe_first) {
+                classes.push(class);
+            }
+        }
+        classes.sort_by(|a, b| a.name.cmp(&b.name));
+        self.check_directories(&classes);
+        classes
+    }
+
+    fn raw_class(&mut self, prefix: &str, body: &Value) -> RawClass {
+        let mut raw = RawClass::default();
+        for (key, value) in self.entries(prefix, body, &format!("{prefix}.")) {
+            let path = format!("{prefix}.{key}");
+            let path = path.as_str();
+            match key.as_str() {
+                "hostDir" => raw.host_dir = self.abs_path(path, value),
+                "mountDir" => raw.mount_dir = self.abs_path(path, value),
+                "volumeMode" => raw.volume_mode = self.volume_mode(path, value).unwrap_or_default(),
+                "accessMode" => raw.access_mode = self.one_of(path, value, &ACCESS_MODES),
+                "fsType" => raw.fs_type = self.string(path, value).filter(|s| !s.is_empty()),
+                "namePattern" => raw.name_patterns = self.name_patterns(path, value),
+                "selector" => raw.selector = self.selector(path, value),
+                "wipeMethod" => raw.wipe_method = self.string(path, value),
+                "blockCleanerCommand" => raw.block_cleaner = self.argv(path, value),
+                "fsCleanerCommand" => raw.fs_cleaner = self.argv(path, value),
+                "wipeOnFirstDiscovery" => raw.wipe_on_first_discovery = self.bool(path, value),
+                _ => self.warn(path, "unknown key, ignored"),
+            }
+        }
+        raw
+    }
+
+    fn class(
+        &mut self,
+        prefix: &str,
+        name: String,
+        raw: RawClass,
+        global_wipe_first: bool,
+    ) -> Option<ClassConfig> {
+        let Some(host_dir) = raw.host_dir.clone() else {
+            // Only report "required" when the key is absent, not when it was present and already reported.
+            if !self
+                .problems
+                .iter()
+                .any(|p| p.key == format!("{prefix}.hostDir"))
+            {
+                self.problem(&format!("{prefix}.hostDir"), "required");
+            }
+            return None;
+        };
+        if raw.fs_type.is_some() && raw.volume_mode == VolumeMode::Block {
+            self.warn(
+                &format!("{prefix}.fsType"),
+                "ignored for Block classes (PVs expose the raw device)",
+            );
+        }
+        let wipe = self.wipe_method(prefix, &raw)?;
+        Some(ClassConfig {
+            name,
+            mount_dir: raw.mount_dir.unwrap_or_else(|| host_dir.clone()),
+            host_dir,
+            volume_mode: raw.volume_mode,
+            access_modes: vec![
+                raw.access_mode
+                    .unwrap_or_else(|| ACCESS_MODES[0].to_string()),
+            ],
+            fs_type: raw
+                .fs_type
+                .filter(|_| raw.volume_mode == VolumeMode::Filesystem),
+            name_patterns: raw.name_patterns.unwrap_or_else(|| vec!["*".to_string()]),
+            selector: raw.selector,
+            wipe,
+            wipe_on_first_discovery: raw.wipe_on_first_discovery.unwrap_or(global_wipe_first),
+        })
+    }
+
+    /// Combines `wipeMethod` with the two cleaner commands into one method, per volume mode.
+    fn wipe_method(&mut self, prefix: &str, raw: &RawClass) -> Option<WipeMethod> {
+        let method_key = format!("{prefix}.wipeMethod");
+        let (allowed, own_cmd, own_key, other_cmd, other_key) = match raw.volume_mode {
+            VolumeMode::Block => (
+                &BLOCK_METHODS[..],
+                &raw.block_cleaner,
+                "blockCleanerCommand",
+                &raw.fs_cleaner,
+                "fsCleanerCommand",
+            ),
+            VolumeMode::Filesystem => (
+                &FS_METHODS[..],
+                &raw.fs_cleaner,
+                "fsCleanerCommand",
+                &raw.block_cleaner,
+                "blockCleanerCommand",
+            ),
+        };
+        let mode = raw.volume_mode.as_str();
+        if other_cmd.is_some() {
+            self.warn(
+                &format!("{prefix}.{other_key}"),
+                format!("ignored: this class's volumeMode is {mode}"),
+            );
+        }
+        let Some(method) = raw.wipe_method.as_deref() else {
+            return Some(match own_cmd {
+                Some(argv) => self.command_default(&format!("{prefix}.{own_key}"), argv),
+                None if raw.volume_mode == VolumeMode::Block => WipeMethod::ZeroOut,
+                None => WipeMethod::RemoveContents,
+            });
+        };
+        if !allowed.contains(&method) {
+            self.problem(
+                &method_key,
+                format!(
+                    "{method:?} is not one of {} for {mode} classes",
+                    allowed.join(", ")
+                ),
+            );
+            return None;
+        }
+        if method == "command" {
+            let Some(argv) = own_cmd else {
+                self.problem(&method_key, format!("\"command\" needs {own_key}"));
+                return None;
+            };
+            return Some(WipeMethod::Command(argv.clone()));
+        }
+        if own_cmd.is_some() {
+            self.warn(
+                &format!("{prefix}.{own_key}"),
+                format!("ignored: wipeMethod is {method:?}"),
+            );
+        }
+        Some(native_method(method))
+    }
+
+    /// A cleaner command with no explicit `wipeMethod`: the reference provisioner's stock scripts are not in our
+    /// image, so they map to the built-in method doing the same job; anything else is run as given.
+    fn command_default(&mut self, key: &str, argv: &[String]) -> WipeMethod {
+        let stock = match argv.first().map(String::as_str) {
+            Some("/scripts/quick_reset.sh") => Some(WipeMethod::Signatures),
+            Some("/scripts/blkdiscard.sh") => Some(WipeMethod::Discard),
+            Some("/scripts/dd_zero.sh") => Some(WipeMethod::ZeroOut),
+            Some("/scripts/shred.sh") => Some(WipeMethod::Overwrite),
+            _ => None,
+        };
+        match stock {
+            Some(method) => {
+                let name = method.as_str();
+                self.warn(
+                    key,
+                    format!("{argv:?} is a reference provisioner script; using the built-in {name:?} method instead \
+                             (set wipeMethod: command to run it anyway)"),
+                );
+                method
+            }
+            None => WipeMethod::Command(argv.to_vec()),
+        }
+    }
+
+    /// Refuses two classes sharing a directory; warns about one class's directory inside another's.
+    fn check_directories(&mut self, classes: &[ClassConfig]) {
+        for (i, class) in classes.iter().enumerate() {
+            for earlier in &classes[..i] {
+                for (key, mine, theirs) in [
+                    ("hostDir", &class.host_dir, &earlier.host_dir),
+                    ("mountDir", &class.mount_dir, &earlier.mount_dir),
+                ] {
+                    let path = format!("storageClassMap.{}.{key}", class.name);
+                    if mine == theirs {
+                        let message = format!(
+                            "{} is also the {key} of class {:?}",
+                            mine.display(),
+                            earlier.name
+                        );
+                        self.problem(&path, message);
+                    } else if mine.starts_with(theirs) || theirs.starts_with(mine) {
+                        let message = format!(
+                            "{} and the {key} of class {:?} ({}) are nested: an entry of one may be published by \
+                             the other",
+                            mine.display(),
+                            earlier.name,
+                            theirs.display()
+                        );
+                        self.warn(&path, message);
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- typed readers: each reports its own problem and returns None on failure ----
+
+    /// String-keyed entries of a mapping; a null value means "not set" and is dropped.
+    fn entries<'v>(
+        &mut self,
+        key: &str,
+        value: &'v Value,
+        child_prefix: &str,
+    ) -> Vec<(String, &'v Value)> {
+        let value = plain(value);
+        if value.is_null() {
+            return Vec::new();
+        }
+        let Some(map) = value.as_mapping() else {
+            self.problem(key, format!("expected a mapping, found {}", show(value)));
+            return Vec::new();
+        };
+        let mut entries = Vec::new();
+        for (k, v) in map {
+            match scalar_text(k) {
+                Some(name) if !plain(v).is_null() => entries.push((name, v)),
+                Some(_) => {}
+                None => self.problem(
+                    &format!("{child_prefix}{}", show(k)),
+                    "keys must be strings",
+                ),
+            }
+        }
+        entries
+    }
+
+    fn string(&mut self, key: &str, value: &Value) -> Option<String> {
+        let text = scalar_text(value);
+        if text.is_none() {
+            self.problem(key, format!("expected a string, found {}", show(value)));
+        }
+        text
+    }
+
+    fn bool(&mut self, key: &str, value: &Value) -> Option<bool> {
+        match plain(value) {
+            Value::Bool(b) => Some(*b),
+            Value::String(s) if yaml11_bool(s.trim()).is_some() => yaml11_bool(s.trim()),
+            other => {
+                self.problem(
+                    key,
+                    format!("{} is not a boolean (use true or false)", show(other)),
+                );
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, key: &str, value: &Value) -> Option<Duration> {
+        let Value::String(text) = plain(value) else {
+            let message = format!(
+                "{} is not a duration (use Go syntax such as 30s, 5m or 1h30m)",
+                show(value)
+            );
+            self.problem(key, message);
+            return None;
+        };
+        go_duration(text)
+            .map_err(|message| self.problem(key, message))
+            .ok()
+    }
+
+    fn one_of(&mut self, key: &str, value: &Value, allowed: &[&str]) -> Option<String> {
+        let text = self.string(key, value)?;
+        if allowed.contains(&text.as_str()) {
+            return Some(text);
+        }
+        self.problem(
+            key,
+            format!("{text:?} is not one of {}", allowed.join(", ")),
+        );
+        None
+    }
+
+    fn volume_mode(&mut self, key: &str, value: &Value) -> Option<VolumeMode> {
+        match self.one_of(key, value, &["Filesystem", "Block"])?.as_str() {
+            "Block" => Some(VolumeMode::Block),
+            _ => Some(VolumeMode::Filesystem),
+        }
+    }
+
+    fn pv_naming(&mut self, key: &str, value: &Value) -> Option<PvNaming> {
+        match self.one_of(key, value, &["localpv", "reference"])?.as_str() {
+            "reference" => Some(PvNaming::Reference),
+            _ => Some(PvNaming::Localpv),
+        }
+    }
+
+    fn abs_path(&mut self, key: &str, value: &Value) -> Option<PathBuf> {
+        let text = self.string(key, value)?;
+        let path = Path::new(&text);
+        if text.is_empty() {
+            self.problem(key, "must not be empty");
+        } else if !path.is_absolute() {
+            self.problem(
+                key,
+                format!("{text:?} is relative; an absolute path is required"),
+            );
+        } else if path.components().any(|c| c == Component::ParentDir) {
+            self.problem(key, format!("{text:?} contains \"..\""));
+        } else {
+            // Drops `.` components, repeated and trailing slashes.
+            return Some(path.components().collect());
+        }
+        None
+    }
+
+    fn strings(&mut self, key: &str, value: &Value) -> Option<Vec<String>> {
+        let Some(items) = plain(value).as_sequence() else {
+            self.problem(key, format!("expected a list, found {}", show(value)));
+            return None;
+        };
+        let texts: Vec<_> = items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| self.string(&format!("{key}[{i}]"), v))
+            .collect();
+        texts.into_iter().collect()
+    }
+
+    fn argv(&mut self, key: &str, value: &Value) -> Option<Vec<String>> {
+        // A single string is taken as a program without arguments.
+        let argv = match plain(value) {
+            Value::String(program) => vec![program.clone()],
+            _ => self.strings(key, value)?,
+        };
+        if argv.first().is_none_or(String::is_empty) {
+            self.problem(
+                key,
+                "must name a program (a non-empty list: program, then arguments)",
+            );
+            return None;
+        }
+        Some(argv)
+    }
+
+    fn name_patterns(&mut self, key: &str, value: &Value) -> Option<Vec<String>> {
+        let text = self.string(key, value)?;
+        let patterns: Vec<String> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+        for pattern in &patterns {
+            if let Err(err) = glob::Pattern::new(pattern) {
+                self.problem(key, format!("{pattern:?} is not a valid glob: {}", err.msg));
+            }
+        }
+        Some(if patterns.is_empty() {
+            vec!["*".to_string()]
+        } else {
+            patterns
+        })
+    }
+
+    fn selector(&mut self, key: &str, value: &Value) -> Vec<NodeSelectorTerm> {
+        match serde_yaml::from_value::<Vec<NodeSelectorTerm>>(plain(value).clone()) {
+            Ok(terms) => {
+                for (i, term) in terms.iter().enumerate() {
+                    let empty = term.match_expressions.as_ref().is_none_or(Vec::is_empty)
+                        && term.match_fields.as_ref().is_none_or(Vec::is_empty);
+                    if empty {
+                        self.problem(&format!("{key}[{i}]"), "an empty term matches no node");
+                    }
+                }
+                terms
+            }
+            Err(err) => {
+                self.problem(
+                    key,
+                    format!("expected a list of node selector terms: {err}"),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    fn label_keys(&mut self, key: &str, value: &Value) -> Option<Vec<String>> {
+        let keys = self.strings(key, value)?;
+        for (i, label) in keys.iter().enumerate() {
+            if let Some(problem) = label_key_problem(label) {
+                self.problem(&format!("{key}[{i}]"), problem);
+            }
+        }
+        Some(keys)
+    }
+
+    fn labels(&mut self, key: &str, value: &Value) -> Option<BTreeMap<String, String>> {
+        let mut labels = BTreeMap::new();
+        for (name, v) in self.entries(key, value, &format!("{key}.")) {
+            let path = format!("{key}.{name}");
+            let problem = label_key_problem(&name).or_else(|| {
+                (name == NODE_LABEL).then(|| format!("{NODE_LABEL} is set by localpv itself"))
+            });
+            if let Some(problem) = problem {
+                self.problem(&path, problem);
+            }
+            if let Some(text) = self.string(&path, v) {
+                if let Some(problem) = label_value_problem(&text) {
+                    self.problem(&path, problem);
+                }
+                labels.insert(name, text);
+            }
+        }
+        Some(labels)
+    }
+}
+
+/// Stores a parsed value; a value that failed to parse was reported and leaves the default.
+fn set<T>(slot: &mut T, parsed: Option<T>) {
+    if let Some(parsed) = parsed {
+        *slot = parsed;
+    }
+}
+
+fn native_method(method: &str) -> WipeMethod {
+    match method {
+        "remove" => WipeMethod::RemoveContents,
+        "discard" => WipeMethod::Discard,
+        "secure-discard" => WipeMethod::SecureDiscard,
+        "signatures" => WipeMethod::Signatures,
+        "overwrite" => WipeMethod::Overwrite,
+        _ => WipeMethod::ZeroOut,
+    }
+}
+
+/// A value without its YAML tag (`!!str x` -> `x`).
+fn plain(value: &Value) -> &Value {
+    match value {
+        Value::Tagged(tagged) => plain(&tagged.value),
+        other => other,
+    }
+}
+
+/// Text of a scalar; numbers and booleans become their YAML spelling.
+fn scalar_text(value: &Value) -> Option<String> {
+    match plain(value) {
+        Value::String(s) => Some(s.clone()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// A short rendering of a value for messages: strings quoted, other kinds by name.
+fn show(value: &Value) -> String {
+    match plain(value) {
+        Value::Null => "null".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("{s:?}"),
+        Value::Sequence(_) => "a list".to_string(),
+        Value::Mapping(_) => "a mapping".to_string(),
+        Value::Tagged(_) => "a tagged value".to_string(),
+    }
+}

@@ -1,0 +1,547 @@
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rstest::rstest;
+
+use super::*;
+use crate::disk::VolumeMode;
+
+/// The reference provisioner's documented ConfigMap shape: every value is a string holding YAML.
+const REFERENCE_CONFIGMAP: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: local-provisioner-config
+  namespace: default
+data:
+  nodeLabelsForPV: |
+    - kubernetes.io/hostname
+    - topology.kubernetes.io/zone
+  storageClassMap: |
+    fast-disks:
+       hostDir: /mnt/fast-disks
+       mountDir:  /mnt/fast-disks
+       blockCleanerCommand:
+         - "/scripts/shred.sh"
+         - "2"
+       volumeMode: Filesystem
+       fsType: ext4
+       namePattern: "*"
+    local-storage:
+       hostDir: /mnt/disks
+       mountDir: /mnt/container-disks
+  useJobForCleaning: "yes"
+  minResyncPeriod: "5m0s"
+  setPVOwnerRef: "true"
+"#;
+
+fn parse(yaml: &str) -> Loaded {
+    match Config::from_yaml(yaml, "test.yaml") {
+        Ok(loaded) => loaded,
+        Err(err) => panic!("config rejected: {err}"),
+    }
+}
+
+fn problems(yaml: &str) -> Vec<String> {
+    match Config::from_yaml(yaml, "test.yaml") {
+        Ok(loaded) => panic!("config accepted: {loaded:?}"),
+        Err(ConfigError::Invalid { problems }) => {
+            problems.iter().map(ToString::to_string).collect()
+        }
+        Err(other) => panic!("expected validation problems, got {other}"),
+    }
+}
+
+fn warnings(yaml: &str) -> Vec<String> {
+    parse(yaml)
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+fn one_class(body: &str) -> String {
+    format!("storageClassMap:\n  fast-disks:\n{}", indent(body, 4))
+}
+
+fn indent(text: &str, by: usize) -> String {
+    text.lines()
+        .map(|line| format!("{}{line}\n", " ".repeat(by)))
+        .collect()
+}
+
+#[test]
+fn reference_configmap_manifest_is_read_unchanged() {
+    let loaded = parse(REFERENCE_CONFIGMAP);
+    let config = &loaded.config;
+    assert_eq!(
+        config.node_labels_for_pv,
+        ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+    );
+    assert_eq!(config.min_resync_period, Duration::from_secs(300));
+    assert!(config.set_pv_owner_ref);
+    let fast = config
+        .class("fast-disks")
+        .expect("fast-disks is configured");
+    assert_eq!(fast.host_dir, Path::new("/mnt/fast-disks"));
+    assert_eq!(fast.mount_dir, Path::new("/mnt/fast-disks"));
+    assert_eq!(fast.volume_mode, VolumeMode::Filesystem);
+    assert_eq!(fast.fs_type.as_deref(), Some("ext4"));
+    assert_eq!(fast.name_patterns, ["*"]);
+    assert_eq!(fast.access_modes, ["ReadWriteOnce"]);
+    assert_eq!(fast.wipe, WipeMethod::RemoveContents);
+    let local = config
+        .class("local-storage")
+        .expect("local-storage is configured");
+    assert_eq!(local.mount_dir, Path::new("/mnt/container-disks"));
+    let warned: Vec<_> = loaded.warnings.iter().map(|w| w.key.as_str()).collect();
+    assert_eq!(
+        warned,
+        [
+            "useJobForCleaning",
+            "storageClassMap.fast-disks.blockCleanerCommand"
+        ]
+    );
+}
+
+#[test]
+fn mounted_configmap_directory_is_read_like_the_manifest() {
+    // The kubelet's layout: keys are symlinks into `..data`, which points at a timestamped directory.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let stamped = dir.path().join("..2024_01_01_00_00_00.000000000");
+    std::fs::create_dir(&stamped).expect("stamped dir");
+    std::os::unix::fs::symlink(
+        stamped.file_name().expect("name"),
+        dir.path().join("..data"),
+    )
+    .expect("..data");
+    let manifest: serde_yaml::Value = serde_yaml::from_str(REFERENCE_CONFIGMAP).expect("manifest");
+    for (key, value) in manifest["data"].as_mapping().expect("data") {
+        let key = key.as_str().expect("key");
+        std::fs::write(stamped.join(key), value.as_str().expect("value")).expect("write key");
+        std::os::unix::fs::symlink(format!("..data/{key}"), dir.path().join(key))
+            .expect("key link");
+    }
+    let from_dir = Config::load(dir.path()).expect("directory accepted");
+    assert_eq!(from_dir, parse(REFERENCE_CONFIGMAP));
+}
+
+#[test]
+fn single_file_with_top_level_keys_is_read_like_the_manifest() {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    let yaml = r#"
+nodeLabelsForPV: [kubernetes.io/hostname, topology.kubernetes.io/zone]
+storageClassMap:
+  fast-disks:
+    hostDir: /mnt/fast-disks
+    mountDir: /mnt/fast-disks
+    blockCleanerCommand: ["/scripts/shred.sh", "2"]
+    volumeMode: Filesystem
+    fsType: ext4
+    namePattern: "*"
+  local-storage: {hostDir: /mnt/disks, mountDir: /mnt/container-disks}
+useJobForCleaning: yes
+minResyncPeriod: 5m0s
+setPVOwnerRef: true
+"#;
+    std::fs::write(file.path(), yaml).expect("write");
+    assert_eq!(
+        Config::load(file.path()).expect("file accepted"),
+        parse(REFERENCE_CONFIGMAP)
+    );
+}
+
+#[rstest]
+#[case("yes", true)]
+#[case("\"yes\"", true)]
+#[case("on", true)]
+#[case("y", true)]
+#[case("True", true)]
+#[case("\"true\"", true)]
+#[case("true", true)]
+#[case("no", false)]
+#[case("off", false)]
+#[case("\"false\"", false)]
+fn yaml_1_1_booleans_mean_what_the_reference_provisioner_reads(
+    #[case] text: &str,
+    #[case] expected: bool,
+) {
+    let yaml = format!(
+        "useNodeNameOnly: {text}\nsetPVOwnerRef: {text}\n{}",
+        one_class("hostDir: /mnt/d")
+    );
+    let config = parse(&yaml).config;
+    assert_eq!(
+        (config.use_node_name_only, config.set_pv_owner_ref),
+        (expected, expected)
+    );
+}
+
+#[test]
+fn booleans_in_a_mounted_directory_are_yaml_1_1_too() {
+    let files = BTreeMap::from([
+        (
+            "storageClassMap".to_string(),
+            "d:\n  hostDir: /mnt/d\n".to_string(),
+        ),
+        ("useNodeNameOnly".to_string(), "yes\n".to_string()),
+        ("capacityRounding".to_string(), "on".to_string()),
+    ]);
+    let config = Config::from_files(&files, "dir").expect("accepted").config;
+    assert!(config.use_node_name_only);
+    assert!(config.capacity_rounding);
+}
+
+#[test]
+fn omitted_keys_take_their_documented_defaults() {
+    let loaded = parse(&one_class("hostDir: /mnt/d/"));
+    assert_eq!(loaded.warnings, []);
+    let config = loaded.config;
+    assert_eq!(config.min_resync_period, DEFAULT_MIN_RESYNC_PERIOD);
+    assert_eq!(config.pv_naming, PvNaming::Localpv);
+    assert_eq!(config.missing_disk_grace_period, Duration::ZERO);
+    assert!(
+        !config.capacity_rounding && !config.wipe_on_first_discovery && !config.set_pv_owner_ref
+    );
+    let class = &config.classes[0];
+    assert_eq!(
+        class.host_dir,
+        PathBuf::from("/mnt/d"),
+        "the trailing slash is dropped"
+    );
+    assert_eq!(class.mount_dir, class.host_dir);
+    assert_eq!(class.volume_mode, VolumeMode::Filesystem);
+    assert_eq!(class.access_modes, ["ReadWriteOnce"]);
+    assert_eq!(class.name_patterns, ["*"]);
+    assert_eq!(class.fs_type, None);
+    assert_eq!(class.selector, []);
+    assert_eq!(class.wipe, WipeMethod::RemoveContents);
+}
+
+#[test]
+fn our_own_keys_are_read_beside_the_reference_keys() {
+    let yaml = format!(
+        "pvNaming: reference\ncapacityRounding: true\nwipeOnFirstDiscovery: yes\nmissingDiskGracePeriod: 1m30s\n\
+         labelsForPV: {{team: storage, tier: \"1\"}}\nremoveNodeNotReadyTaint: true\n\
+         provisionerNotReadyNodeTaintKey: example.com/storage-not-ready\n{}",
+        one_class("hostDir: /mnt/d\nwipeOnFirstDiscovery: false")
+    );
+    let config = parse(&yaml).config;
+    assert_eq!(config.pv_naming, PvNaming::Reference);
+    assert!(
+        config.capacity_rounding
+            && config.wipe_on_first_discovery
+            && config.remove_node_not_ready_taint
+    );
+    assert_eq!(config.missing_disk_grace_period, Duration::from_secs(90));
+    assert_eq!(
+        config.provisioner_not_ready_node_taint_key.as_deref(),
+        Some("example.com/storage-not-ready")
+    );
+    assert_eq!(config.labels_for_pv["tier"], "1");
+    assert!(
+        !config.classes[0].wipe_on_first_discovery,
+        "the class overrides the global default"
+    );
+}
+
+#[test]
+fn class_selector_terms_and_patterns_are_kept() {
+    let body = "hostDir: /mnt/d\nnamePattern: \"nvme*, ssd?,[ab]x\"\naccessMode: ReadWriteOncePod\nselector:\n  \
+                - matchExpressions:\n    - {key: rack, operator: In, values: [r1]}\n";
+    let class = parse(&one_class(body)).config.classes.remove(0);
+    assert_eq!(class.name_patterns, ["nvme*", "ssd?", "[ab]x"]);
+    assert_eq!(class.access_modes, ["ReadWriteOncePod"]);
+    let expressions = class.selector[0]
+        .match_expressions
+        .as_ref()
+        .expect("expressions");
+    assert_eq!(expressions[0].key, "rack");
+    assert_eq!(
+        expressions[0].values.as_deref(),
+        Some(&["r1".to_string()][..])
+    );
+}
+
+#[test]
+fn config_converts_to_discovery_classes() {
+    let yaml = "storageClassMap:\n  b:\n    hostDir: /mnt/b\n    volumeMode: Block\n  a:\n    hostDir: /mnt/a\n    \
+                mountDir: /host/a\n    namePattern: vol*\n";
+    let classes = parse(yaml).config.discovery_classes();
+    let summary: Vec<_> = classes
+        .iter()
+        .map(|c| {
+            (
+                c.name.as_str(),
+                c.host_dir.to_str(),
+                c.mount_dir.to_str(),
+                c.mode,
+                c.name_patterns.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (
+                "a",
+                Some("/mnt/a"),
+                Some("/host/a"),
+                VolumeMode::Filesystem,
+                vec!["vol*".to_string()]
+            ),
+            (
+                "b",
+                Some("/mnt/b"),
+                Some("/mnt/b"),
+                VolumeMode::Block,
+                vec!["*".to_string()]
+            ),
+        ]
+    );
+}
+
+#[rstest]
+#[case::block_default("volumeMode: Block", WipeMethod::ZeroOut)]
+#[case::fs_default("volumeMode: Filesystem", WipeMethod::RemoveContents)]
+#[case::block_named(
+    "volumeMode: Block\nwipeMethod: secure-discard",
+    WipeMethod::SecureDiscard
+)]
+#[case::block_signatures("volumeMode: Block\nwipeMethod: signatures", WipeMethod::Signatures)]
+#[case::block_overwrite("volumeMode: Block\nwipeMethod: overwrite", WipeMethod::Overwrite)]
+#[case::block_discard("volumeMode: Block\nwipeMethod: discard", WipeMethod::Discard)]
+#[case::operator_script(
+    "volumeMode: Block\nblockCleanerCommand: [/opt/wipe.sh, fast]",
+    WipeMethod::Command(vec!["/opt/wipe.sh".into(), "fast".into()])
+)]
+#[case::stock_shred(
+    "volumeMode: Block\nblockCleanerCommand: [/scripts/shred.sh, \"2\"]",
+    WipeMethod::Overwrite
+)]
+#[case::stock_quick_reset(
+    "volumeMode: Block\nblockCleanerCommand: [/scripts/quick_reset.sh]",
+    WipeMethod::Signatures
+)]
+#[case::stock_blkdiscard(
+    "volumeMode: Block\nblockCleanerCommand: [/scripts/blkdiscard.sh]",
+    WipeMethod::Discard
+)]
+#[case::stock_script_forced(
+    "volumeMode: Block\nwipeMethod: command\nblockCleanerCommand: [/scripts/shred.sh, \"2\"]",
+    WipeMethod::Command(vec!["/scripts/shred.sh".into(), "2".into()])
+)]
+#[case::fs_command("fsCleanerCommand: [/opt/clean-fs]", WipeMethod::Command(vec!["/opt/clean-fs".into()]))]
+#[case::fs_command_single_string("fsCleanerCommand: /opt/clean-fs", WipeMethod::Command(vec!["/opt/clean-fs".into()]))]
+fn wipe_method_follows_mode_method_and_commands(#[case] body: &str, #[case] expected: WipeMethod) {
+    let class = parse(&one_class(&format!("hostDir: /mnt/d\n{body}")))
+        .config
+        .classes
+        .remove(0);
+    assert_eq!(class.wipe, expected);
+}
+
+#[rstest]
+#[case::bad_volume_mode(
+    "hostDir: /mnt/d\nvolumeMode: Blok",
+    r#"storageClassMap.fast-disks.volumeMode: "Blok" is not one of Filesystem, Block"#
+)]
+#[case::missing_host_dir("mountDir: /mnt/d", "storageClassMap.fast-disks.hostDir: required")]
+#[case::relative_host_dir(
+    "hostDir: mnt/d",
+    r#"storageClassMap.fast-disks.hostDir: "mnt/d" is relative; an absolute path is required"#
+)]
+#[case::relative_mount_dir(
+    "hostDir: /mnt/d\nmountDir: ./d",
+    r#"storageClassMap.fast-disks.mountDir: "./d" is relative; an absolute path is required"#
+)]
+#[case::parent_dir(
+    "hostDir: /mnt/../etc",
+    r#"storageClassMap.fast-disks.hostDir: "/mnt/../etc" contains "..""#
+)]
+#[case::bad_glob(
+    "hostDir: /mnt/d\nnamePattern: \"vol*,[a\"",
+    r#"storageClassMap.fast-disks.namePattern: "[a" is not a valid glob: invalid range pattern"#
+)]
+#[case::bad_access_mode(
+    "hostDir: /mnt/d\naccessMode: RWO",
+    r#"storageClassMap.fast-disks.accessMode: "RWO" is not one of ReadWriteOnce, ReadOnlyMany, ReadWriteMany, ReadWriteOncePod"#
+)]
+#[case::block_method_on_fs_class(
+    "hostDir: /mnt/d\nwipeMethod: zeroout",
+    r#"storageClassMap.fast-disks.wipeMethod: "zeroout" is not one of remove, command for Filesystem classes"#
+)]
+#[case::command_without_argv(
+    "hostDir: /mnt/d\nvolumeMode: Block\nwipeMethod: command",
+    r#"storageClassMap.fast-disks.wipeMethod: "command" needs blockCleanerCommand"#
+)]
+#[case::empty_argv(
+    "hostDir: /mnt/d\nvolumeMode: Block\nblockCleanerCommand: []",
+    "storageClassMap.fast-disks.blockCleanerCommand: must name a program (a non-empty list: program, then arguments)"
+)]
+#[case::selector_not_terms(
+    "hostDir: /mnt/d\nselector: {rack: r1}",
+    "storageClassMap.fast-disks.selector: expected a list of node selector terms"
+)]
+#[case::empty_selector_term(
+    "hostDir: /mnt/d\nselector: [{}]",
+    "storageClassMap.fast-disks.selector[0]: an empty term"
+)]
+#[case::class_not_a_mapping(
+    "[/mnt/d]",
+    "storageClassMap.fast-disks: expected a mapping, found a list"
+)]
+fn invalid_class_keys_are_named_with_their_problem(#[case] body: &str, #[case] expected: &str) {
+    let found = problems(&one_class(body));
+    assert!(
+        found.iter().any(|p| p.starts_with(expected)),
+        "expected {expected:?} in {found:#?}"
+    );
+}
+
+#[rstest]
+#[case::bad_duration(
+    "minResyncPeriod: 5 minutes",
+    r#"minResyncPeriod: "5 minutes" is not a duration"#
+)]
+#[case::number_duration("minResyncPeriod: 300", "minResyncPeriod: 300 is not a duration")]
+#[case::zero_resync("minResyncPeriod: 0s", "minResyncPeriod: must be longer than zero")]
+#[case::negative_grace(
+    "missingDiskGracePeriod: -1m",
+    r#"missingDiskGracePeriod: "-1m" is negative"#
+)]
+#[case::bad_bool(
+    "setPVOwnerRef: maybe",
+    r#"setPVOwnerRef: "maybe" is not a boolean (use true or false)"#
+)]
+#[case::bad_naming(
+    "pvNaming: random",
+    r#"pvNaming: "random" is not one of localpv, reference"#
+)]
+#[case::bad_label_key(
+    "nodeLabelsForPV: [\"bad key\"]",
+    "nodeLabelsForPV[0]: label key \"bad key\" is invalid"
+)]
+#[case::bad_label_value(
+    "labelsForPV: {team: \"a b\"}",
+    "labelsForPV.team: label value \"a b\" is invalid"
+)]
+#[case::reserved_label(
+    "labelsForPV: {localpv.io/node: x}",
+    "labelsForPV.localpv.io/node: localpv.io/node is set by"
+)]
+#[case::labels_not_a_map("labelsForPV: [a]", "labelsForPV: expected a mapping, found a list")]
+#[case::bad_class_name(
+    "storageClassMap: {Fast_Disks: {hostDir: /mnt/d}}",
+    "storageClassMap.Fast_Disks: is not a valid"
+)]
+fn invalid_global_keys_are_named_with_their_problem(#[case] yaml: &str, #[case] expected: &str) {
+    let yaml = if yaml.starts_with("storageClassMap") {
+        yaml.to_string()
+    } else {
+        format!("{yaml}\n{}", one_class("hostDir: /mnt/d"))
+    };
+    let found = problems(&yaml);
+    assert!(
+        found.iter().any(|p| p.starts_with(expected)),
+        "expected {expected:?} in {found:#?}"
+    );
+}
+
+#[test]
+fn two_classes_on_one_host_dir_are_refused() {
+    let yaml = "storageClassMap:\n  a: {hostDir: /mnt/disks}\n  b: {hostDir: /mnt/disks/}\n";
+    assert_eq!(
+        problems(yaml),
+        [
+            r#"storageClassMap.b.hostDir: /mnt/disks is also the hostDir of class "a""#,
+            r#"storageClassMap.b.mountDir: /mnt/disks is also the mountDir of class "a""#,
+        ]
+    );
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let yaml = "minResyncPeriod: soon\nstorageClassMap:\n  a: {volumeMode: Blok}\n";
+    let found = problems(yaml);
+    assert_eq!(found.len(), 3, "{found:#?}");
+    let err = Config::from_yaml(yaml, "x").expect_err("invalid");
+    assert!(
+        err.to_string()
+            .starts_with("invalid configuration: minResyncPeriod: "),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_yaml_names_its_origin() {
+    let err = Config::from_yaml("storageClassMap: [unclosed", "/etc/localpv/config.yaml")
+        .expect_err("invalid");
+    assert_eq!(
+        err.to_string(),
+        "failed to parse /etc/localpv/config.yaml as YAML"
+    );
+    let files = BTreeMap::from([("storageClassMap".to_string(), "a: [".to_string())]);
+    let err = Config::from_files(&files, "/etc/localpv").expect_err("invalid");
+    assert_eq!(
+        err.to_string(),
+        "failed to parse /etc/localpv/storageClassMap as YAML"
+    );
+}
+
+#[rstest]
+#[case::unknown_global("someFutureKey: 1", "someFutureKey: unknown key, ignored")]
+#[case::unknown_class_key("", "storageClassMap.fast-disks.colour: unknown key, ignored")]
+#[case::job_tolerations("jobTolerations: [{key: a}]", "jobTolerations: accepted but ignored")]
+#[case::use_job("useJobForCleaning: on", "useJobForCleaning: accepted but ignored")]
+#[case::nested_dirs(
+    "storageClassMap:\n  outer: {hostDir: /mnt}\n",
+    r#"storageClassMap.outer.hostDir: /mnt and the hostDir of class "fast-disks" (/mnt/d) are nested"#
+)]
+fn unsupported_keys_are_accepted_with_a_warning_naming_them(
+    #[case] extra: &str,
+    #[case] expected: &str,
+) {
+    let yaml = match extra.strip_prefix("storageClassMap:\n") {
+        Some(more) => format!("{}{more}", one_class("hostDir: /mnt/d\ncolour: red")),
+        None => format!("{extra}\n{}", one_class("hostDir: /mnt/d\ncolour: red")),
+    };
+    let found = warnings(&yaml);
+    assert!(
+        found.iter().any(|w| w.starts_with(expected)),
+        "expected {expected:?} in {found:#?}"
+    );
+}
+
+#[rstest]
+#[case::fs_type_on_block(
+    "volumeMode: Block\nfsType: ext4",
+    "storageClassMap.fast-disks.fsType: ignored for Block"
+)]
+#[case::block_cleaner_on_fs(
+    "blockCleanerCommand: [/opt/x]",
+    "storageClassMap.fast-disks.blockCleanerCommand: ignored"
+)]
+#[case::cleaner_shadowed(
+    "volumeMode: Block\nwipeMethod: discard\nblockCleanerCommand: [/opt/x]",
+    r#"storageClassMap.fast-disks.blockCleanerCommand: ignored: wipeMethod is "discard""#
+)]
+#[case::stock_script(
+    "volumeMode: Block\nblockCleanerCommand: [/scripts/dd_zero.sh]",
+    "storageClassMap.fast-disks.blockCleanerCommand: [\"/scripts/dd_zero.sh\"] is a reference provisioner script"
+)]
+fn settings_without_effect_are_warned_about(#[case] body: &str, #[case] expected: &str) {
+    let found = warnings(&one_class(&format!("hostDir: /mnt/d\n{body}")));
+    assert!(
+        found.iter().any(|w| w.starts_with(expected)),
+        "expected {expected:?} in {found:#?}"
+    );
+}
+
+#[test]
+fn an_empty_config_is_valid_but_warned_about() {
+    let loaded = parse("");
+    assert_eq!(loaded.config.classes, []);
+    assert_eq!(loaded.warnings[0].key, "storageClassMap");
+}
