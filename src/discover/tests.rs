@@ -1,1 +1,597 @@
-//! Tests of discovery against the fake host.
+//! Discovery against the fake host: classification rules, identity and capacity plumbing, and every failure path
+//! staying confined to the entry or class it happened in.
+
+use std::path::PathBuf;
+
+use rstest::rstest;
+
+use super::*;
+use crate::host::fake::{Call, FakeHost};
+use crate::host::{DirEntry, EntryKind, FsProbe, HardwareIds};
+
+const HOST_DIR: &str = "/mnt/disks";
+const MOUNT_DIR: &str = "/host/mnt/disks";
+const BLOCK_HOST_DIR: &str = "/mnt/block";
+const BLOCK_MOUNT_DIR: &str = "/host/mnt/block";
+const EIO: i32 = 5;
+const EACCES: i32 = 13;
+
+fn fs_class() -> DiscoveryClass {
+    DiscoveryClass {
+        name: "fast".into(),
+        host_dir: HOST_DIR.into(),
+        mount_dir: MOUNT_DIR.into(),
+        mode: VolumeMode::Filesystem,
+        name_patterns: vec!["*".into()],
+    }
+}
+
+fn block_class() -> DiscoveryClass {
+    DiscoveryClass {
+        name: "raw".into(),
+        host_dir: BLOCK_HOST_DIR.into(),
+        mount_dir: BLOCK_MOUNT_DIR.into(),
+        mode: VolumeMode::Block,
+        name_patterns: vec!["*".into()],
+    }
+}
+
+fn entry(name: &str, kind: EntryKind) -> DirEntry {
+    DirEntry {
+        name: name.into(),
+        kind,
+    }
+}
+
+fn dir(name: &str) -> DirEntry {
+    entry(name, EntryKind::Directory)
+}
+
+fn block(major: u32, minor: u32) -> EntryKind {
+    EntryKind::BlockDevice {
+        rdev: DevId::new(major, minor),
+    }
+}
+
+fn link_to(kind: EntryKind) -> EntryKind {
+    EntryKind::Symlink {
+        target: "/dev/somewhere".into(),
+        leads_to: Box::new(kind),
+    }
+}
+
+/// A mountinfo line for a mount at `MOUNT_DIR/<name>`.
+fn mount(id: u32, dev: &str, root: &str, name: &str, fs_type: &str, source: &str) -> String {
+    format!("{id} 1 {dev} {root} {MOUNT_DIR}/{name} rw,relatime shared:1 - {fs_type} {source} rw\n")
+}
+
+fn root_line() -> String {
+    "1 0 253:1 / / rw shared:1 - ext4 /dev/vda1 rw\n".into()
+}
+
+fn probe_path(name: &str) -> PathBuf {
+    PathBuf::from(MOUNT_DIR).join(name)
+}
+
+/// Host with the filesystem class directory holding `entries` and the given mounts.
+fn host(entries: Vec<DirEntry>, mounts: &[String]) -> FakeHost {
+    let table = std::iter::once(root_line())
+        .chain(mounts.iter().cloned())
+        .collect::<String>();
+    FakeHost::new()
+        .with_mountinfo(&table)
+        .with_dir(MOUNT_DIR, entries)
+}
+
+fn reasons(discovery: &Discovery) -> Vec<(&str, UnusableReason)> {
+    discovery
+        .unusable
+        .iter()
+        .map(|u| (u.entry.as_str(), u.reason))
+        .collect()
+}
+
+fn published(discovery: &Discovery) -> Vec<&str> {
+    discovery.disks.iter().map(|d| d.entry.as_str()).collect()
+}
+
+#[test]
+fn a_tmpfs_mount_is_a_disk_sized_by_statvfs_with_no_device() {
+    let host = host(
+        vec![dir("vol1")],
+        &[mount(30, "0:50", "/", "vol1", "tmpfs", "tmpfs")],
+    )
+    .with_statvfs(probe_path("vol1"), 1 << 30, 1 << 29);
+    let discovery = discover(&host, &[fs_class()]);
+    assert_eq!(
+        discovery.disks,
+        vec![Disk {
+            class: "fast".into(),
+            entry: "vol1".into(),
+            host_path: "/mnt/disks/vol1".into(),
+            mode: VolumeMode::Filesystem,
+            capacity_bytes: 1 << 30,
+            available_bytes: Some(1 << 29),
+            mount_root: None,
+            identity: DiskIdentity {
+                dev_id: Some("0:50".into()),
+                fs_type: Some("tmpfs".into()),
+                ..DiskIdentity::default()
+            },
+        }]
+    );
+    assert!(discovery.unusable.is_empty() && discovery.failed_classes.is_empty());
+    assert!(
+        !host
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::ProbeFilesystem(_) | Call::HardwareIds(_)))
+    );
+}
+
+#[test]
+fn a_device_backed_mount_carries_blkid_and_hardware_identity() {
+    let mut host = host(
+        vec![dir("vol1")],
+        &[mount(30, "7:0", "/", "vol1", "ext4", "/dev/loop0")],
+    )
+    .with_statvfs(probe_path("vol1"), 100, 40)
+    .with_device_node(DevId::new(7, 0), "/dev/loop0")
+    .with_probe(
+        "/dev/loop0",
+        FsProbe {
+            fs_type: Some("ext4".into()),
+            uuid: Some("u-1".into()),
+            label: Some("data".into()),
+        },
+    );
+    let ids = HardwareIds {
+        serial: Some("S1".into()),
+        rotational: Some(false),
+        ..HardwareIds::default()
+    };
+    host.hardware.insert(DevId::new(7, 0), Ok(ids));
+    let discovery = discover(&host, &[fs_class()]);
+    let identity = &discovery.disks[0].identity;
+    assert_eq!(identity.device.as_deref(), Some("/dev/loop0"));
+    assert_eq!(identity.dev_id.as_deref(), Some("7:0"));
+    assert_eq!(
+        (
+            identity.fs_type.as_deref(),
+            identity.fs_uuid.as_deref(),
+            identity.fs_label.as_deref()
+        ),
+        (Some("ext4"), Some("u-1"), Some("data"))
+    );
+    assert_eq!(
+        (identity.serial.as_deref(), identity.rotational),
+        (Some("S1"), Some(false))
+    );
+    assert!(
+        host.calls().contains(&Call::Statvfs(probe_path("vol1"))),
+        "probing goes through mount_dir"
+    );
+}
+
+#[rstest]
+#[case::plain_directory(
+    dir("plain"),
+    UnusableReason::NotAMountPoint,
+    r#"path "/mnt/disks/plain" is not a valid mount point"#
+)]
+#[case::lost_and_found(
+    dir("lost+found"),
+    UnusableReason::NotAMountPoint,
+    "belongs to the filesystem mounted on the discovery directory"
+)]
+#[case::stray_file(
+    entry("notes.txt", EntryKind::File),
+    UnusableReason::NotADiskEntry,
+    "is a regular file, not a mount point"
+)]
+#[case::fifo(
+    entry("pipe", EntryKind::Fifo),
+    UnusableReason::NotADiskEntry,
+    "is a fifo"
+)]
+#[case::dangling_symlink(entry("gone", link_to(EntryKind::Unreadable { error: "No such file or directory".into() })), UnusableReason::NotADiskEntry, "No such file or directory")]
+#[case::symlink_to_a_directory(
+    entry("link", link_to(EntryKind::Directory)),
+    UnusableReason::NotADiskEntry,
+    "a symlink to /dev/somewhere (a directory)"
+)]
+#[case::block_device(
+    entry("sdb", block(8, 16)),
+    UnusableReason::WrongVolumeMode,
+    "publishes Filesystem volumes"
+)]
+#[case::symlink_to_a_block_device(
+    entry("disk", link_to(block(8, 16))),
+    UnusableReason::WrongVolumeMode,
+    "link it from the directory of a volumeMode: Block class"
+)]
+#[case::unreadable(entry("secret", EntryKind::Unreadable { error: "Permission denied".into() }), UnusableReason::ProbeFailed, "failed to inspect path \"/mnt/disks/secret\": Permission denied")]
+fn a_filesystem_class_reports_what_is_not_a_mount_point(
+    #[case] found: DirEntry,
+    #[case] reason: UnusableReason,
+    #[case] message: &str,
+) {
+    let name = found.name.clone();
+    let discovery = discover(&host(vec![found], &[]), &[fs_class()]);
+    assert!(discovery.disks.is_empty());
+    assert_eq!(reasons(&discovery), vec![(name.as_str(), reason)]);
+    let text = &discovery.unusable[0].message;
+    assert!(text.contains(message), "{text}");
+    assert_eq!(
+        discovery.unusable[0].host_path,
+        PathBuf::from(HOST_DIR).join(&name)
+    );
+}
+
+#[rstest]
+#[case::same_device_bind_mount_twice(&[("a", "7:0", "/"), ("b", "7:0", "/")], &["a"], &["b"])]
+#[case::nested_roots(&[("a", "7:0", "/"), ("b", "7:0", "/data")], &["a"], &["b"])]
+#[case::nested_roots_first_is_deeper(&[("a", "7:0", "/data/x"), ("b", "7:0", "/data")], &["a"], &["b"])]
+#[case::disjoint_sub_directories(&[("a", "7:0", "/one"), ("b", "7:0", "/two")], &["a", "b"], &[])]
+#[case::prefix_is_not_a_parent(&[("a", "7:0", "/data"), ("b", "7:0", "/data2")], &["a", "b"], &[])]
+#[case::different_devices(&[("a", "7:0", "/"), ("b", "7:1", "/")], &["a", "b"], &[])]
+#[case::first_by_name_wins(&[("z", "0:60", "/"), ("m", "0:60", "/")], &["m"], &["z"])]
+fn one_filesystem_is_published_once(
+    #[case] mounts: &[(&str, &str, &str)],
+    #[case] disks: &[&str],
+    #[case] duplicates: &[&str],
+) {
+    let entries = mounts.iter().map(|(name, _, _)| dir(name)).collect();
+    let lines: Vec<String> = mounts
+        .iter()
+        .enumerate()
+        .map(|(i, (name, dev, root))| mount(30 + i as u32, dev, root, name, "tmpfs", "tmpfs"))
+        .collect();
+    let mut host = host(entries, &lines);
+    for (name, _, _) in mounts {
+        host = host.with_statvfs(probe_path(name), 10, 5);
+    }
+    let discovery = discover(&host, &[fs_class()]);
+    assert_eq!(published(&discovery), disks);
+    let dups: Vec<&str> = discovery
+        .unusable
+        .iter()
+        .map(|u| u.entry.as_str())
+        .collect();
+    assert_eq!(dups, duplicates);
+    assert!(
+        discovery
+            .unusable
+            .iter()
+            .all(|u| u.reason == UnusableReason::DuplicateFilesystem)
+    );
+    if let Some(dup) = discovery.unusable.first() {
+        assert!(
+            dup.message.contains(r#"path "/mnt/disks/"#)
+                && dup.message.contains("already publishes"),
+            "{}",
+            dup.message
+        );
+    }
+}
+
+#[test]
+fn a_bind_mount_of_a_sub_directory_records_its_root() {
+    let host = host(
+        vec![dir("vol1")],
+        &[mount(30, "0:50", "/data/sub", "vol1", "tmpfs", "tmpfs")],
+    )
+    .with_statvfs(probe_path("vol1"), 10, 5);
+    let discovery = discover(&host, &[fs_class()]);
+    assert_eq!(discovery.disks[0].mount_root.as_deref(), Some("/data/sub"));
+}
+
+#[test]
+fn the_top_mount_of_a_stack_is_the_one_described() {
+    let host = host(
+        vec![dir("vol1")],
+        &[
+            mount(30, "0:50", "/", "vol1", "tmpfs", "tmpfs"),
+            mount(31, "0:51", "/", "vol1", "ramfs", "ramfs"),
+        ],
+    )
+    .with_statvfs(probe_path("vol1"), 10, 5);
+    let identity = &discover(&host, &[fs_class()]).disks[0].identity;
+    assert_eq!(
+        (identity.dev_id.as_deref(), identity.fs_type.as_deref()),
+        (Some("0:51"), Some("ramfs"))
+    );
+}
+
+#[test]
+fn a_block_class_publishes_block_devices_and_symlinks_to_them() {
+    let host = FakeHost::new()
+        .with_mountinfo(&root_line())
+        .with_dir(
+            BLOCK_MOUNT_DIR,
+            vec![
+                entry("dev1", block(7, 1)),
+                entry("dev2", link_to(block(7, 2))),
+            ],
+        )
+        .with_block_size("/host/mnt/block/dev1", 1 << 20)
+        .with_block_size("/host/mnt/block/dev2", 2 << 20)
+        .with_probe("/host/mnt/block/dev1", FsProbe::default())
+        .with_probe(
+            "/host/mnt/block/dev2",
+            FsProbe {
+                fs_type: Some("xfs".into()),
+                ..FsProbe::default()
+            },
+        )
+        .with_device_node(DevId::new(7, 2), "/dev/loop2");
+    let discovery = discover(&host, &[block_class()]);
+    let summary: Vec<_> = discovery
+        .disks
+        .iter()
+        .map(|d| {
+            (
+                d.entry.as_str(),
+                d.mode,
+                d.capacity_bytes,
+                d.available_bytes,
+                d.identity.device.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("dev1", VolumeMode::Block, 1 << 20, None, None),
+            ("dev2", VolumeMode::Block, 2 << 20, None, Some("/dev/loop2")),
+        ]
+    );
+    assert_eq!(discovery.disks[1].identity.fs_type.as_deref(), Some("xfs"));
+    assert_eq!(
+        discovery.disks[1].host_path,
+        PathBuf::from("/mnt/block/dev2")
+    );
+}
+
+#[rstest]
+#[case::mounted_directory(
+    dir("mnt"),
+    true,
+    UnusableReason::WrongVolumeMode,
+    "publishes Block volumes"
+)]
+#[case::plain_directory(
+    dir("plain"),
+    false,
+    UnusableReason::NotADiskEntry,
+    "is a directory, not a block device"
+)]
+#[case::stray_file(
+    entry("f", EntryKind::File),
+    false,
+    UnusableReason::NotADiskEntry,
+    "is a regular file"
+)]
+#[case::symlink_to_a_file(
+    entry("l", link_to(EntryKind::File)),
+    false,
+    UnusableReason::NotADiskEntry,
+    "(a regular file)"
+)]
+#[case::char_device(
+    entry("null", EntryKind::CharDevice),
+    false,
+    UnusableReason::NotADiskEntry,
+    "a character device"
+)]
+fn a_block_class_reports_what_is_not_a_block_device(
+    #[case] found: DirEntry,
+    #[case] mounted: bool,
+    #[case] reason: UnusableReason,
+    #[case] message: &str,
+) {
+    let mut table = root_line();
+    if mounted {
+        table.push_str(&format!(
+            "30 1 0:50 / {BLOCK_MOUNT_DIR}/{} rw - tmpfs tmpfs rw\n",
+            found.name
+        ));
+    }
+    let host = FakeHost::new()
+        .with_mountinfo(&table)
+        .with_dir(BLOCK_MOUNT_DIR, vec![found]);
+    let discovery = discover(&host, &[block_class()]);
+    assert!(discovery.disks.is_empty());
+    assert_eq!(discovery.unusable[0].reason, reason);
+    assert!(
+        discovery.unusable[0].message.contains(message),
+        "{}",
+        discovery.unusable[0].message
+    );
+}
+
+#[test]
+fn a_block_entry_for_a_device_already_mounted_as_a_volume_is_a_duplicate() {
+    let host = host(
+        vec![dir("vol1")],
+        &[mount(30, "7:0", "/", "vol1", "ext4", "/dev/loop0")],
+    )
+    .with_statvfs(probe_path("vol1"), 100, 40)
+    .with_probe("/dev/loop0", FsProbe::default())
+    .with_device_node(DevId::new(7, 0), "/dev/loop0")
+    .with_dir(BLOCK_MOUNT_DIR, vec![entry("dev0", link_to(block(7, 0)))]);
+    let discovery = discover(&host, &[block_class(), fs_class()]);
+    assert_eq!(
+        published(&discovery),
+        vec!["vol1"],
+        "classes are visited in name order: fast before raw"
+    );
+    assert_eq!(
+        reasons(&discovery),
+        vec![("dev0", UnusableReason::DuplicateFilesystem)]
+    );
+}
+
+#[rstest]
+#[case::statvfs_fails("statvfs")]
+#[case::blkid_fails("probe")]
+fn a_probe_failure_spoils_only_its_own_entry(#[case] failing: &str) {
+    let mut host = host(
+        vec![dir("bad"), dir("good")],
+        &[
+            mount(30, "7:0", "/", "bad", "ext4", "/dev/loop0"),
+            mount(31, "0:50", "/", "good", "tmpfs", "tmpfs"),
+        ],
+    )
+    .with_statvfs(probe_path("bad"), 100, 40)
+    .with_statvfs(probe_path("good"), 10, 5)
+    .with_device_node(DevId::new(7, 0), "/dev/loop0")
+    .with_probe("/dev/loop0", FsProbe::default());
+    match failing {
+        "statvfs" => host.statvfs.insert(probe_path("bad"), Err(EIO)).map(drop),
+        _ => host
+            .probes
+            .insert("/dev/loop0".into(), Err(EACCES))
+            .map(drop),
+    };
+    let discovery = discover(&host, &[fs_class()]);
+    assert_eq!(published(&discovery), vec!["good"]);
+    assert_eq!(
+        reasons(&discovery),
+        vec![("bad", UnusableReason::ProbeFailed)]
+    );
+    assert!(
+        discovery.unusable[0]
+            .message
+            .starts_with(r#"failed to inspect path "/mnt/disks/bad": failed to"#)
+    );
+}
+
+#[test]
+fn missing_hardware_ids_do_not_fail_the_entry() {
+    let mut host = host(
+        vec![dir("vol1")],
+        &[mount(30, "7:0", "/", "vol1", "ext4", "/dev/loop0")],
+    )
+    .with_statvfs(probe_path("vol1"), 100, 40)
+    .with_device_node(DevId::new(7, 0), "/dev/loop0")
+    .with_probe("/dev/loop0", FsProbe::default());
+    host.hardware.insert(DevId::new(7, 0), Err(EIO));
+    let discovery = discover(&host, &[fs_class()]);
+    assert_eq!(published(&discovery), vec!["vol1"]);
+    assert_eq!(discovery.disks[0].identity.serial, None);
+}
+
+#[test]
+fn an_unreadable_directory_fails_its_class_only() {
+    let mut host = FakeHost::new()
+        .with_mountinfo(&root_line())
+        .with_dir(BLOCK_MOUNT_DIR, vec![entry("dev1", block(7, 1))])
+        .with_block_size("/host/mnt/block/dev1", 1 << 20)
+        .with_probe("/host/mnt/block/dev1", FsProbe::default());
+    host.dirs.insert(MOUNT_DIR.into(), Err(EACCES));
+    host.canonical
+        .insert(MOUNT_DIR.into(), Ok(MOUNT_DIR.into()));
+    let discovery = discover(&host, &[fs_class(), block_class()]);
+    assert_eq!(published(&discovery), vec!["dev1"]);
+    assert_eq!(discovery.failed_classes.len(), 1);
+    let failure = &discovery.failed_classes[0];
+    assert_eq!(
+        (failure.class.as_str(), failure.mount_dir.as_path()),
+        ("fast", std::path::Path::new(MOUNT_DIR))
+    );
+    assert!(
+        failure
+            .message
+            .contains("failed to list directory /host/mnt/disks: Permission denied"),
+        "{}",
+        failure.message
+    );
+}
+
+#[test]
+fn an_unreadable_mount_table_fails_filesystem_classes_but_not_block_classes() {
+    let mut host = FakeHost::new()
+        .with_dir(MOUNT_DIR, vec![dir("vol1")])
+        .with_dir(BLOCK_MOUNT_DIR, vec![entry("dev1", block(7, 1))])
+        .with_block_size("/host/mnt/block/dev1", 1 << 20)
+        .with_probe("/host/mnt/block/dev1", FsProbe::default());
+    host.mountinfo = Some(Err(EIO));
+    let discovery = discover(&host, &[fs_class(), block_class()]);
+    assert_eq!(published(&discovery), vec!["dev1"]);
+    assert_eq!(
+        discovery
+            .failed_classes
+            .iter()
+            .map(|f| f.class.as_str())
+            .collect::<Vec<_>>(),
+        vec!["fast"]
+    );
+    assert!(
+        discovery.failed_classes[0]
+            .message
+            .contains("failed to read the mount table")
+    );
+}
+
+#[test]
+fn a_discovery_directory_reached_through_a_symlink_is_matched_by_its_real_path() {
+    let mut host = FakeHost::new()
+        .with_mountinfo(&format!(
+            "{}30 1 0:50 / /real/disks/vol1 rw - tmpfs tmpfs rw\n",
+            root_line()
+        ))
+        .with_dir(MOUNT_DIR, vec![dir("vol1")])
+        .with_statvfs(probe_path("vol1"), 10, 5);
+    host.canonical
+        .insert(MOUNT_DIR.into(), Ok("/real/disks".into()));
+    assert_eq!(published(&discover(&host, &[fs_class()])), vec!["vol1"]);
+}
+
+#[rstest]
+#[case::only_matching_entries(vec!["vol*".to_string()], vec!["vol1", "vol2"], 0)]
+#[case::exact_name(vec!["vol1".to_string()], vec!["vol1"], 0)]
+#[case::any_of_several_patterns(vec!["x*".to_string(), "v?l2".to_string()], vec!["vol2"], 0)]
+#[case::malformed_pattern_fails_the_class(vec!["vol[".to_string()], vec![], 1)]
+fn name_patterns_select_entries(
+    #[case] patterns: Vec<String>,
+    #[case] disks: Vec<&str>,
+    #[case] failed: usize,
+) {
+    let host = host(
+        vec![dir("vol1"), dir("vol2"), dir("other")],
+        &[
+            mount(30, "0:50", "/", "vol1", "tmpfs", "tmpfs"),
+            mount(31, "0:51", "/", "vol2", "tmpfs", "tmpfs"),
+        ],
+    )
+    .with_statvfs(probe_path("vol1"), 10, 5)
+    .with_statvfs(probe_path("vol2"), 10, 5);
+    let class = DiscoveryClass {
+        name_patterns: patterns,
+        ..fs_class()
+    };
+    let discovery = discover(&host, &[class]);
+    assert_eq!(published(&discovery), disks);
+    assert!(
+        discovery.unusable.is_empty(),
+        "unmatched entries are not ours to report"
+    );
+    assert_eq!(discovery.failed_classes.len(), failed);
+}
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+#[rstest]
+#[case::zero(0, 0)]
+#[case::small_is_exact(10 * MIB - 1, 10 * MIB - 1)]
+#[case::ten_mib_exact(10 * MIB, 10 * MIB)]
+#[case::mib_rounded_down(10 * MIB + 12345, 10 * MIB)]
+#[case::just_below_ten_gib(10 * GIB - 1, 10 * GIB - MIB)]
+#[case::ten_gib_exact(10 * GIB, 10 * GIB)]
+#[case::gib_rounded_down(10 * GIB + 3 * MIB, 10 * GIB)]
+#[case::large(1000 * GIB + GIB - 1, 1000 * GIB)]
+fn capacity_rounds_down_like_the_reference_provisioner(#[case] bytes: u64, #[case] rounded: u64) {
+    assert_eq!(round_capacity(bytes), rounded);
+}
