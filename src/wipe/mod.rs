@@ -1,0 +1,209 @@
+//! The wipe engine: erases a Released volume so the next tenant never sees the previous one's data.
+//!
+//! ```text
+//!  node agent ──> wipe_filesystem(root, Expected, FsOptions, &Control) ──> WipeReport   (fs.rs)
+//!            └──> wipe_block(device, expected dev, BlockOptions, &Control) ──> BlockReport (block.rs)
+//!                        │                               │
+//!                        └── optional operator argv ─────┴──> command.rs (env LOCAL_PV_FSPATH / LOCAL_PV_BLKDEVICE)
+//!  Control: progress counters (entries, bytes, total) the agent samples for metrics and status; a cancel flag.
+//! ```
+//!
+//! Filesystem volumes are emptied in-process by a file-descriptor walk that never follows a symlink, never crosses
+//! into a mount placed inside the volume and stays beneath the root even while a tenant renames things; what could
+//! not be removed (immutable files, nested mounts) is reported, never hidden. Block volumes are erased by one
+//! [`WipeMethod`] while the device is held with `O_EXCL`.
+//!
+//! Operator commands (the reference provisioner's `blockCleanerCommand`) receive the target in the environment:
+//! - `LOCAL_PV_BLKDEVICE`: the block device path, for block volumes (same name as the reference provisioner);
+//! - `LOCAL_PV_FSPATH`: the volume root directory, for filesystem volumes. The command runs after the in-process
+//!   wipe, so a script that only trims or checks cannot weaken the guarantee above.
+//!
+//! Both entry points block the calling thread for the whole wipe (they spawn their own worker threads); call them
+//! from `tokio::task::spawn_blocking`.
+
+pub mod block;
+pub mod command;
+pub mod fs;
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+pub use block::{BlockOptions, BlockReport, BlockWipeError, wipe_block};
+pub use command::{CommandError, CommandOutput};
+pub use fs::{Expected, FsOptions, FsWipeError, SkipOp, Skipped, WipeReport, wipe_filesystem};
+
+/// How a block volume is erased; the config names it per storage class.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum WipeMethod {
+    /// `BLKZEROOUT`: reads back as zeros; offloaded by devices that can. Falls back to `Overwrite` when rejected.
+    #[default]
+    #[serde(rename = "zeroout", alias = "zero-out")]
+    ZeroOut,
+    /// `BLKDISCARD`: fast on SSDs and thin devices; contents afterwards are up to the device.
+    Discard,
+    /// `BLKSECDISCARD`: discard that also erases copies the device kept; few devices support it.
+    SecureDiscard,
+    /// Erase filesystem, RAID and partition-table signatures only (libblkid wipe, then the first and last MiB).
+    Signatures,
+    /// Write zeros over the whole device (`O_DIRECT`, flushed); hours per terabyte.
+    Overwrite,
+    /// Run the operator's argv with `LOCAL_PV_BLKDEVICE` set.
+    Command,
+}
+
+impl WipeMethod {
+    /// The config spelling, also usable as a bounded metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WipeMethod::ZeroOut => "zeroout",
+            WipeMethod::Discard => "discard",
+            WipeMethod::SecureDiscard => "secure-discard",
+            WipeMethod::Signatures => "signatures",
+            WipeMethod::Overwrite => "overwrite",
+            WipeMethod::Command => "command",
+        }
+    }
+}
+
+impl fmt::Display for WipeMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A device number split as the kernel prints it (`major:minor`, as in mountinfo and `Disk::identity.dev_id`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DevId {
+    pub major: u64,
+    pub minor: u64,
+}
+
+impl DevId {
+    pub fn from_dev(dev: u64) -> Self {
+        DevId {
+            major: nix::sys::stat::major(dev),
+            minor: nix::sys::stat::minor(dev),
+        }
+    }
+
+    /// Parse `"8:16"`; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (major, minor) = s.trim().split_once(':')?;
+        Some(DevId {
+            major: major.parse().ok()?,
+            minor: minor.parse().ok()?,
+        })
+    }
+}
+
+impl fmt::Display for DevId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+/// Progress of one wipe, shared with whoever publishes it. Counters only grow.
+#[derive(Debug, Default)]
+pub struct Progress {
+    entries: AtomicU64,
+    bytes: AtomicU64,
+    total_bytes: AtomicU64,
+}
+
+impl Progress {
+    /// Directory entries removed so far (filesystem wipes).
+    pub fn entries(&self) -> u64 {
+        self.entries.load(Ordering::Relaxed)
+    }
+
+    /// Bytes freed (filesystem, best effort) or erased (block) so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes a block wipe will cover in total; 0 while unknown and for filesystem wipes.
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes.load(Ordering::Relaxed)
+    }
+
+    fn add(&self, entries: u64, bytes: u64) {
+        if entries > 0 {
+            self.entries.fetch_add(entries, Ordering::Relaxed);
+        }
+        if bytes > 0 {
+            self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    fn set_total(&self, total: u64) {
+        self.total_bytes.store(total, Ordering::Relaxed);
+    }
+}
+
+/// What the caller keeps (in an `Arc`) to watch and stop a running wipe.
+#[derive(Debug, Default)]
+pub struct Control {
+    pub progress: Progress,
+    cancel: AtomicBool,
+}
+
+impl Control {
+    /// Ask the wipe to stop at the next entry or chunk; it returns a `Cancelled` error. A cancelled wipe is
+    /// incomplete: the volume must be wiped again before reuse.
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+
+    #[rstest]
+    #[case("\"zeroout\"", WipeMethod::ZeroOut)]
+    #[case("\"zero-out\"", WipeMethod::ZeroOut)]
+    #[case("\"discard\"", WipeMethod::Discard)]
+    #[case("\"secure-discard\"", WipeMethod::SecureDiscard)]
+    #[case("\"signatures\"", WipeMethod::Signatures)]
+    #[case("\"overwrite\"", WipeMethod::Overwrite)]
+    #[case("\"command\"", WipeMethod::Command)]
+    fn wipe_methods_are_named_in_kebab_case(#[case] json: &str, #[case] method: WipeMethod) {
+        assert_eq!(serde_json::from_str::<WipeMethod>(json).unwrap(), method);
+        let back = serde_json::to_string(&method).unwrap();
+        assert_eq!(back, format!("\"{}\"", method.as_str()));
+    }
+
+    #[test]
+    fn an_unknown_wipe_method_is_rejected() {
+        assert!(serde_json::from_str::<WipeMethod>("\"shred\"").is_err());
+    }
+
+    #[rstest]
+    #[case("8:16", Some(DevId { major: 8, minor: 16 }))]
+    #[case(" 259:0\n", Some(DevId { major: 259, minor: 0 }))]
+    #[case("8", None)]
+    #[case("a:b", None)]
+    fn device_numbers_parse_from_major_colon_minor(
+        #[case] text: &str,
+        #[case] want: Option<DevId>,
+    ) {
+        assert_eq!(DevId::parse(text), want);
+    }
+
+    #[test]
+    fn device_numbers_round_trip_through_dev_t() {
+        let dev = nix::sys::stat::makedev(259, 7);
+        assert_eq!(DevId::from_dev(dev).to_string(), "259:7");
+    }
+}
