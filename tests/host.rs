@@ -1,0 +1,257 @@
+//! Discovery and the mount watcher on real mounts: tmpfs, loop devices formatted ext4 and xfs, bind mounts,
+//! symlinks to block devices, stray entries. Needs root; each test builds its own [`fixtures::Scene`].
+
+#[path = "host/fixtures.rs"]
+mod fixtures;
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fixtures::{Scene, blkid, blockdev_size, stat_fs_total};
+use localpv::discover::discover;
+use localpv::disk::{Discovery, DiscoveryClass, Disk, UnusableReason, VolumeMode};
+use localpv::host::linux::LinuxHost;
+use localpv::host::watch::MountWatcher;
+
+fn disk<'a>(discovery: &'a Discovery, entry: &str) -> &'a Disk {
+    discovery
+        .disks
+        .iter()
+        .find(|d| d.entry == entry)
+        .unwrap_or_else(|| panic!("{entry} not published: {discovery:#?}"))
+}
+
+fn reason(discovery: &Discovery, entry: &str) -> UnusableReason {
+    discovery
+        .unusable
+        .iter()
+        .find(|u| u.entry == entry)
+        .unwrap_or_else(|| panic!("{entry} not reported unusable: {discovery:#?}"))
+        .reason
+}
+
+#[test]
+fn tmpfs_entries_are_published_with_their_statvfs_size() {
+    let mut scene = Scene::new();
+    scene.tmpfs(&scene.disks().join("vol1"), "16m");
+    scene.tmpfs(&scene.disks().join("vol2"), "32m");
+    let discovery = discover(&LinuxHost::default(), &[scene.fs_class()]);
+    assert!(
+        discovery.unusable.is_empty() && discovery.failed_classes.is_empty(),
+        "{discovery:#?}"
+    );
+    for (entry, bytes) in [("vol1", 16 << 20), ("vol2", 32 << 20)] {
+        let found = disk(&discovery, entry);
+        assert_eq!(found.host_path, Path::new("/mnt/disks").join(entry));
+        assert_eq!(
+            (found.mode, found.capacity_bytes, found.available_bytes),
+            (VolumeMode::Filesystem, bytes, Some(bytes))
+        );
+        assert_eq!(found.identity.fs_type.as_deref(), Some("tmpfs"));
+        assert_eq!(
+            (
+                found.identity.device.as_deref(),
+                found.identity.fs_uuid.as_deref()
+            ),
+            (None, None)
+        );
+        assert!(
+            found
+                .identity
+                .dev_id
+                .as_deref()
+                .is_some_and(|d| d.starts_with("0:")),
+            "{:?}",
+            found.identity
+        );
+        assert_eq!(found.mount_root, None);
+    }
+}
+
+#[test]
+fn ext4_and_xfs_loop_mounts_carry_the_identity_blkid_reports() {
+    let mut scene = Scene::new();
+    let ext4 = scene.formatted("ext4", "data-ext4", &scene.disks().join("vol-ext4"));
+    let xfs = scene.formatted("xfs", "data-xfs", &scene.disks().join("vol-xfs"));
+    let discovery = discover(&LinuxHost::default(), &[scene.fs_class()]);
+    assert!(discovery.unusable.is_empty(), "{discovery:#?}");
+    for (entry, device, fs_type) in [("vol-ext4", &ext4, "ext4"), ("vol-xfs", &xfs, "xfs")] {
+        let found = disk(&discovery, entry);
+        let (blkid_type, blkid_uuid, blkid_label) = blkid(device);
+        assert_eq!(blkid_type.as_deref(), Some(fs_type));
+        assert_eq!(found.identity.fs_type, blkid_type);
+        assert_eq!(found.identity.fs_uuid, blkid_uuid);
+        assert!(found.identity.fs_uuid.is_some());
+        assert_eq!(found.identity.fs_label, blkid_label);
+        assert_eq!(found.identity.device.as_deref(), device.to_str());
+        assert_eq!(
+            found.identity.rotational.is_some(),
+            true,
+            "sysfs queue/rotational is always there"
+        );
+        assert_eq!(
+            found.capacity_bytes,
+            stat_fs_total(&scene.disks().join(entry))
+        );
+        assert!(
+            found
+                .available_bytes
+                .is_some_and(|a| a > 0 && a <= found.capacity_bytes)
+        );
+    }
+}
+
+#[test]
+fn a_block_class_publishes_a_symlink_to_a_loop_device_at_its_size() {
+    let mut scene = Scene::new();
+    let raw = scene.loop_device(24);
+    scene.symlink(&raw, &scene.block().join("disk1"));
+    let discovery = discover(&LinuxHost::default(), &[scene.block_class()]);
+    let found = disk(&discovery, "disk1");
+    assert_eq!(
+        (found.mode, found.available_bytes),
+        (VolumeMode::Block, None)
+    );
+    assert_eq!(found.capacity_bytes, blockdev_size(&raw));
+    assert_eq!(found.capacity_bytes, 24 << 20);
+    assert_eq!(found.host_path, Path::new("/mnt/block/disk1"));
+    assert_eq!(found.identity.device.as_deref(), raw.to_str());
+    assert_eq!(
+        found.identity.fs_type, None,
+        "an unformatted device has no filesystem"
+    );
+}
+
+#[test]
+fn a_same_device_bind_mount_counts_as_a_mount_point() {
+    let mut scene = Scene::new();
+    // NB: discovery directory and bind source on one tmpfs, so st_dev cannot tell the mount from a plain dir.
+    let area = scene.root().join("area");
+    scene.tmpfs(&area, "8m");
+    fs::create_dir_all(area.join("disks")).expect("create discovery dir");
+    fs::create_dir_all(area.join("shared")).expect("create bind source");
+    scene.bind(&area.join("shared"), &area.join("disks/vol1"));
+    let st_dev = |path: &Path| fs::metadata(path).expect("stat").dev();
+    assert_eq!(
+        st_dev(&area.join("disks/vol1")),
+        st_dev(&area.join("disks")),
+        "the premise of this test"
+    );
+    let class = DiscoveryClass {
+        mount_dir: area.join("disks"),
+        ..scene.fs_class()
+    };
+    let discovery = discover(&LinuxHost::default(), &[class]);
+    let found = disk(&discovery, "vol1");
+    assert_eq!(found.mount_root.as_deref(), Some("/shared"));
+}
+
+#[test]
+fn a_bind_mount_of_a_sub_directory_records_its_root() {
+    let mut scene = Scene::new();
+    let backing = scene.root().join("backing");
+    scene.tmpfs(&backing, "8m");
+    fs::create_dir(backing.join("sub")).expect("create sub-directory");
+    scene.bind(&backing.join("sub"), &scene.disks().join("vol1"));
+    let discovery = discover(&LinuxHost::default(), &[scene.fs_class()]);
+    let found = disk(&discovery, "vol1");
+    assert_eq!(found.mount_root.as_deref(), Some("/sub"));
+    assert_eq!(found.capacity_bytes, 8 << 20);
+}
+
+#[test]
+fn stray_entries_are_reported_unusable_with_their_reason() {
+    let scene = Scene::new();
+    let disks = scene.disks();
+    fs::write(disks.join("notes.txt"), "hello").expect("create stray file");
+    fs::create_dir(disks.join("plain")).expect("create plain dir");
+    fs::create_dir(disks.join("lost+found")).expect("create lost+found");
+    nix::unistd::mkfifo(&disks.join("pipe"), nix::sys::stat::Mode::S_IRWXU).expect("create fifo");
+    scene.symlink(Path::new("/nonexistent/disk"), &disks.join("dangling"));
+    scene.symlink(Path::new("/dev/null"), &scene.block().join("null"));
+    let discovery = discover(
+        &LinuxHost::default(),
+        &[scene.fs_class(), scene.block_class()],
+    );
+    assert!(discovery.disks.is_empty(), "{discovery:#?}");
+    for (entry, expected) in [
+        ("notes.txt", UnusableReason::NotADiskEntry),
+        ("plain", UnusableReason::NotAMountPoint),
+        ("lost+found", UnusableReason::NotAMountPoint),
+        ("pipe", UnusableReason::NotADiskEntry),
+        ("dangling", UnusableReason::NotADiskEntry),
+        ("null", UnusableReason::NotADiskEntry),
+    ] {
+        assert_eq!(reason(&discovery, entry), expected, "{entry}");
+    }
+    let plain = discovery
+        .unusable
+        .iter()
+        .find(|u| u.entry == "plain")
+        .expect("plain reported");
+    assert!(
+        plain
+            .message
+            .starts_with(r#"path "/mnt/disks/plain" is not a valid mount point"#),
+        "{}",
+        plain.message
+    );
+}
+
+#[test]
+fn a_block_device_in_a_filesystem_class_has_the_wrong_volume_mode() {
+    let mut scene = Scene::new();
+    let raw = scene.loop_device(16);
+    scene.symlink(&raw, &scene.disks().join("disk1"));
+    let discovery = discover(&LinuxHost::default(), &[scene.fs_class()]);
+    assert_eq!(reason(&discovery, "disk1"), UnusableReason::WrongVolumeMode);
+}
+
+#[test]
+fn two_entries_on_one_filesystem_publish_only_the_first() {
+    let mut scene = Scene::new();
+    let first = scene.disks().join("a");
+    scene.tmpfs(&first, "8m");
+    scene.bind(&first, &scene.disks().join("b"));
+    let discovery = discover(&LinuxHost::default(), &[scene.fs_class()]);
+    assert_eq!(
+        discovery
+            .disks
+            .iter()
+            .map(|d| d.entry.as_str())
+            .collect::<Vec<_>>(),
+        vec!["a"]
+    );
+    assert_eq!(reason(&discovery, "b"), UnusableReason::DuplicateFilesystem);
+}
+
+/// Wait for the watcher, failing after a generous bound: the contract is "within a second", the bound only keeps
+/// a slow CI machine from flaking.
+async fn expect_wake_up(watcher: &mut MountWatcher, what: &str) {
+    tokio::time::timeout(Duration::from_secs(5), watcher.changed())
+        .await
+        .unwrap_or_else(|_| panic!("the watcher did not wake up after {what}"));
+}
+
+#[tokio::test]
+async fn the_watcher_wakes_up_when_a_filesystem_is_mounted() {
+    let mut scene = Scene::new();
+    let target: PathBuf = scene.disks().join("vol1");
+    // Created before the watcher starts, so only the mount itself can wake it (inotify ignores mounts).
+    fs::create_dir(&target).expect("create mount point");
+    let mut watcher = MountWatcher::new(&[scene.disks()]).expect("start watcher");
+    scene.tmpfs(&target, "8m");
+    expect_wake_up(&mut watcher, "a tmpfs mount").await;
+    let discovery = discover(&LinuxHost::default(), &[scene.fs_class()]);
+    assert_eq!(disk(&discovery, "vol1").capacity_bytes, 8 << 20);
+}
+
+#[tokio::test]
+async fn the_watcher_wakes_up_when_an_entry_appears_in_a_discovery_directory() {
+    let scene = Scene::new();
+    let mut watcher = MountWatcher::new(&[scene.block()]).expect("start watcher");
+    scene.symlink(Path::new("/dev/null"), &scene.block().join("new-link"));
+    expect_wake_up(&mut watcher, "a new symlink").await;
+}
