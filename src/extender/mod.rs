@@ -1,4 +1,16 @@
-//! (module being written)
+//! `localpv extender`: the kube-scheduler extender that places pods where free local PVs can serve their
+//! delayed claims, and says why every other node was rejected.
+//!
+//! ```text
+//!  kube-apiserver ──watch──> watch (PVs, PVCs, SCs, Nodes) ──> model (compact facts) ──> snapshot (indexed, immutable)
+//!                                                                                              │ Arc per request
+//!  kube-scheduler ──POST /filter, /prioritize──> server ──> wire (decode) ──> verbs ──> decide ──> score
+//!                  <── ExtenderFilterResult / HostPriorityList ──┘
+//! ```
+//!
+//! `labels`, `model`, `snapshot`, `decide`, `score`, `wire` and `verbs` are pure: the same request and snapshot
+//! always give the same answer, and `localpv explain` runs them offline on a dumped cluster. `server`, `watch`
+//! and `tls` are the shell around them. Replicas share no state: each builds its own snapshot from its watches.
 
 pub mod decide;
 pub mod labels;
@@ -7,8 +19,150 @@ pub mod model;
 pub mod score;
 pub mod server;
 pub mod snapshot;
+pub mod tls;
 pub mod verbs;
+pub mod watch;
 pub mod wire;
 
 #[cfg(test)]
 mod fixtures;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use prometheus_client::registry::Registry;
+use tracing::info;
+
+use self::metrics::Metrics;
+use self::model::Strategy;
+use self::server::{AppState, Cache, ServerConfig};
+use self::snapshot::Snapshot;
+
+/// Flags of `localpv extender`; each can also come from the environment.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Options {
+    /// Address to serve the extender API, probes and metrics on.
+    #[arg(long, env = "LOCALPV_EXTENDER_LISTEN", default_value = "0.0.0.0:8888")]
+    pub listen: SocketAddr,
+    /// Path of the filter verb (urlPrefix + "/" + filterVerb in the scheduler configuration).
+    #[arg(long, env = "LOCALPV_EXTENDER_FILTER_PATH", default_value = "/filter")]
+    pub filter_path: String,
+    /// Path of the prioritize verb.
+    #[arg(
+        long,
+        env = "LOCALPV_EXTENDER_PRIORITIZE_PATH",
+        default_value = "/prioritize"
+    )]
+    pub prioritize_path: String,
+    /// Score strategy for classes without a `localpv.io/score-strategy` annotation.
+    #[arg(long, env = "LOCALPV_EXTENDER_SCORE_STRATEGY", value_enum, default_value_t = Strategy::Binpack)]
+    pub score_strategy: Strategy,
+    /// Largest request body accepted, in bytes; larger bodies get 413.
+    #[arg(long, env = "LOCALPV_EXTENDER_BODY_LIMIT", default_value_t = 64 << 20)]
+    pub body_limit: usize,
+    /// Milliseconds after which a request is answered with an Error; keep it below the scheduler's httpTimeout.
+    #[arg(long, env = "LOCALPV_EXTENDER_DEADLINE_MS", default_value_t = 4000)]
+    pub deadline_ms: u64,
+    /// PEM certificate chain; with --tls-key, serve HTTPS. Reloaded when the file changes.
+    #[arg(long, env = "LOCALPV_EXTENDER_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "LOCALPV_EXTENDER_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA bundle; when set, clients must present a certificate it signed (mTLS).
+    #[arg(long, env = "LOCALPV_EXTENDER_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+impl Options {
+    fn server_config(&self) -> ServerConfig {
+        ServerConfig {
+            filter_path: self.filter_path.clone(),
+            prioritize_path: self.prioritize_path.clone(),
+            body_limit: self.body_limit,
+            deadline: Duration::from_millis(self.deadline_ms),
+            strategy: self.score_strategy,
+        }
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn shutdown_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term =
+        signal(SignalKind::terminate()).context("failed to install the SIGTERM handler")?;
+    let mut int =
+        signal(SignalKind::interrupt()).context("failed to install the SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+/// Serves until SIGTERM/SIGINT: watches feed the cache, the app answers the scheduler.
+pub async fn run(opts: Options) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
+    let client = kube::Client::try_default()
+        .await
+        .context("failed to build a Kubernetes client")?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let cache = Arc::new(Cache::new(Snapshot::default(), false));
+    let state = AppState {
+        cache: cache.clone(),
+        config: Arc::new(opts.server_config()),
+        metrics: metrics.clone(),
+        registry: Arc::new(registry),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let watches = tokio::spawn(watch::run(client, cache.clone(), metrics, stop_rx.clone()));
+    let app = server::app(state);
+    let mut serve_stop = stop_rx.clone();
+    let stopped = async move {
+        let _ = serve_stop.changed().await;
+    };
+    let serving = async {
+        match (&opts.tls_cert, &opts.tls_key) {
+            (Some(cert), Some(key)) => {
+                let files = tls::TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    client_ca: opts.tls_client_ca.clone(),
+                };
+                tls::serve(opts.listen, files, app, stopped).await
+            }
+            _ => {
+                let listener = tokio::net::TcpListener::bind(opts.listen)
+                    .await
+                    .with_context(|| format!("failed to listen on {}", opts.listen))?;
+                info!(listen = %opts.listen, "serving the extender over HTTP");
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await
+                    .context("failed to serve HTTP")
+            }
+        }
+    };
+    tokio::pin!(serving);
+    // NB: the server returns on its own only when it fails (bind error...); then stop the watches and report it.
+    let result = tokio::select! {
+        served = &mut serving => served,
+        signalled = shutdown_signal() => {
+            info!("shutting down");
+            cache.set_stopping();
+            let _ = stop_tx.send(true);
+            let served = serving.await;
+            signalled.and(served)
+        }
+    };
+    cache.set_stopping();
+    let _ = stop_tx.send(true);
+    watches.await.context("failed to join the watch tasks")?;
+    result
+}

@@ -1,0 +1,231 @@
+//! HTTPS for the extender: rustls with the ring provider, optional client-certificate verification against a CA
+//! (mTLS), and certificates reloaded when their files change.
+//!
+//! ```text
+//!  files (cert, key, client CA) ──poll mtime/len──> load() ──> current: RwLock<Arc<ServerConfig>>
+//!  TcpListener ── accept ──> TlsAcceptor(current) ── handshake (timeout) ──> hyper ──> axum Router
+//! ```
+//!
+//! Reloading polls file metadata instead of using inotify: Kubernetes updates mounted Secrets by swapping a
+//! symlinked directory, which `metadata` (following links) sees and inotify on the file does not. A reload that
+//! fails keeps the previous configuration and logs why.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use rustls::RootCertStore;
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, info, warn};
+
+const RELOAD_EVERY: Duration = Duration::from_secs(5);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("failed to read PEM file {path}")]
+    ReadPem {
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("failed to find a certificate in {path}")]
+    NoCertificate { path: PathBuf },
+    #[error("failed to add a CA certificate from {path}")]
+    AddCa {
+        path: PathBuf,
+        source: rustls::Error,
+    },
+    #[error("failed to build the client certificate verifier")]
+    Verifier(#[source] rustls::server::VerifierBuilderError),
+    #[error("failed to build the TLS configuration")]
+    Config(#[source] rustls::Error),
+}
+
+fn certs(path: &PathBuf) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let read = |source| TlsError::ReadPem {
+        path: path.clone(),
+        source,
+    };
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(read)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(read)?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate { path: path.clone() });
+    }
+    Ok(certs)
+}
+
+/// Reads the files and builds a server configuration (HTTP/1.1 and h2 via ALPN).
+pub fn load(files: &TlsFiles) -> Result<ServerConfig, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = certs(&files.cert)?;
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|source| TlsError::ReadPem {
+        path: files.key.clone(),
+        source,
+    })?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(TlsError::Config)?;
+    let builder = match &files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for cert in certs(ca)? {
+                roots.add(cert).map_err(|source| TlsError::AddCa {
+                    path: ca.clone(),
+                    source,
+                })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(TlsError::Verifier)?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(chain, key)
+        .map_err(TlsError::Config)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Modification time and length of every file: a change in any means reload.
+fn fingerprint(files: &TlsFiles) -> Vec<Option<(SystemTime, u64)>> {
+    [
+        Some(&files.cert),
+        Some(&files.key),
+        files.client_ca.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|p| {
+        std::fs::metadata(p)
+            .ok()
+            .and_then(|m| Some((m.modified().ok()?, m.len())))
+    })
+    .collect()
+}
+
+async fn reload_loop(
+    files: TlsFiles,
+    current: Arc<RwLock<Arc<ServerConfig>>>,
+    mut stop: impl Future<Output = ()> + Unpin,
+) {
+    let mut seen = fingerprint(&files);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(RELOAD_EVERY) => {}
+            _ = &mut stop => return,
+        }
+        let now = fingerprint(&files);
+        if now == seen {
+            continue;
+        }
+        match load(&files) {
+            Ok(config) => {
+                *current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+                seen = now;
+                info!(cert = %files.cert.display(), "reloaded TLS certificates");
+            }
+            // NB: `seen` stays old so a half-written pair is retried on the next tick.
+            Err(error) => {
+                warn!(error = %anyhow::Error::from(error), "failed to reload TLS certificates; keeping the old ones")
+            }
+        }
+    }
+}
+
+/// Serves `app` over HTTPS on `listen` until `stopped` resolves, then drains open connections.
+pub async fn serve(
+    listen: SocketAddr,
+    files: TlsFiles,
+    app: Router,
+    stopped: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("failed to listen on {listen}"))?;
+    serve_on(listener, files, app, stopped).await
+}
+
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    files: TlsFiles,
+    app: Router,
+    stopped: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let config = load(&files).context("failed to load the TLS certificates")?;
+    let current = Arc::new(RwLock::new(Arc::new(config)));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let reload_stop = {
+        let mut rx = stop_rx.clone();
+        Box::pin(async move {
+            let _ = rx.changed().await;
+        })
+    };
+    let reloader = tokio::spawn(reload_loop(files.clone(), current.clone(), reload_stop));
+    info!(listen = %listener.local_addr().context("failed to read the listen address")?, mtls = files.client_ca.is_some(), "serving the extender over HTTPS");
+    let mut connections = JoinSet::new();
+    tokio::pin!(stopped);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = &mut stopped => break,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(conn) => conn,
+            Err(error) => {
+                warn!(%error, "failed to accept a connection");
+                continue;
+            }
+        };
+        let acceptor = TlsAcceptor::from(current.read().unwrap_or_else(|e| e.into_inner()).clone());
+        let service = TowerToHyperService::new(app.clone());
+        connections.spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(error)) => return debug!(%peer, %error, "TLS handshake failed"),
+                Err(_) => return debug!(%peer, "TLS handshake timed out"),
+            };
+            if let Err(error) = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(tls), service)
+                .await
+            {
+                debug!(%peer, %error, "connection ended with an error");
+            }
+        });
+        // Reap finished connections so the set does not grow without bound.
+        while connections.try_join_next().is_some() {}
+    }
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    connections.abort_all();
+    reloader
+        .await
+        .context("failed to join the certificate reloader")?;
+    Ok(())
+}
