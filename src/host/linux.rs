@@ -87,6 +87,8 @@ impl Host for LinuxHost {
         Ok(entries)
     }
 
+    // NB: the conversions are no-ops on 64-bit targets only; `c_ulong` and `fsblkcnt_t` are narrower elsewhere.
+    #[allow(clippy::useless_conversion)]
     fn statvfs(&self, path: &Path) -> Result<FsSize, HostError> {
         let stat = nix::sys::statvfs::statvfs(path).map_err(|errno| HostError::Statvfs {
             path: path.into(),
