@@ -24,6 +24,7 @@
 pub mod block;
 pub mod command;
 pub mod fs;
+mod walk;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
