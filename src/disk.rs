@@ -78,6 +78,8 @@ pub enum UnusableReason {
     WrongVolumeMode,
     /// The host refused to tell us about it (permission, I/O error).
     ProbeFailed,
+    /// A block device that is mounted somewhere on the host: handing it to a pod raw would corrupt that filesystem.
+    DeviceInUse,
 }
 
 impl UnusableReason {
@@ -89,6 +91,7 @@ impl UnusableReason {
             UnusableReason::DuplicateFilesystem => "DuplicateFilesystem",
             UnusableReason::WrongVolumeMode => "WrongVolumeMode",
             UnusableReason::ProbeFailed => "ProbeFailed",
+            UnusableReason::DeviceInUse => "DeviceInUse",
         }
     }
 }

@@ -254,3 +254,12 @@ async fn the_watcher_wakes_up_when_an_entry_appears_in_a_discovery_directory() {
     scene.symlink(Path::new("/dev/null"), &scene.block().join("new-link"));
     expect_wake_up(&mut watcher, "a new symlink").await;
 }
+
+#[test]
+fn a_symlink_to_a_mounted_device_is_not_published_as_a_block_volume() {
+    let mut scene = Scene::new();
+    let device = scene.formatted("ext4", "busy", &scene.root().join("elsewhere"));
+    scene.symlink(&device, &scene.block().join("busy"));
+    let discovery = discover(&LinuxHost::default(), &[scene.block_class()]);
+    assert_eq!(reason(&discovery, "busy"), UnusableReason::DeviceInUse);
+}

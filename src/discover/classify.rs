@@ -13,8 +13,10 @@
 //! - One piece of storage is published once. Two mounts of the same filesystem whose roots overlap (equal, or one
 //!   inside the other) would let one volume's wipe destroy the other's data, so the later one is a
 //!   `DuplicateFilesystem`. Disjoint sub-directories of one filesystem bind-mounted side by side stay separate
-//!   volumes: that is how the reference provisioner documents sharing a disk. A block entry for a device that an
-//!   earlier entry already publishes (as a block volume or as a mounted filesystem) is a duplicate too.
+//!   volumes: that is how the reference provisioner documents sharing a disk. Two block entries for one device
+//!   are duplicates too.
+//! - A block device that is mounted anywhere (whole-device mounts only: the mount table names the device number)
+//!   is `DeviceInUse`: a pod writing to it raw would corrupt a live filesystem.
 
 use std::path::{Path, PathBuf};
 
@@ -119,7 +121,16 @@ fn classify_entry<'a>(
                 mount: mount.clone(),
             }
         }
-        (VolumeMode::Block, _, _, Some(rdev)) => CandidateKind::Block { rdev },
+        (VolumeMode::Block, _, _, Some(rdev)) => match table.entries.iter().find(|m| m.dev == rdev)
+        {
+            Some(used) => {
+                return Err(unusable(
+                    UnusableReason::DeviceInUse,
+                    in_use(&shown, rdev, used),
+                ));
+            }
+            None => CandidateKind::Block { rdev },
+        },
         (mode, kind, mount, _) => {
             let (reason, message) = rejection(
                 &class.name,
@@ -151,6 +162,14 @@ fn block_rdev(kind: &EntryKind) -> Option<DevId> {
         },
         _ => None,
     }
+}
+
+fn in_use(shown: &str, rdev: DevId, mount: &MountEntry) -> String {
+    format!(
+        "path {shown} leads to block device {rdev}, which is mounted on {}: unmount it before publishing it as a \
+         raw block volume, or publish the mount through a Filesystem class",
+        mount.mount_point.display()
+    )
 }
 
 /// Why an entry is not a volume of a class of this mode, worded so the operator knows what to change.

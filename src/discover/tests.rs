@@ -410,8 +410,10 @@ fn a_block_class_reports_what_is_not_a_block_device(
     );
 }
 
-#[test]
-fn a_block_entry_for_a_device_already_mounted_as_a_volume_is_a_duplicate() {
+#[rstest]
+#[case::published_by_a_filesystem_class("7:0", "/host/mnt/disks/vol1")]
+#[case::mounted_outside_any_discovery_directory("253:1", "/")]
+fn a_block_entry_for_a_mounted_device_is_in_use(#[case] dev: &str, #[case] mounted_on: &str) {
     let host = host(
         vec![dir("vol1")],
         &[mount(30, "7:0", "/", "vol1", "ext4", "/dev/loop0")],
@@ -419,16 +421,45 @@ fn a_block_entry_for_a_device_already_mounted_as_a_volume_is_a_duplicate() {
     .with_statvfs(probe_path("vol1"), 100, 40)
     .with_probe("/dev/loop0", FsProbe::default())
     .with_device_node(DevId::new(7, 0), "/dev/loop0")
-    .with_dir(BLOCK_MOUNT_DIR, vec![entry("dev0", link_to(block(7, 0)))]);
-    let discovery = discover(&host, &[block_class(), fs_class()]);
-    assert_eq!(
-        published(&discovery),
-        vec!["vol1"],
-        "classes are visited in name order: fast before raw"
+    .with_dir(
+        BLOCK_MOUNT_DIR,
+        vec![entry(
+            "dev0",
+            link_to(
+                dev.parse::<DevId>()
+                    .map(|d| block(d.major, d.minor))
+                    .expect("dev"),
+            ),
+        )],
     );
+    let discovery = discover(&host, &[block_class(), fs_class()]);
+    assert_eq!(published(&discovery), vec!["vol1"]);
     assert_eq!(
         reasons(&discovery),
-        vec![("dev0", UnusableReason::DuplicateFilesystem)]
+        vec![("dev0", UnusableReason::DeviceInUse)]
+    );
+    let message = &discovery.unusable[0].message;
+    assert!(
+        message.contains(&format!("which is mounted on {mounted_on}:")),
+        "{message}"
+    );
+}
+
+#[test]
+fn two_block_entries_for_one_device_publish_only_the_first() {
+    let host = FakeHost::new()
+        .with_mountinfo(&root_line())
+        .with_dir(
+            BLOCK_MOUNT_DIR,
+            vec![entry("b", link_to(block(7, 1))), entry("a", block(7, 1))],
+        )
+        .with_block_size("/host/mnt/block/a", 1 << 20)
+        .with_probe("/host/mnt/block/a", FsProbe::default());
+    let discovery = discover(&host, &[block_class()]);
+    assert_eq!(published(&discovery), vec!["a"]);
+    assert_eq!(
+        reasons(&discovery),
+        vec![("b", UnusableReason::DuplicateFilesystem)]
     );
 }
 
