@@ -1,6 +1,7 @@
 //! The extender's HTTP surface, exercised through `app(state).oneshot(..)` without a socket: the wire format in
 //! both `nodeCacheCapable` modes, key case, nulls, malformed and oversized bodies, readiness and the deadline.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -321,4 +322,164 @@ async fn metrics_count_requests_with_bounded_labels() {
         "{text}"
     );
     assert!(!text.contains("n3"), "no node names in labels");
+}
+
+mod https {
+    //! HTTPS through `tls::serve_on` on a real loopback socket: server-only TLS, mTLS, and certificate reload.
+
+    use std::path::Path;
+
+    use localpv::extender::tls::{TlsFiles, serve_on};
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+        IsCa, KeyPair,
+    };
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("valid params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        CertifiedIssuer::self_signed(params, KeyPair::generate().expect("keygen"))
+            .expect("self-signed CA")
+    }
+
+    /// (certificate PEM, key PEM) for `localhost`, signed by `ca`.
+    fn leaf(
+        ca: &CertifiedIssuer<'static, KeyPair>,
+        purpose: ExtendedKeyUsagePurpose,
+    ) -> (String, String) {
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_string()]).expect("valid params");
+        params.extended_key_usages = vec![purpose];
+        let key = KeyPair::generate().expect("keygen");
+        let cert = params.signed_by(&key, ca).expect("signed leaf");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn write_server_files(dir: &Path, ca: &CertifiedIssuer<'static, KeyPair>) {
+        let (cert, key) = leaf(ca, ExtendedKeyUsagePurpose::ServerAuth);
+        std::fs::write(dir.join("tls.crt"), cert).expect("write cert");
+        std::fs::write(dir.join("tls.key"), key).expect("write key");
+    }
+
+    /// GET /livez over TLS trusting `server_ca`, optionally presenting a client certificate; the status line or
+    /// the error.
+    async fn livez(
+        addr: SocketAddr,
+        server_ca: &CertifiedIssuer<'static, KeyPair>,
+        client: Option<(String, String)>,
+    ) -> String {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(server_ca.der().clone()).expect("CA added");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_root_certificates(roots);
+        let config = match client {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => {
+                let chain =
+                    vec![CertificateDer::from_pem_slice(cert.as_bytes()).expect("client cert")];
+                let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("client key");
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .expect("client auth")
+            }
+        };
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let name = ServerName::try_from("localhost").expect("valid name");
+        let mut tls = match connector.connect(name, tcp).await {
+            Ok(tls) => tls,
+            Err(e) => return format!("handshake error: {e}"),
+        };
+        let request = b"GET /livez HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+        if let Err(e) = tls.write_all(request).await {
+            return format!("write error: {e}");
+        }
+        let mut response = Vec::new();
+        if let Err(e) = tls.read_to_end(&mut response).await {
+            return format!("read error: {e}");
+        }
+        String::from_utf8_lossy(&response)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    }
+
+    async fn start(
+        files: TlsFiles,
+    ) -> (
+        SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("bound address");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            serve_on(listener, files, app(state()), async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("server ran");
+        });
+        (addr, stop, task)
+    }
+
+    #[tokio::test]
+    async fn https_requires_a_client_certificate_signed_by_the_ca_when_one_is_configured() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (server_ca, client_ca, stranger_ca) = (ca("server"), ca("clients"), ca("stranger"));
+        write_server_files(dir.path(), &server_ca);
+        std::fs::write(dir.path().join("ca.crt"), client_ca.pem()).expect("write CA");
+        let files = TlsFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+            client_ca: Some(dir.path().join("ca.crt")),
+        };
+        let (addr, stop, task) = start(files).await;
+        let good = leaf(&client_ca, ExtendedKeyUsagePurpose::ClientAuth);
+        assert_eq!(livez(addr, &server_ca, Some(good)).await, "HTTP/1.1 200 OK");
+        let bad = leaf(&stranger_ca, ExtendedKeyUsagePurpose::ClientAuth);
+        assert!(!livez(addr, &server_ca, Some(bad)).await.contains("200"));
+        assert!(!livez(addr, &server_ca, None).await.contains("200"));
+        stop.send(()).expect("server still running");
+        task.await.expect("server joined");
+    }
+
+    #[tokio::test]
+    async fn https_picks_up_new_certificate_files() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (first, second) = (ca("first"), ca("second"));
+        write_server_files(dir.path(), &first);
+        let files = TlsFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+            client_ca: None,
+        };
+        let (addr, stop, task) = start(files).await;
+        assert_eq!(livez(addr, &first, None).await, "HTTP/1.1 200 OK");
+        assert!(!livez(addr, &second, None).await.contains("200"));
+        write_server_files(dir.path(), &second);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while livez(addr, &second, None).await != "HTTP/1.1 200 OK" {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "new certificate not served within 15s"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        stop.send(()).expect("server still running");
+        task.await.expect("server joined");
+    }
 }

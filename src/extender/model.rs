@@ -365,7 +365,7 @@ pub fn format_bytes(bytes: u128) -> String {
         ("Mi", 20),
         ("Ki", 10),
     ] {
-        if bytes != 0 && bytes % (1u128 << shift) == 0 {
+        if bytes != 0 && bytes.is_multiple_of(1u128 << shift) {
             return format!("{}{unit}", bytes >> shift);
         }
     }
