@@ -217,21 +217,24 @@ fn table(
         .iter()
         .map(|(node, verdict)| {
             let (label, detail) = match verdict {
-                Verdict::Fit(_) => {
+                Verdict::Fit(fit) => {
                     let chosen = assignments
                         .get(node)
                         .into_iter()
                         .flatten()
                         .map(|(c, pv)| format!("{c} -> {pv}"));
                     let chosen: Vec<String> = chosen.collect();
-                    (
-                        "Fits",
-                        if chosen.is_empty() {
-                            "no local claims to place".into()
-                        } else {
-                            chosen.join(", ")
-                        },
-                    )
+                    let mut detail = if chosen.is_empty() {
+                        "no local claims to place".into()
+                    } else {
+                        chosen.join(", ")
+                    };
+                    if fit.greedy_misses {
+                        detail.push_str(
+                            " (the in-tree binder's greedy order misses this assignment)",
+                        );
+                    }
+                    ("Fits", detail)
                 }
                 Verdict::Failed(reason) => ("Failed", reason.clone()),
                 Verdict::Unresolvable(reason) => ("Unresolvable", reason.clone()),

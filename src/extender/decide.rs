@@ -38,6 +38,9 @@ pub struct Fit {
     pub assignments: Vec<Assignment>,
     /// Per class: matching free PVs left on the node once the pod has its share.
     pub spare: BTreeMap<String, usize>,
+    /// The in-tree binder's greedy order finds no assignment here; only the full matching does. kube-scheduler's
+    /// own VolumeBinding filter then rejects the node before the extender is asked.
+    pub greedy_misses: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,13 +183,15 @@ impl<'s> PodClaims<'s> {
 
     fn verdict(&self, views: &[ClaimView]) -> Verdict {
         let now: Vec<&[VolId]> = views.iter().map(|v| v.now.as_slice()).collect();
-        let (owner, unmatched) = maximum_matching(&now);
+        let (owner, unmatched, greedy_complete) = maximum_matching(&now);
         if unmatched.is_none() {
-            return Verdict::Fit(self.fit(views, &owner));
+            let mut fit = self.fit(views, &owner);
+            fit.greedy_misses = !greedy_complete;
+            return Verdict::Fit(fit);
         }
         let with_later: Vec<Vec<VolId>> = views.iter().map(|v| merged(&v.now, &v.later)).collect();
         let with_later: Vec<&[VolId]> = with_later.iter().map(Vec::as_slice).collect();
-        let (_, unmatched_later) = maximum_matching(&with_later);
+        let (_, unmatched_later, _) = maximum_matching(&with_later);
         let failed = unmatched_later.is_none();
         if let Some(i) = views
             .iter()
@@ -384,8 +389,8 @@ fn merged(a: &[VolId], b: &[VolId]) -> Vec<VolId> {
 }
 
 /// Greedy in claim order (each takes its smallest free candidate), then augmenting paths for the claims greedy
-/// left out. Returns PV -> claim and the first claim left unmatched, if any.
-fn maximum_matching(candidates: &[&[VolId]]) -> (HashMap<VolId, usize>, Option<usize>) {
+/// left out. Returns PV -> claim, the first claim left unmatched if any, and whether greedy alone matched all.
+fn maximum_matching(candidates: &[&[VolId]]) -> (HashMap<VolId, usize>, Option<usize>, bool) {
     let mut owner: HashMap<VolId, usize> = HashMap::new();
     let mut missed = Vec::new();
     for (claim, cands) in candidates.iter().enumerate() {
@@ -397,13 +402,14 @@ fn maximum_matching(candidates: &[&[VolId]]) -> (HashMap<VolId, usize>, Option<u
         }
     }
     let mut unmatched = None;
+    let greedy_complete = missed.is_empty();
     for claim in missed {
         let mut seen = HashSet::new();
         if !augment(claim, candidates, &mut owner, &mut seen) && unmatched.is_none() {
             unmatched = Some(claim);
         }
     }
-    (owner, unmatched)
+    (owner, unmatched, greedy_complete)
 }
 
 fn augment(

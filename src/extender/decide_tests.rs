@@ -188,7 +188,9 @@ fn greedy_order_is_kept_when_it_works() {
         ],
         vec![pvc("b").request("2Gi"), pvc("a").request("1Gi")],
     );
-    let got = chosen(&snap, &decide_on(&snap, &["b", "a"], "n1"));
+    let verdict = decide_on(&snap, &["b", "a"], "n1");
+    assert!(matches!(&verdict, Verdict::Fit(fit) if !fit.greedy_misses));
+    let got = chosen(&snap, &verdict);
     assert_eq!(
         got,
         [
@@ -214,7 +216,9 @@ fn an_assignment_is_found_where_greedy_fails() {
             pvc("picky").request("2Gi").select("tier", "fast"),
         ],
     );
-    let got = chosen(&snap, &decide_on(&snap, &["small", "picky"], "n1"));
+    let verdict = decide_on(&snap, &["small", "picky"], "n1");
+    assert!(matches!(&verdict, Verdict::Fit(fit) if fit.greedy_misses));
+    let got = chosen(&snap, &verdict);
     assert_eq!(
         got,
         [
