@@ -1,0 +1,612 @@
+//! The planning pass: every owned PV is judged against the disk at its path, then every found disk without a PV
+//! is published, wiped first, or held back.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use super::identity::{self, IdentityCheck};
+use super::pv::{
+    ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, MetaPatch, NODE_LABEL, NewPv, Origin, Phase, Policy, PvRef,
+    PvView, WIPE_PHASE_WIPED, WIPE_PHASE_WIPING, WipePhase, lifetime,
+};
+use super::state::{Condition, DiskState, Memory};
+use super::{
+    Action, ClassFacts, EventType, HoldReason, Inputs, Plan, PvEvent, Unpublished, WipeOrder,
+    reason,
+};
+use crate::config::PvNaming;
+use crate::disk::{Disk, UnusableReason};
+use crate::pvname;
+
+/// How soon to look again when something is waiting on our own writes.
+const SOON: Duration = Duration::from_secs(1);
+
+pub(super) struct Planner<'a> {
+    inputs: &'a Inputs<'a>,
+    pvs: Vec<PvView>,
+    disks: BTreeMap<&'a Path, &'a Disk>,
+    unknown_paths: BTreeSet<&'a Path>,
+    writes: Vec<Action>,
+    events: Vec<Action>,
+    memory: Memory,
+    unpublished: Vec<Unpublished>,
+    requeue_after: Option<Duration>,
+    ledger_set: BTreeSet<String>,
+    deleted: BTreeSet<String>,
+}
+
+impl<'a> Planner<'a> {
+    pub(super) fn new(inputs: &'a Inputs<'a>) -> Self {
+        let mut pvs: Vec<PvView> = inputs
+            .existing
+            .iter()
+            .filter_map(|pv| PvView::read(pv, inputs.node))
+            .collect();
+        pvs.sort_by(|a, b| a.pv_ref.name.cmp(&b.pv_ref.name));
+        let found = inputs.found;
+        Planner {
+            inputs,
+            pvs,
+            disks: found
+                .disks
+                .iter()
+                .map(|d| (d.host_path.as_path(), d))
+                .collect(),
+            unknown_paths: found
+                .unusable
+                .iter()
+                .filter(|u| u.reason == UnusableReason::ProbeFailed)
+                .map(|u| u.host_path.as_path())
+                .collect(),
+            writes: Vec::new(),
+            events: Vec::new(),
+            memory: Memory::default(),
+            unpublished: Vec::new(),
+            requeue_after: None,
+            ledger_set: BTreeSet::new(),
+            deleted: BTreeSet::new(),
+        }
+    }
+
+    pub(super) fn run(mut self) -> Plan {
+        let pvs = std::mem::take(&mut self.pvs);
+        for pv in &pvs {
+            self.judge_pv(pv);
+        }
+        self.pvs = pvs;
+        let disks: Vec<&Disk> = self.disks.values().copied().collect();
+        for disk in disks {
+            self.place_disk(disk);
+        }
+        let mut actions = self.writes;
+        actions.append(&mut self.events);
+        Plan {
+            actions,
+            memory: self.memory,
+            unpublished: self.unpublished,
+            requeue_after: self.requeue_after,
+        }
+    }
+
+    // ---- PVs ----
+
+    fn judge_pv(&mut self, pv: &PvView) {
+        // PVs outside every configured discovery directory are not ours to manage (any more).
+        let Some(class) = self.class_for_path(&pv.path) else {
+            return;
+        };
+        if !class.scanned || self.unknown_paths.contains(pv.path.as_path()) {
+            self.carry_memory(&pv.pv_ref.uid);
+            return;
+        }
+        let disk = self.disks.get(pv.path.as_path()).copied();
+        if pv.origin == Origin::Reference {
+            self.adopt(pv, disk);
+            return;
+        }
+        let check = disk.map(|d| identity::check(pv.mode, pv.recorded.as_ref(), d));
+        self.track_dirty(pv, disk, check.as_ref());
+        if pv.deleting {
+            return;
+        }
+        if pv.phase == Phase::Released && pv.policy == Policy::Delete && pv.wipe == WipePhase::Wiped
+        {
+            self.delete(pv);
+            return;
+        }
+        self.reclaim_policy_conditions(pv);
+        match (disk, check) {
+            (Some(disk), Some(IdentityCheck::Changed(what))) => {
+                self.identity_changed(pv, disk, &what)
+            }
+            (Some(disk), Some(check)) => self.disk_present(pv, disk, check, class),
+            _ => self.disk_missing(pv),
+        }
+    }
+
+    fn adopt(&mut self, pv: &PvView, disk: Option<&Disk>) {
+        let annotations = match disk {
+            Some(disk) if disk.mode == pv.mode => identity::annotations(disk),
+            _ => BTreeMap::new(),
+        };
+        let patch = MetaPatch {
+            uid: pv.pv_ref.uid.clone(),
+            resource_version: Some(pv.pv_ref.resource_version.clone()),
+            labels: BTreeMap::from([(NODE_LABEL.to_string(), self.inputs.node.name.clone())]),
+            annotations,
+        };
+        self.writes.push(Action::AdoptPv {
+            name: pv.pv_ref.name.clone(),
+            patch,
+        });
+        let message =
+            "adopted from the reference provisioner: the PV and its disk are left as they are"
+                .to_string();
+        self.event(&pv.pv_ref, EventType::Normal, reason::ADOPTED, message);
+        self.requeue(SOON);
+    }
+
+    /// A PV holding a tenant's data marks its disk in the ledger, so a hand-deleted PV cannot leak it.
+    fn track_dirty(&mut self, pv: &PvView, disk: Option<&Disk>, check: Option<&IdentityCheck>) {
+        if !pv.holds_data() {
+            return;
+        }
+        let state = if pv.policy == Policy::Retain {
+            DiskState::Retained
+        } else {
+            DiskState::Dirty
+        };
+        let key = self.pv_key(pv, disk, check);
+        self.set_disk_state(key, state);
+    }
+
+    /// The ledger key of the disk a PV was created for.
+    fn pv_key(&self, pv: &PvView, disk: Option<&Disk>, check: Option<&IdentityCheck>) -> String {
+        match (&pv.recorded, disk, check) {
+            (Some(rec), _, _) => {
+                identity::ledger_key(pv.mode, &rec.identity, rec.mount_root.as_deref(), &pv.path)
+            }
+            (None, Some(disk), Some(IdentityCheck::NotRecorded)) => identity::disk_key(disk),
+            _ => format!("path:{}", pv.path.display()),
+        }
+    }
+
+    fn reclaim_policy_conditions(&mut self, pv: &PvView) {
+        if pv.phase != Phase::Released {
+            return;
+        }
+        let path = pv.path.display();
+        match &pv.policy {
+            Policy::Delete => {}
+            Policy::Retain => {
+                let message = format!("reclaim policy Retain: {path} is left untouched");
+                self.condition(
+                    pv,
+                    Condition::Retained,
+                    EventType::Normal,
+                    reason::VOLUME_RETAINED,
+                    message,
+                );
+            }
+            Policy::Other(policy) => {
+                let message = format!(
+                    "reclaim policy {policy} is not supported for local volumes: {path} is left untouched"
+                );
+                let (cond, why) = (
+                    Condition::UnsupportedPolicy,
+                    reason::RECLAIM_POLICY_UNSUPPORTED,
+                );
+                self.condition(pv, cond, EventType::Warning, why, message);
+            }
+        }
+    }
+
+    fn disk_missing(&mut self, pv: &PvView) {
+        let uid = &pv.pv_ref.uid;
+        if pv.is_unclaimed() {
+            let grace = self.inputs.config.missing_disk_grace_period;
+            let since = self
+                .inputs
+                .memory
+                .missing_since
+                .get(uid)
+                .copied()
+                .unwrap_or(self.inputs.now);
+            let elapsed = self.inputs.now.duration_since(since).unwrap_or_default();
+            if elapsed >= grace {
+                self.delete(pv);
+            } else {
+                self.memory.missing_since.insert(uid.clone(), since);
+                self.requeue(grace - elapsed);
+            }
+            return;
+        }
+        let message = format!(
+            "the disk at {} is gone; the PV is kept because it is {:?}",
+            pv.path.display(),
+            pv.phase
+        );
+        self.condition(
+            pv,
+            Condition::DiskMissing,
+            EventType::Warning,
+            reason::DISK_MISSING,
+            message,
+        );
+    }
+
+    fn identity_changed(&mut self, pv: &PvView, _disk: &Disk, what: &str) {
+        let path = pv.path.display();
+        if pv.is_unclaimed() {
+            // Nobody uses it: replace it with a PV describing the disk that is there now.
+            self.delete(pv);
+            return;
+        }
+        let message = format!(
+            "{path} now holds a different disk ({what}); this {:?} PV is left untouched",
+            pv.phase
+        );
+        let why = reason::DISK_IDENTITY_CHANGED;
+        self.condition(
+            pv,
+            Condition::IdentityChanged,
+            EventType::Warning,
+            why,
+            message,
+        );
+        if pv.phase == Phase::Released && pv.policy == Policy::Delete {
+            let message = format!("not wiping {path}: {what}; the PV stays Released");
+            self.condition(
+                pv,
+                Condition::WipeRefused,
+                EventType::Warning,
+                reason::WIPE_REFUSED,
+                message,
+            );
+        }
+    }
+
+    fn disk_present(&mut self, pv: &PvView, disk: &Disk, check: IdentityCheck, class: &ClassFacts) {
+        if check == IdentityCheck::NotRecorded {
+            let patch = MetaPatch {
+                uid: pv.pv_ref.uid.clone(),
+                resource_version: None,
+                annotations: identity::annotations(disk),
+                ..MetaPatch::default()
+            };
+            self.writes.push(Action::RecordIdentity {
+                name: pv.pv_ref.name.clone(),
+                patch,
+            });
+        }
+        if self
+            .inputs
+            .memory
+            .had(&pv.pv_ref.uid, Condition::DiskMissing)
+        {
+            let message = format!("the disk at {} is back", pv.path.display());
+            self.event(
+                &pv.pv_ref,
+                EventType::Normal,
+                reason::DISK_RETURNED,
+                message,
+            );
+        }
+        match pv.phase {
+            Phase::Pending | Phase::Available
+                if pv.class != class.config.name || pv.mode != disk.mode =>
+            {
+                // The class configuration for this directory changed; nobody uses the PV, so re-publish.
+                self.delete(pv);
+            }
+            Phase::Released if pv.policy == Policy::Delete => self.reclaim(pv, disk, check, class),
+            _ => {}
+        }
+    }
+
+    fn reclaim(&mut self, pv: &PvView, disk: &Disk, check: IdentityCheck, class: &ClassFacts) {
+        match check {
+            IdentityCheck::Same => {
+                let order = self.wipe_order(pv, disk, class);
+                self.writes.push(Action::Wipe(Box::new(order)));
+            }
+            IdentityCheck::Unverifiable => {
+                let message = format!(
+                    "not wiping {}: the disk there shows none of the ids this PV recorded; the PV stays Released",
+                    pv.path.display()
+                );
+                self.condition(
+                    pv,
+                    Condition::WipeRefused,
+                    EventType::Warning,
+                    reason::WIPE_REFUSED,
+                    message,
+                );
+            }
+            // Identity is recorded in this pass; the wipe follows in the next.
+            IdentityCheck::NotRecorded => self.requeue(SOON),
+            IdentityCheck::Changed(_) => {}
+        }
+    }
+
+    fn wipe_order(&self, pv: &PvView, disk: &Disk, class: &ClassFacts) -> WipeOrder {
+        let uid = &pv.pv_ref.uid;
+        let lifetime = lifetime(uid, pv.claim_uid.as_deref());
+        let phase_patch = |phase: &str, rv: Option<String>| MetaPatch {
+            uid: uid.clone(),
+            resource_version: rv,
+            annotations: BTreeMap::from([
+                (ANN_WIPE_PHASE.to_string(), phase.to_string()),
+                (ANN_WIPE_LIFETIME.to_string(), lifetime.clone()),
+            ]),
+            ..MetaPatch::default()
+        };
+        let (expected, expected_mount_root) = match &pv.recorded {
+            Some(rec) => (rec.identity.clone(), rec.mount_root.clone()),
+            None => (disk.identity.clone(), disk.mount_root.clone()),
+        };
+        WipeOrder {
+            key: self.pv_key(pv, Some(disk), None),
+            pv: Some(pv.pv_ref.clone()),
+            class: class.config.name.clone(),
+            host_path: pv.path.clone(),
+            path: process_path(class, &pv.path),
+            mode: pv.mode,
+            method: class.config.wipe.clone(),
+            expected,
+            expected_mount_root,
+            on_start: Some(phase_patch(
+                WIPE_PHASE_WIPING,
+                Some(pv.pv_ref.resource_version.clone()),
+            )),
+            on_success: Some(phase_patch(WIPE_PHASE_WIPED, None)),
+        }
+    }
+
+    // ---- disks ----
+
+    fn place_disk(&mut self, disk: &Disk) {
+        let Some(class) = self.class_by_name(&disk.class) else {
+            return;
+        };
+        let at_path: Vec<&PvView> = self
+            .pvs
+            .iter()
+            .filter(|pv| pv.path == disk.host_path)
+            .collect();
+        if !at_path.is_empty() {
+            if at_path
+                .iter()
+                .all(|pv| pv.deleting || self.deleted.contains(&pv.pv_ref.uid))
+            {
+                self.hold(
+                    disk,
+                    HoldReason::AwaitingDeletion,
+                    "the PV at this path is being deleted".into(),
+                );
+                self.requeue(SOON);
+            }
+            return;
+        }
+        if self.held_elsewhere(disk) {
+            return;
+        }
+        let key = identity::disk_key(disk);
+        match (
+            self.inputs.ledger.get(&key),
+            class.config.wipe_on_first_discovery,
+        ) {
+            (Some(DiskState::Dirty), _) => self.wipe_unpublished(
+                disk,
+                class,
+                key,
+                "it served a claim and was not wiped since".into(),
+            ),
+            (None, true) => {
+                self.wipe_unpublished(disk, class, key, "wipeOnFirstDiscovery is set".into())
+            }
+            (Some(DiskState::Retained), _) => {
+                let message = format!(
+                    "served a claim under reclaim policy Retain and its PV is gone; it stays unpublished until an \
+                     operator releases disk {key}"
+                );
+                self.hold(disk, HoldReason::Retained, message);
+            }
+            _ => self.publish(disk, class),
+        }
+    }
+
+    /// Whether another PV of ours already holds this very disk (it moved to a new path).
+    fn held_elsewhere(&mut self, disk: &Disk) -> bool {
+        let holder = self.pvs.iter().find(|pv| {
+            !pv.deleting
+                && identity::check(pv.mode, pv.recorded.as_ref(), disk) == IdentityCheck::Same
+        });
+        let Some(holder) = holder.cloned() else {
+            return false;
+        };
+        let message = format!(
+            "the disk is held by PV {} at {}",
+            holder.pv_ref.name,
+            holder.path.display()
+        );
+        self.hold(disk, HoldReason::HeldByAnotherPv, message);
+        if holder.is_unclaimed() {
+            // Its PV goes once its own path is seen empty; publish here after that.
+            self.requeue(SOON);
+        } else {
+            let message = format!(
+                "the disk of this PV now appears at {}; no second PV is published for it",
+                disk.host_path.display()
+            );
+            self.condition(
+                &holder,
+                Condition::DiskMoved,
+                EventType::Warning,
+                reason::DISK_MOVED,
+                message,
+            );
+        }
+        true
+    }
+
+    fn wipe_unpublished(&mut self, disk: &Disk, class: &ClassFacts, key: String, why: String) {
+        let order = WipeOrder {
+            key,
+            pv: None,
+            class: class.config.name.clone(),
+            host_path: disk.host_path.clone(),
+            path: process_path(class, &disk.host_path),
+            mode: disk.mode,
+            method: class.config.wipe.clone(),
+            expected: disk.identity.clone(),
+            expected_mount_root: disk.mount_root.clone(),
+            on_start: None,
+            on_success: None,
+        };
+        self.writes.push(Action::Wipe(Box::new(order)));
+        self.hold(
+            disk,
+            HoldReason::AwaitingWipe,
+            format!("wiped before it is published: {why}"),
+        );
+    }
+
+    fn publish(&mut self, disk: &Disk, class: &ClassFacts) {
+        let Some(storage_class) = &class.storage_class else {
+            let message = format!("StorageClass {} does not exist", class.config.name);
+            self.hold(disk, HoldReason::NoStorageClass, message);
+            return;
+        };
+        let Some(path) = disk.host_path.to_str() else {
+            self.hold(
+                disk,
+                HoldReason::PathNotUtf8,
+                "the path is not valid UTF-8".into(),
+            );
+            return;
+        };
+        let node = self.inputs.node;
+        let name = match self.inputs.config.pv_naming {
+            PvNaming::Localpv => pvname::localpv_name(&node.name, &disk.class, &disk.entry),
+            PvNaming::Reference => pvname::reference_name(&disk.entry, &node.name, &disk.class),
+        };
+        if let Some(taken) = self.pvs.iter().find(|pv| pv.pv_ref.name == name).cloned() {
+            let message = format!("name {name} belongs to PV for {}", taken.path.display());
+            self.hold(disk, HoldReason::NameTaken, message);
+            let message = format!("{path} would get this PV's name; it is not published");
+            self.condition(
+                &taken,
+                Condition::NameCollision,
+                EventType::Warning,
+                reason::NAME_COLLISION,
+                message,
+            );
+            return;
+        }
+        let new = NewPv {
+            name: &name,
+            node,
+            config: self.inputs.config,
+            class: &class.config,
+            storage_class,
+        };
+        self.writes
+            .push(Action::CreatePv(Box::new(new.build(disk, path))));
+    }
+
+    // ---- helpers ----
+
+    fn class_by_name(&self, name: &str) -> Option<&'a ClassFacts> {
+        self.inputs.classes.iter().find(|c| c.config.name == name)
+    }
+
+    fn class_for_path(&self, path: &Path) -> Option<&'a ClassFacts> {
+        let parent = path.parent()?;
+        self.inputs
+            .classes
+            .iter()
+            .find(|c| c.config.host_dir == parent)
+    }
+
+    fn delete(&mut self, pv: &PvView) {
+        if self.deleted.insert(pv.pv_ref.uid.clone()) {
+            self.writes.push(Action::DeletePv(pv.pv_ref.clone()));
+        }
+    }
+
+    fn set_disk_state(&mut self, key: String, state: DiskState) {
+        if self.inputs.ledger.get(&key) != Some(state) && self.ledger_set.insert(key.clone()) {
+            self.writes.push(Action::SetDiskState { key, state });
+        }
+    }
+
+    /// Records a standing condition; its Event fires only when it was not standing in the previous pass.
+    fn condition(
+        &mut self,
+        pv: &PvView,
+        condition: Condition,
+        type_: EventType,
+        why: &'static str,
+        message: String,
+    ) {
+        let uid = &pv.pv_ref.uid;
+        let new_this_pass = self
+            .memory
+            .conditions
+            .entry(uid.clone())
+            .or_default()
+            .insert(condition);
+        if new_this_pass && !self.inputs.memory.had(uid, condition) {
+            self.event(&pv.pv_ref, type_, why, message);
+        }
+    }
+
+    fn event(&mut self, pv: &PvRef, type_: EventType, reason: &'static str, message: String) {
+        self.events.push(Action::Event(PvEvent {
+            pv: pv.clone(),
+            type_,
+            reason,
+            message,
+        }));
+    }
+
+    /// Keeps what was known about a PV whose disk could not be looked at in this pass.
+    fn carry_memory(&mut self, uid: &str) {
+        let previous = self.inputs.memory;
+        if let Some(conditions) = previous.conditions.get(uid) {
+            self.memory
+                .conditions
+                .insert(uid.to_string(), conditions.clone());
+        }
+        if let Some(since) = previous.missing_since.get(uid) {
+            self.memory.missing_since.insert(uid.to_string(), *since);
+        }
+    }
+
+    fn hold(&mut self, disk: &Disk, reason: HoldReason, message: String) {
+        self.unpublished.push(Unpublished {
+            class: disk.class.clone(),
+            entry: disk.entry.clone(),
+            host_path: disk.host_path.clone(),
+            reason,
+            message,
+        });
+    }
+
+    fn requeue(&mut self, after: Duration) {
+        self.requeue_after = Some(
+            self.requeue_after
+                .map_or(after, |current| current.min(after)),
+        );
+    }
+}
+
+/// The entry as this process sees it: the class's `mountDir` joined with the entry name.
+fn process_path(class: &ClassFacts, host_path: &Path) -> std::path::PathBuf {
+    match host_path.strip_prefix(&class.config.host_dir) {
+        Ok(relative) => class.config.mount_dir.join(relative),
+        Err(_) => host_path.to_path_buf(),
+    }
+}

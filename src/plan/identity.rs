@@ -1,0 +1,335 @@
+//! A disk's identity as recorded on its PV (annotations), compared with what discovery finds now, and the key
+//! under which the disk ledger remembers it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::disk::{Disk, DiskIdentity, VolumeMode};
+
+pub const ANN_FS_UUID: &str = "localpv.io/fs-uuid";
+pub const ANN_FS_TYPE: &str = "localpv.io/fs-type";
+pub const ANN_FS_LABEL: &str = "localpv.io/fs-label";
+pub const ANN_DEVICE: &str = "localpv.io/device";
+pub const ANN_DEV_ID: &str = "localpv.io/dev-id";
+pub const ANN_WWN: &str = "localpv.io/wwn";
+pub const ANN_SERIAL: &str = "localpv.io/serial";
+pub const ANN_MODEL: &str = "localpv.io/model";
+pub const ANN_VENDOR: &str = "localpv.io/vendor";
+pub const ANN_ROTATIONAL: &str = "localpv.io/rotational";
+pub const ANN_MOUNT_ROOT: &str = "localpv.io/mount-root";
+
+/// What a PV remembers about the disk it was created for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recorded {
+    pub identity: DiskIdentity,
+    pub mount_root: Option<String>,
+}
+
+/// The outcome of comparing a PV's recorded identity with the disk now at its path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IdentityCheck {
+    /// Every id known on both sides agrees, and at least one was compared.
+    Same,
+    /// A different disk: the message says which id differs.
+    Changed(String),
+    /// The PV records ids but the disk now shows none of them: neither confirmed nor refuted.
+    Unverifiable,
+    /// The PV records nothing (adopted from the reference provisioner before we saw its disk).
+    NotRecorded,
+}
+
+/// Annotations recording `disk`'s identity on its PV.
+pub fn annotations(disk: &Disk) -> BTreeMap<String, String> {
+    let id = &disk.identity;
+    let fields = [
+        (ANN_FS_UUID, id.fs_uuid.clone()),
+        (ANN_FS_TYPE, id.fs_type.clone()),
+        (ANN_FS_LABEL, id.fs_label.clone()),
+        (ANN_DEVICE, id.device.clone()),
+        (ANN_DEV_ID, id.dev_id.clone()),
+        (ANN_WWN, id.wwn.clone()),
+        (ANN_SERIAL, id.serial.clone()),
+        (ANN_MODEL, id.model.clone()),
+        (ANN_VENDOR, id.vendor.clone()),
+        (ANN_ROTATIONAL, id.rotational.map(|r| r.to_string())),
+        (ANN_MOUNT_ROOT, disk.mount_root.clone()),
+    ];
+    fields
+        .into_iter()
+        .filter_map(|(key, value)| Some((key.to_string(), value?)))
+        .collect()
+}
+
+/// The identity recorded in a PV's annotations; `None` when it records none of the comparable ids.
+pub fn recorded(annotations: &BTreeMap<String, String>) -> Option<Recorded> {
+    let get = |key: &str| annotations.get(key).cloned();
+    let identity = DiskIdentity {
+        device: get(ANN_DEVICE),
+        dev_id: get(ANN_DEV_ID),
+        fs_type: get(ANN_FS_TYPE),
+        fs_uuid: get(ANN_FS_UUID),
+        fs_label: get(ANN_FS_LABEL),
+        wwn: get(ANN_WWN),
+        serial: get(ANN_SERIAL),
+        model: get(ANN_MODEL),
+        vendor: get(ANN_VENDOR),
+        rotational: get(ANN_ROTATIONAL).and_then(|r| r.parse().ok()),
+    };
+    let any = [
+        &identity.fs_uuid,
+        &identity.dev_id,
+        &identity.device,
+        &identity.wwn,
+        &identity.serial,
+    ]
+    .iter()
+    .any(|id| id.is_some());
+    any.then(|| Recorded {
+        identity,
+        mount_root: get(ANN_MOUNT_ROOT),
+    })
+}
+
+/// Compares what a PV recorded with the disk discovered at its path.
+///
+/// Filesystem volumes are known by filesystem UUID (plus hardware ids when both sides have them, and the bind
+/// mount root); a filesystem without UUID (tmpfs) by its device number. Block volumes are known by WWN or serial;
+/// the device path counts only when neither is known. NB: a block volume's filesystem UUID is never compared:
+/// its tenant may have reformatted it.
+pub fn check(mode: VolumeMode, recorded: Option<&Recorded>, disk: &Disk) -> IdentityCheck {
+    let Some(recorded) = recorded else {
+        return IdentityCheck::NotRecorded;
+    };
+    let (was, now) = (&recorded.identity, &disk.identity);
+    let mut compared = false;
+    let mut pairs = vec![
+        ("WWN", &was.wwn, &now.wwn),
+        ("serial", &was.serial, &now.serial),
+    ];
+    if mode == VolumeMode::Filesystem {
+        pairs.insert(0, ("filesystem UUID", &was.fs_uuid, &now.fs_uuid));
+    }
+    for (what, was, now) in pairs {
+        match (was, now) {
+            (Some(was), Some(now)) if was != now => return changed(what, was, now),
+            (Some(_), Some(_)) => compared = true,
+            _ => {}
+        }
+    }
+    if mode == VolumeMode::Filesystem {
+        if let (Some(was), None) = (&was.fs_uuid, &now.fs_uuid) {
+            return IdentityCheck::Changed(format!("filesystem UUID {was} is gone"));
+        }
+        let root = |r: &Option<String>| r.clone().unwrap_or_else(|| "/".to_string());
+        if compared && root(&recorded.mount_root) != root(&disk.mount_root) {
+            return changed(
+                "mount root",
+                &root(&recorded.mount_root),
+                &root(&disk.mount_root),
+            );
+        }
+    }
+    if !compared {
+        let fallback = match mode {
+            VolumeMode::Filesystem => ("device number", &was.dev_id, &now.dev_id),
+            VolumeMode::Block => ("device", &was.device, &now.device),
+        };
+        match fallback {
+            (what, Some(was), Some(now)) if was != now => return changed(what, was, now),
+            (_, Some(_), Some(_)) => compared = true,
+            _ => {}
+        }
+    }
+    if compared {
+        IdentityCheck::Same
+    } else {
+        IdentityCheck::Unverifiable
+    }
+}
+
+fn changed(what: &str, was: &str, now: &str) -> IdentityCheck {
+    IdentityCheck::Changed(format!("{what} {was} became {now}"))
+}
+
+/// The key under which the disk ledger remembers a disk: its most stable id for the volume mode, falling back to
+/// the host path when it has none.
+pub fn ledger_key(
+    mode: VolumeMode,
+    identity: &DiskIdentity,
+    mount_root: Option<&str>,
+    host_path: &Path,
+) -> String {
+    let prefixed = |kind: &str, id: &Option<String>| id.as_ref().map(|id| format!("{kind}:{id}"));
+    let key = match mode {
+        VolumeMode::Filesystem => prefixed("fs-uuid", &identity.fs_uuid)
+            .or_else(|| prefixed("wwn", &identity.wwn))
+            .or_else(|| prefixed("serial", &identity.serial))
+            .or_else(|| prefixed("dev", &identity.dev_id))
+            .map(|key| match mount_root {
+                Some(root) if root != "/" => format!("{key}:{root}"),
+                _ => key,
+            }),
+        VolumeMode::Block => {
+            prefixed("wwn", &identity.wwn).or_else(|| prefixed("serial", &identity.serial))
+        }
+    };
+    key.unwrap_or_else(|| format!("path:{}", host_path.display()))
+}
+
+/// The ledger key of a discovered disk.
+pub fn disk_key(disk: &Disk) -> String {
+    ledger_key(
+        disk.mode,
+        &disk.identity,
+        disk.mount_root.as_deref(),
+        &disk.host_path,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use rstest::rstest;
+
+    use super::*;
+
+    fn disk(mode: VolumeMode, set: impl FnOnce(&mut DiskIdentity)) -> Disk {
+        let mut identity = DiskIdentity::default();
+        set(&mut identity);
+        Disk {
+            class: "c".into(),
+            entry: "vol1".into(),
+            host_path: PathBuf::from("/mnt/disks/vol1"),
+            mode,
+            capacity_bytes: 1 << 30,
+            available_bytes: None,
+            mount_root: None,
+            identity,
+        }
+    }
+
+    fn fs(uuid: &str) -> Disk {
+        disk(VolumeMode::Filesystem, |id| id.fs_uuid = Some(uuid.into()))
+    }
+
+    fn recorded_from(disk: &Disk) -> Option<Recorded> {
+        recorded(&annotations(disk))
+    }
+
+    #[rstest]
+    #[case::same_uuid(fs("u1"), fs("u1"), IdentityCheck::Same)]
+    #[case::other_uuid(fs("u1"), fs("u2"), IdentityCheck::Changed("filesystem UUID u1 became u2".into()))]
+    #[case::uuid_gone(
+        fs("u1"),
+        disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())),
+        IdentityCheck::Changed("filesystem UUID u1 is gone".into())
+    )]
+    #[case::tmpfs_same_instance(
+        disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())),
+        disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())),
+        IdentityCheck::Same
+    )]
+    #[case::tmpfs_remounted(
+        disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())),
+        disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:61".into())),
+        IdentityCheck::Changed("device number 0:55 became 0:61".into())
+    )]
+    #[case::cloned_filesystem_on_other_hardware(
+        disk(VolumeMode::Filesystem, |id| { id.fs_uuid = Some("u1".into()); id.wwn = Some("w1".into()) }),
+        disk(VolumeMode::Filesystem, |id| { id.fs_uuid = Some("u1".into()); id.wwn = Some("w2".into()) }),
+        IdentityCheck::Changed("WWN w1 became w2".into())
+    )]
+    #[case::block_by_wwn_despite_rename(
+        disk(VolumeMode::Block, |id| { id.wwn = Some("w1".into()); id.device = Some("/dev/sdb".into()) }),
+        disk(VolumeMode::Block, |id| { id.wwn = Some("w1".into()); id.device = Some("/dev/sdc".into()) }),
+        IdentityCheck::Same
+    )]
+    #[case::block_reformatted_by_tenant(
+        disk(VolumeMode::Block, |id| { id.serial = Some("s1".into()); id.fs_uuid = Some("u1".into()) }),
+        disk(VolumeMode::Block, |id| { id.serial = Some("s1".into()); id.fs_uuid = Some("u9".into()) }),
+        IdentityCheck::Same
+    )]
+    #[case::block_swapped(
+        disk(VolumeMode::Block, |id| id.serial = Some("s1".into())),
+        disk(VolumeMode::Block, |id| id.serial = Some("s2".into())),
+        IdentityCheck::Changed("serial s1 became s2".into())
+    )]
+    #[case::block_without_hardware_ids_by_device(
+        disk(VolumeMode::Block, |id| id.device = Some("/dev/loop3".into())),
+        disk(VolumeMode::Block, |id| id.device = Some("/dev/loop4".into())),
+        IdentityCheck::Changed("device /dev/loop3 became /dev/loop4".into())
+    )]
+    #[case::nothing_comparable(
+        disk(VolumeMode::Block, |id| id.wwn = Some("w1".into())),
+        disk(VolumeMode::Block, |id| id.serial = Some("s1".into())),
+        IdentityCheck::Unverifiable
+    )]
+    fn identity_is_compared_by_the_ids_that_fit_the_volume_mode(
+        #[case] was: Disk,
+        #[case] now: Disk,
+        #[case] expected: IdentityCheck,
+    ) {
+        assert_eq!(
+            check(was.mode, recorded_from(&was).as_ref(), &now),
+            expected
+        );
+    }
+
+    #[test]
+    fn a_pv_without_identity_annotations_records_nothing() {
+        assert_eq!(recorded(&BTreeMap::new()), None);
+        assert_eq!(
+            check(VolumeMode::Filesystem, None, &fs("u1")),
+            IdentityCheck::NotRecorded
+        );
+    }
+
+    #[test]
+    fn another_subdirectory_of_the_same_filesystem_is_another_disk() {
+        let mut was = fs("u1");
+        was.mount_root = Some("/a".into());
+        let mut now = fs("u1");
+        now.mount_root = Some("/b".into());
+        let expected = IdentityCheck::Changed("mount root /a became /b".into());
+        assert_eq!(
+            check(VolumeMode::Filesystem, recorded_from(&was).as_ref(), &now),
+            expected
+        );
+        assert_ne!(disk_key(&was), disk_key(&now));
+    }
+
+    #[test]
+    fn annotations_round_trip_every_recorded_field() {
+        let mut d = disk(VolumeMode::Block, |id| {
+            *id = DiskIdentity {
+                device: Some("/dev/sdb".into()),
+                dev_id: Some("8:16".into()),
+                fs_type: Some("ext4".into()),
+                fs_uuid: Some("u1".into()),
+                fs_label: Some("data".into()),
+                wwn: Some("0x5000c500a1b2c3d4".into()),
+                serial: Some("S1".into()),
+                model: Some("M".into()),
+                vendor: Some("V".into()),
+                rotational: Some(false),
+            }
+        });
+        d.mount_root = Some("/sub".into());
+        let back = recorded_from(&d).expect("recorded");
+        assert_eq!(
+            (back.identity, back.mount_root),
+            (d.identity.clone(), d.mount_root.clone())
+        );
+    }
+
+    #[rstest]
+    #[case::fs_uuid(fs("u1"), "fs-uuid:u1")]
+    #[case::tmpfs(disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())), "dev:0:55")]
+    #[case::block_wwn(disk(VolumeMode::Block, |id| { id.wwn = Some("w1".into()); id.fs_uuid = Some("u".into()) }), "wwn:w1")]
+    #[case::block_serial(disk(VolumeMode::Block, |id| id.serial = Some("s1".into())), "serial:s1")]
+    #[case::block_bare(disk(VolumeMode::Block, |id| id.device = Some("/dev/loop3".into())), "path:/mnt/disks/vol1")]
+    fn ledger_keys_use_the_most_stable_id(#[case] disk: Disk, #[case] expected: &str) {
+        assert_eq!(disk_key(&disk), expected);
+    }
+}

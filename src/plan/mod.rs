@@ -1,0 +1,224 @@
+//! The node agent's pure brain: from what is on the host and what is in the API server, decide what to do.
+//!
+//! ```text
+//!  NodeFacts, ClassFacts (config + StorageClass)  ─┐
+//!  Discovery (disks found on the host)            ─┤
+//!  existing PVs (ours by label + reference ones)  ─┼─> plan() ─> Plan { actions, memory, unpublished, requeue }
+//!  DiskLedger (dirty disks), Memory (reported)    ─┘                │
+//!                                                                    v
+//!        shell executes actions in order: CreatePv / DeletePv (preconditions) / AdoptPv / RecordIdentity /
+//!        SetDiskState (ledger) / Wipe (see WipeOrder) / Event; then keeps `memory` for the next pass.
+//! ```
+//!
+//! Rules, in short: one PV per disk path; a disk leaves only with its Available PV (Bound and Released PVs are
+//! never deleted or re-exposed because of a vanished or changed disk); Released + Delete is wiped after its
+//! identity is verified and deleted only once a wipe completed for that PV's lifetime; a disk that served a claim
+//! is remembered in the ledger and wiped before any new PV exposes it; a pass over an unchanged world returns no
+//! write action and repeats no Event.
+
+mod decide;
+pub mod identity;
+pub mod pv;
+pub mod state;
+
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use serde::Serialize;
+
+use crate::config::{ClassConfig, Config, WipeMethod};
+use crate::disk::{Discovery, DiskIdentity, VolumeMode};
+pub use pv::{MetaPatch, PvRef};
+pub use state::{Condition, DiskLedger, DiskState, Memory};
+
+/// The node this agent runs on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub name: String,
+    /// The Node's `kubernetes.io/hostname` label; the node name is used when it is missing.
+    pub hostname_label: Option<String>,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// What the class's StorageClass object says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StorageClassFacts {
+    /// `reclaimPolicy`; PVs get Delete when unset.
+    pub reclaim_policy: Option<String>,
+    pub mount_options: Vec<String>,
+}
+
+/// One configured class and what the cluster and this pass know about it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassFacts {
+    pub config: ClassConfig,
+    /// `None` while the StorageClass does not exist: no new PVs are published for the class.
+    pub storage_class: Option<StorageClassFacts>,
+    /// False when this pass could not list the class's discovery directory: its PVs' disks are then unknown,
+    /// not missing.
+    pub scanned: bool,
+}
+
+/// Everything one planning pass looks at.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    pub node: &'a NodeFacts,
+    /// Global settings (`pvNaming`, labels, owner reference, grace period...). Its `classes` are not read here.
+    pub config: &'a Config,
+    pub classes: &'a [ClassFacts],
+    pub found: &'a Discovery,
+    /// PVs labelled `localpv.io/node=<node>`, plus the reference provisioner's PVs of this node. Others are
+    /// ignored.
+    pub existing: &'a [PersistentVolume],
+    pub ledger: &'a DiskLedger,
+    pub memory: &'a Memory,
+    pub now: SystemTime,
+}
+
+/// The decisions of one pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// To execute in order.
+    pub actions: Vec<Action>,
+    /// Replaces the shell's memory once the actions are executed.
+    pub memory: Memory,
+    /// Disks found but deliberately not published, with the reason (for inventory and `localpv disks`).
+    pub unpublished: Vec<Unpublished>,
+    /// Plan again after this long even without an event: something is waiting (a deletion to finish, a grace
+    /// period to run out).
+    pub requeue_after: Option<Duration>,
+}
+
+impl Plan {
+    /// The actions that change something (API objects, the ledger, a disk); Events excluded.
+    pub fn writes(&self) -> impl Iterator<Item = &Action> {
+        self.actions
+            .iter()
+            .filter(|a| !matches!(a, Action::Event(_)))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Create this PV. `AlreadyExists` is success (the name is a function of the disk).
+    CreatePv(Box<PersistentVolume>),
+    /// Delete the PV only if it still has this UID and resourceVersion (a PV bound meanwhile survives).
+    /// `NotFound` is success.
+    DeletePv(PvRef),
+    /// Take over a reference-provisioner PV in place: add our label and identity annotations. Never touches the
+    /// disk and never re-creates the PV.
+    AdoptPv {
+        name: String,
+        patch: MetaPatch,
+    },
+    /// Record the identity of the disk now at a PV's path, for a PV that has none recorded.
+    RecordIdentity {
+        name: String,
+        patch: MetaPatch,
+    },
+    /// Persist this disk's state in the ledger.
+    SetDiskState {
+        key: String,
+        state: DiskState,
+    },
+    Wipe(Box<WipeOrder>),
+    Event(PvEvent),
+}
+
+/// Wipe one disk. The executor, per order:
+/// 1. applies `on_start` to the PV when there is one (a failed precondition skips the wipe until the next pass);
+/// 2. checks, just before wiping, that `path` still is the expected mount or device with identity `expected`;
+/// 3. wipes with `method`;
+/// 4. on success sets the ledger entry `key` to `Clean`, then applies `on_success` to the PV (if any);
+///    on failure reports a `WipeFailed` Event and retries with capped backoff.
+///
+/// Orders repeat on every pass until the wipe is recorded; the executor runs at most one wipe per `key` and
+/// ignores repeats of a running one. Any crash point is safe: the PV is only deleted by a later pass that sees
+/// `Wiped` for its own lifetime, and a disk left `Dirty` is wiped again before it is published.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WipeOrder {
+    /// Ledger key of the disk.
+    pub key: String,
+    /// The Released PV this wipe reclaims; `None` for a dirty disk that has no PV.
+    pub pv: Option<PvRef>,
+    pub class: String,
+    pub host_path: PathBuf,
+    /// The same entry as this process sees it (`mountDir/entry`).
+    pub path: PathBuf,
+    pub mode: VolumeMode,
+    pub method: WipeMethod,
+    pub expected: DiskIdentity,
+    pub expected_mount_root: Option<String>,
+    pub on_start: Option<MetaPatch>,
+    pub on_success: Option<MetaPatch>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An Event on a PV. Reasons are stable CamelCase strings (see [`reason`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PvEvent {
+    pub pv: PvRef,
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Event reasons.
+pub mod reason {
+    pub const DISK_MISSING: &str = "DiskMissing";
+    pub const DISK_RETURNED: &str = "DiskReturned";
+    pub const DISK_IDENTITY_CHANGED: &str = "DiskIdentityChanged";
+    pub const DISK_MOVED: &str = "DiskMoved";
+    pub const WIPE_REFUSED: &str = "WipeRefused";
+    pub const VOLUME_RETAINED: &str = "VolumeRetained";
+    pub const RECLAIM_POLICY_UNSUPPORTED: &str = "ReclaimPolicyUnsupported";
+    pub const NAME_COLLISION: &str = "NameCollision";
+    pub const ADOPTED: &str = "Adopted";
+}
+
+/// Why a found disk has no PV.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum HoldReason {
+    /// Served a claim under Retain and its PV is gone: waits for an operator.
+    Retained,
+    /// Dirty, or new with `wipeOnFirstDiscovery`: published once the wipe is recorded.
+    AwaitingWipe,
+    /// Another PV of ours holds the same disk (it moved to this path).
+    HeldByAnotherPv,
+    /// A PV at this path is being deleted or replaced; published once it is gone.
+    AwaitingDeletion,
+    /// The class's StorageClass does not exist.
+    NoStorageClass,
+    /// The computed PV name belongs to a PV for another path.
+    NameTaken,
+    /// The host path is not valid UTF-8 and cannot be written into a PV.
+    PathNotUtf8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unpublished {
+    pub class: String,
+    pub entry: String,
+    pub host_path: PathBuf,
+    pub reason: HoldReason,
+    pub message: String,
+}
+
+/// Decides one pass. Pure: same inputs, same plan.
+pub fn plan(inputs: &Inputs<'_>) -> Plan {
+    decide::Planner::new(inputs).run()
+}

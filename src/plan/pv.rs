@@ -1,0 +1,415 @@
+//! Reading the PVs we own (or may adopt) into plain facts, and writing new ones.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::{
+    LocalVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume,
+    PersistentVolumeSpec, VolumeNodeAffinity,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde::Serialize;
+
+use super::identity::{self, Recorded};
+use super::{NodeFacts, StorageClassFacts};
+use crate::config::{ClassConfig, Config};
+use crate::disk::{Disk, VolumeMode};
+
+/// Label on every PV of ours: the node it lives on. The agent watches its PVs with this selector.
+pub const NODE_LABEL: &str = "localpv.io/node";
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+/// NB: the PV controller leaves a Released PV with this annotation to its (external) provisioner; without it a
+/// Delete-policy local PV would be marked Failed for lack of a deleter plugin.
+pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+/// `Wiping` while a wipe runs, `Wiped` once it completed, for the lifetime in [`ANN_WIPE_LIFETIME`].
+pub const ANN_WIPE_PHASE: &str = "localpv.io/wipe-phase";
+/// `<PV UID>/<claim UID>`: the lifetime a wipe phase belongs to. A phase recorded for any other PV object or any
+/// other claim is stale and ignored.
+pub const ANN_WIPE_LIFETIME: &str = "localpv.io/wipe-lifetime";
+pub const WIPE_PHASE_WIPING: &str = "Wiping";
+pub const WIPE_PHASE_WIPED: &str = "Wiped";
+const REFERENCE_PROVISIONER: &str = "local-volume-provisioner-";
+
+/// Our `pv.kubernetes.io/provisioned-by` value for PVs we create.
+pub fn provisioner_name(node: &str) -> String {
+    format!("localpv-{node}")
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Just created; no status yet. Treated like Available.
+    Pending,
+    Available,
+    Bound,
+    Released,
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Policy {
+    Delete,
+    Retain,
+    /// Recycle or anything unknown: left alone.
+    Other(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Labelled `localpv.io/node=<this node>`: created or already adopted by us.
+    Ours,
+    /// Created by the reference provisioner on this node and not yet adopted.
+    Reference,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WipePhase {
+    None,
+    Wiping,
+    Wiped,
+}
+
+/// Identifies one PV object, with the version a precondition is checked against.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PvRef {
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+}
+
+/// The facts planning needs from one PV we own or may adopt.
+#[derive(Clone, Debug)]
+pub struct PvView {
+    pub pv_ref: PvRef,
+    pub phase: Phase,
+    pub path: PathBuf,
+    pub class: String,
+    pub mode: VolumeMode,
+    pub policy: Policy,
+    pub deleting: bool,
+    pub origin: Origin,
+    pub recorded: Option<Recorded>,
+    pub claim_uid: Option<String>,
+    /// The wipe phase for this PV's current lifetime (stale phases read as `None`).
+    pub wipe: WipePhase,
+}
+
+impl PvView {
+    /// `None` for PVs that are not local volumes of this node.
+    pub fn read(pv: &PersistentVolume, node: &NodeFacts) -> Option<PvView> {
+        let meta = &pv.metadata;
+        let spec = pv.spec.as_ref()?;
+        let path = PathBuf::from(&spec.local.as_ref()?.path);
+        let origin = origin(pv, node)?;
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        let uid = meta.uid.clone()?;
+        let claim_uid = spec.claim_ref.as_ref().and_then(|c| c.uid.clone());
+        let wipe = match annotations.get(ANN_WIPE_LIFETIME) {
+            Some(recorded) if *recorded == lifetime(&uid, claim_uid.as_deref()) => {
+                match annotations.get(ANN_WIPE_PHASE).map(String::as_str) {
+                    Some(WIPE_PHASE_WIPED) => WipePhase::Wiped,
+                    Some(WIPE_PHASE_WIPING) => WipePhase::Wiping,
+                    _ => WipePhase::None,
+                }
+            }
+            _ => WipePhase::None,
+        };
+        Some(PvView {
+            pv_ref: PvRef {
+                name: meta.name.clone()?,
+                uid,
+                resource_version: meta.resource_version.clone().unwrap_or_default(),
+            },
+            phase: phase(pv),
+            path,
+            class: spec.storage_class_name.clone().unwrap_or_default(),
+            mode: match spec.volume_mode.as_deref() {
+                Some("Block") => VolumeMode::Block,
+                _ => VolumeMode::Filesystem,
+            },
+            policy: match spec.persistent_volume_reclaim_policy.as_deref() {
+                Some("Delete") => Policy::Delete,
+                Some("Retain") => Policy::Retain,
+                other => Policy::Other(other.unwrap_or("(unset)").to_string()),
+            },
+            deleting: meta.deletion_timestamp.is_some(),
+            origin,
+            recorded: identity::recorded(&annotations),
+            claim_uid,
+            wipe,
+        })
+    }
+
+    /// Bound, or Released and not yet wiped for this lifetime: its disk holds a tenant's data.
+    pub fn holds_data(&self) -> bool {
+        match self.phase {
+            Phase::Bound => true,
+            Phase::Released => self.wipe != WipePhase::Wiped,
+            _ => false,
+        }
+    }
+
+    pub fn is_unclaimed(&self) -> bool {
+        matches!(self.phase, Phase::Pending | Phase::Available)
+    }
+}
+
+/// `<PV UID>/<claim UID or ->`.
+pub fn lifetime(pv_uid: &str, claim_uid: Option<&str>) -> String {
+    format!("{pv_uid}/{}", claim_uid.unwrap_or("-"))
+}
+
+fn phase(pv: &PersistentVolume) -> Phase {
+    match pv.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Available") => Phase::Available,
+        Some("Bound") => Phase::Bound,
+        Some("Released") => Phase::Released,
+        Some("Failed") => Phase::Failed,
+        _ => Phase::Pending,
+    }
+}
+
+/// Ours by label, or the reference provisioner's for this node by its `provisioned-by` text
+/// (`local-volume-provisioner-<node>` or `...-<node>-<node UID>`, any UID: the Node may have been re-created).
+fn origin(pv: &PersistentVolume, node: &NodeFacts) -> Option<Origin> {
+    let meta = &pv.metadata;
+    if meta.labels.as_ref().and_then(|l| l.get(NODE_LABEL)) == Some(&node.name) {
+        return Some(Origin::Ours);
+    }
+    let by = meta.annotations.as_ref()?.get(ANN_PROVISIONED_BY)?;
+    let rest = by
+        .strip_prefix(REFERENCE_PROVISIONER)?
+        .strip_prefix(node.name.as_str())?;
+    match rest.strip_prefix('-') {
+        None if rest.is_empty() => Some(Origin::Reference),
+        Some(uid) if is_uid(uid) => Some(Origin::Reference),
+        _ => None,
+    }
+}
+
+/// A Kubernetes UID: 8-4-4-4-12 hex digits.
+fn is_uid(text: &str) -> bool {
+    let groups: Vec<&str> = text.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Labels and annotations to merge into a PV's metadata, guarded by UID (and resourceVersion when set).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetaPatch {
+    pub uid: String,
+    pub resource_version: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl MetaPatch {
+    /// A JSON merge patch. The API server rejects it with a conflict when the PV's UID or resourceVersion no
+    /// longer match, so a patch never lands on a re-created or concurrently changed PV.
+    pub fn to_merge_patch(&self) -> serde_json::Value {
+        let mut metadata = serde_json::json!({ "uid": self.uid });
+        if let Some(rv) = &self.resource_version {
+            metadata["resourceVersion"] = rv.clone().into();
+        }
+        if !self.labels.is_empty() {
+            metadata["labels"] = serde_json::json!(self.labels);
+        }
+        if !self.annotations.is_empty() {
+            metadata["annotations"] = serde_json::json!(self.annotations);
+        }
+        serde_json::json!({ "metadata": metadata })
+    }
+}
+
+/// Everything a new PV is made of besides the disk.
+pub struct NewPv<'a> {
+    pub name: &'a str,
+    pub node: &'a NodeFacts,
+    pub config: &'a Config,
+    pub class: &'a ClassConfig,
+    pub storage_class: &'a StorageClassFacts,
+}
+
+impl NewPv<'_> {
+    /// The PV publishing `disk`, whose host path is `path`.
+    pub fn build(&self, disk: &Disk, path: &str) -> PersistentVolume {
+        let mut annotations = identity::annotations(disk);
+        annotations.insert(
+            ANN_PROVISIONED_BY.to_string(),
+            provisioner_name(&self.node.name),
+        );
+        let capacity = if self.config.capacity_rounding {
+            round_capacity(disk.capacity_bytes)
+        } else {
+            disk.capacity_bytes
+        };
+        let fs_type = self
+            .class
+            .fs_type
+            .clone()
+            .filter(|_| disk.mode == VolumeMode::Filesystem);
+        let sc = self.storage_class;
+        PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some(self.name.to_string()),
+                labels: Some(self.labels()),
+                annotations: Some(annotations),
+                owner_references: self.config.set_pv_owner_ref.then(|| vec![self.owner()]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PersistentVolumeSpec {
+                access_modes: Some(self.class.access_modes.clone()),
+                capacity: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(binary_quantity(capacity)),
+                )])),
+                local: Some(LocalVolumeSource {
+                    path: path.to_string(),
+                    fs_type,
+                }),
+                mount_options: (!sc.mount_options.is_empty()).then(|| sc.mount_options.clone()),
+                node_affinity: Some(self.affinity()),
+                persistent_volume_reclaim_policy: Some(
+                    sc.reclaim_policy.clone().unwrap_or_else(|| "Delete".into()),
+                ),
+                storage_class_name: Some(self.class.name.clone()),
+                volume_mode: Some(disk.mode.as_str().to_string()),
+                ..PersistentVolumeSpec::default()
+            }),
+            status: None,
+        }
+    }
+
+    /// `labelsForPV`, then `nodeLabelsForPV` copied from the Node, then our node label (which wins).
+    fn labels(&self) -> BTreeMap<String, String> {
+        let mut labels = self.config.labels_for_pv.clone();
+        for key in &self.config.node_labels_for_pv {
+            if let Some(value) = self.node.labels.get(key) {
+                labels.insert(key.clone(), value.clone());
+            }
+        }
+        labels.insert(NODE_LABEL.to_string(), self.node.name.clone());
+        labels
+    }
+
+    /// The node's own term (hostname label, or node name with `useNodeNameOnly`), ORed with the class's terms.
+    fn affinity(&self) -> VolumeNodeAffinity {
+        let node = self.node;
+        let value = match (&node.hostname_label, self.config.use_node_name_only) {
+            (Some(hostname), false) => hostname.clone(),
+            _ => node.name.clone(),
+        };
+        let own = NodeSelectorTerm {
+            match_expressions: Some(vec![NodeSelectorRequirement {
+                key: HOSTNAME_LABEL.to_string(),
+                operator: "In".to_string(),
+                values: Some(vec![value]),
+            }]),
+            match_fields: None,
+        };
+        let terms = std::iter::once(own)
+            .chain(self.class.selector.iter().cloned())
+            .collect();
+        VolumeNodeAffinity {
+            required: Some(NodeSelector {
+                node_selector_terms: terms,
+            }),
+        }
+    }
+
+    fn owner(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: "v1".to_string(),
+            kind: "Node".to_string(),
+            name: self.node.name.clone(),
+            uid: self.node.uid.clone(),
+            ..OwnerReference::default()
+        }
+    }
+}
+
+const KI: u64 = 1 << 10;
+const MI: u64 = 1 << 20;
+const GI: u64 = 1 << 30;
+
+/// The reference provisioner's rounding: down to whole GiB from 10 GiB, to whole MiB from 10 MiB, else bytes.
+pub fn round_capacity(bytes: u64) -> u64 {
+    match bytes {
+        b if b >= 10 * GI => b / GI * GI,
+        b if b >= 10 * MI => b / MI * MI,
+        b => b,
+    }
+}
+
+/// A byte count as Kubernetes prints a binary quantity: the largest binary suffix that divides it exactly.
+pub fn binary_quantity(bytes: u64) -> String {
+    const SUFFIXES: [(&str, u64); 6] = [
+        ("Ei", 1 << 60),
+        ("Pi", 1 << 50),
+        ("Ti", 1 << 40),
+        ("Gi", GI),
+        ("Mi", MI),
+        ("Ki", KI),
+    ];
+    SUFFIXES
+        .iter()
+        .find(|(_, unit)| bytes >= *unit && bytes % unit == 0)
+        .map_or_else(
+            || bytes.to_string(),
+            |(suffix, unit)| format!("{}{suffix}", bytes / unit),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+
+    #[rstest]
+    #[case::small_stays_exact(5 * MI + 7, 5 * MI + 7)]
+    #[case::mib_from_ten_mib(10 * MI + 12_345, 10 * MI)]
+    #[case::just_below_ten_gib(10 * GI - 1, 10 * GI - MI)]
+    #[case::gib_from_ten_gib(10 * GI + 5 * MI, 10 * GI)]
+    fn capacity_rounds_down_like_the_reference_provisioner(
+        #[case] bytes: u64,
+        #[case] expected: u64,
+    ) {
+        assert_eq!(round_capacity(bytes), expected);
+    }
+
+    #[rstest]
+    #[case(0, "0")]
+    #[case(1000, "1000")]
+    #[case(1024, "1Ki")]
+    #[case(1_048_801_280, "1024220Ki")]
+    #[case(5 * GI, "5Gi")]
+    #[case(3 * MI, "3Mi")]
+    fn quantities_use_the_largest_exact_binary_suffix(#[case] bytes: u64, #[case] expected: &str) {
+        assert_eq!(binary_quantity(bytes), expected);
+    }
+
+    #[rstest]
+    #[case("01234567-89ab-cdef-0123-456789abcdef", true)]
+    #[case("2", false)]
+    #[case("0123456789ab-cdef-0123-4567-89abcdef", false)]
+    fn uids_are_recognised_by_shape(#[case] text: &str, #[case] expected: bool) {
+        assert_eq!(is_uid(text), expected);
+    }
+
+    #[test]
+    fn merge_patch_carries_its_preconditions() {
+        let patch = MetaPatch {
+            uid: "u".into(),
+            resource_version: Some("7".into()),
+            labels: BTreeMap::from([("a".into(), "b".into())]),
+            annotations: BTreeMap::new(),
+        };
+        let expected = serde_json::json!({"metadata": {"uid": "u", "resourceVersion": "7", "labels": {"a": "b"}}});
+        assert_eq!(patch.to_merge_patch(), expected);
+    }
+}
