@@ -23,7 +23,7 @@ use nix::sys::stat::{Mode, fstat};
 use serde::{Deserialize, Serialize};
 
 use super::command::{self, CommandError, CommandOutput};
-use super::walk::{Tally, Walk, open_dir};
+use super::walk::{Ctx, Tally, Walk, open_dir, used_bytes};
 use super::{Control, DevId};
 
 /// Environment variable naming the volume root for an operator's filesystem wipe command.
@@ -49,8 +49,6 @@ pub struct FsOptions {
     pub concurrency: usize,
     /// Put the worker threads in the idle I/O class.
     pub idle_io_priority: bool,
-    /// Stat each file before unlinking it to count freed bytes (one extra syscall per file).
-    pub count_bytes: bool,
     /// Operator argv run after the in-process wipe, with `LOCAL_PV_FSPATH` set to the root.
     pub command: Option<Vec<String>>,
 }
@@ -60,7 +58,6 @@ impl Default for FsOptions {
         FsOptions {
             concurrency: 2,
             idle_io_priority: true,
-            count_bytes: true,
             command: None,
         }
     }
@@ -108,7 +105,8 @@ impl fmt::Display for Skipped {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WipeReport {
     pub removed_entries: u64,
-    /// Sizes of removed regular files that had no other hard link (0 unless `count_bytes`).
+    /// How far the filesystem's used bytes fell during the wipe (best effort: includes freed metadata, and
+    /// anything else writing to the same filesystem meanwhile skews it).
     pub removed_bytes: u64,
     /// What is still there, sorted by path (at most [`MAX_SKIPPED`] items).
     pub skipped: Vec<Skipped>,
@@ -172,11 +170,17 @@ pub fn wipe_filesystem(
     ctl: &Control,
 ) -> Result<WipeReport, FsWipeError> {
     let root_fd = open_root(root, expect)?;
+    let ctx = Ctx {
+        root,
+        root_fd: root_fd.as_fd(),
+        used_at_start: used_bytes(root_fd.as_fd()),
+        opts,
+        ctl,
+    };
     let mut report = WipeReport::default();
     for pass in 1..=MAX_PASSES {
-        let tally = run_pass(root, root_fd.as_fd(), opts, ctl)?;
+        let tally = run_pass(ctx)?;
         report.removed_entries += tally.entries;
-        report.removed_bytes += tally.bytes;
         report.skipped = tally.skipped;
         report.skipped.sort_by(|a, b| a.path.cmp(&b.path));
         report.skipped_more = tally.skipped_more;
@@ -186,6 +190,9 @@ pub fn wipe_filesystem(
         if !tally.raced {
             break;
         }
+    }
+    if let (Some(start), Some(now)) = (ctx.used_at_start, used_bytes(root_fd.as_fd())) {
+        report.removed_bytes = start.saturating_sub(now);
     }
     if let Some(argv) = &opts.command {
         report.command = Some(command::run(argv, FSPATH_ENV, root.as_os_str(), ctl)?);
@@ -231,31 +238,21 @@ fn open_root(root: &Path, expect: &Expected<'_>) -> Result<OwnedFd, FsWipeError>
 
 /// One walk over the whole tree: scan the root, then hand its subdirectories to the workers. Every step runs on
 /// threads of our own so the idle I/O priority never sticks to the caller's thread.
-fn run_pass(
-    root: &Path,
-    root_fd: BorrowedFd<'_>,
-    opts: &FsOptions,
-    ctl: &Control,
-) -> Result<Tally, FsWipeError> {
+fn run_pass(ctx: Ctx<'_>) -> Result<Tally, FsWipeError> {
     thread::scope(|s| {
         let lead = thread::Builder::new()
             .name("wipe-0".into())
-            .spawn_scoped(s, || lead_pass(root, root_fd, opts, ctl))
+            .spawn_scoped(s, || lead_pass(ctx))
             .map_err(FsWipeError::SpawnWorker)?;
         join(lead)
     })
 }
 
-fn lead_pass(
-    root: &Path,
-    root_fd: BorrowedFd<'_>,
-    opts: &FsOptions,
-    ctl: &Control,
-) -> Result<Tally, FsWipeError> {
-    let mut walk = Walk::new(root, opts, ctl);
+fn lead_pass(ctx: Ctx<'_>) -> Result<Tally, FsWipeError> {
+    let mut walk = Walk::new(ctx);
     let mut subdirs = Vec::new();
-    walk.scan_root(root_fd, &mut subdirs)?;
-    let helpers = opts.concurrency.clamp(1, subdirs.len().max(1)) - 1;
+    walk.scan_root(&mut subdirs)?;
+    let helpers = ctx.opts.concurrency.clamp(1, subdirs.len().max(1)) - 1;
     let queue = Mutex::new(subdirs);
     thread::scope(|s| {
         let handles = (0..helpers)
@@ -263,13 +260,13 @@ fn lead_pass(
                 thread::Builder::new()
                     .name(format!("wipe-{}", i + 1))
                     .spawn_scoped(s, || {
-                        let mut walk = Walk::new(root, opts, ctl);
-                        walk.drain(&queue, root_fd).map(|()| walk.finish())
+                        let mut walk = Walk::new(ctx);
+                        walk.drain(&queue).map(|()| walk.finish())
                     })
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(FsWipeError::SpawnWorker)?;
-        let mine = walk.drain(&queue, root_fd);
+        let mine = walk.drain(&queue);
         let mut tally = walk.finish();
         for handle in handles {
             tally.merge(join(handle)?);

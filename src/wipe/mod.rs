@@ -122,7 +122,7 @@ impl Progress {
         self.entries.load(Ordering::Relaxed)
     }
 
-    /// Bytes freed (filesystem, best effort) or erased (block) so far.
+    /// Bytes erased (block) or freed on the filesystem (best effort: sampled from its usage) so far.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
     }
@@ -139,6 +139,11 @@ impl Progress {
         if bytes > 0 {
             self.bytes.fetch_add(bytes, Ordering::Relaxed);
         }
+    }
+
+    /// Raise the byte count to `bytes` if it is higher (for counts sampled from the filesystem's usage).
+    fn raise_bytes(&self, bytes: u64) {
+        self.bytes.fetch_max(bytes, Ordering::Relaxed);
     }
 
     fn set_total(&self, total: u64) {

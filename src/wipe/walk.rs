@@ -20,6 +20,7 @@ use nix::dir::{Dir, Type};
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2};
 use nix::sys::stat::{SFlag, fstatat};
+use nix::sys::statvfs::fstatvfs;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::Control;
@@ -31,6 +32,13 @@ pub const MAX_OPEN_PER_WORKER: usize = 48;
 const MAX_SKIPPED: usize = 1000;
 /// Progress counters are published every this many entries.
 const FLUSH_EVERY: u64 = 256;
+
+/// Bytes in use on the filesystem holding `fd` (best effort: `None` when fstatvfs fails).
+pub(super) fn used_bytes(fd: BorrowedFd<'_>) -> Option<u64> {
+    let st = fstatvfs(fd).ok()?;
+    let used = st.blocks().saturating_sub(st.blocks_free());
+    Some(used.saturating_mul(st.fragment_size()))
+}
 
 pub(super) fn open_dir(parent: BorrowedFd<'_>, name: &CStr) -> nix::Result<OwnedFd> {
     let how = OpenHow::new()
@@ -116,8 +124,7 @@ impl Frame {
 #[derive(Debug, Default)]
 pub(super) struct Tally {
     pub(super) entries: u64,
-    pub(super) bytes: u64,
-    unflushed: (u64, u64),
+    unflushed: u64,
     pub(super) skipped: Vec<Skipped>,
     pub(super) skipped_more: u64,
     pub(super) nested: Vec<PathBuf>,
@@ -128,7 +135,6 @@ pub(super) struct Tally {
 impl Tally {
     pub(super) fn merge(&mut self, other: Tally) {
         self.entries += other.entries;
-        self.bytes += other.bytes;
         for s in other.skipped {
             self.push_skipped(s);
         }
@@ -147,22 +153,29 @@ impl Tally {
 }
 
 pub(super) struct Walk<'a> {
-    root: &'a Path,
-    opts: &'a FsOptions,
-    ctl: &'a Control,
+    ctx: Ctx<'a>,
     tally: Tally,
 }
 
+/// What every worker of a wipe shares.
+#[derive(Clone, Copy)]
+pub(super) struct Ctx<'a> {
+    pub(super) root: &'a Path,
+    pub(super) root_fd: BorrowedFd<'a>,
+    /// Used bytes of the filesystem when the wipe started; progress reports how far usage fell since.
+    pub(super) used_at_start: Option<u64>,
+    pub(super) opts: &'a FsOptions,
+    pub(super) ctl: &'a Control,
+}
+
 impl<'a> Walk<'a> {
-    pub(super) fn new(root: &'a Path, opts: &'a FsOptions, ctl: &'a Control) -> Self {
-        if opts.idle_io_priority {
+    pub(super) fn new(ctx: Ctx<'a>) -> Self {
+        if ctx.opts.idle_io_priority {
             // Best effort: schedulers without I/O priorities ignore it, and the wipe is correct either way.
             let _ = crate::sys::set_idle_io_priority();
         }
         Walk {
-            root,
-            opts,
-            ctl,
+            ctx,
             tally: Tally::default(),
         }
     }
@@ -173,31 +186,34 @@ impl<'a> Walk<'a> {
     }
 
     fn cancelled(&self) -> Result<(), FsWipeError> {
-        match self.ctl.is_cancelled() {
+        match self.ctx.ctl.is_cancelled() {
             true => Err(FsWipeError::Cancelled {
-                path: self.root.to_path_buf(),
+                path: self.ctx.root.to_path_buf(),
             }),
             false => Ok(()),
         }
     }
 
-    fn removed(&mut self, bytes: u64) {
+    fn removed(&mut self) {
         self.tally.entries += 1;
-        self.tally.bytes += bytes;
-        self.tally.unflushed.0 += 1;
-        self.tally.unflushed.1 += bytes;
-        if self.tally.unflushed.0 >= FLUSH_EVERY {
+        self.tally.unflushed += 1;
+        if self.tally.unflushed >= FLUSH_EVERY {
             self.flush();
         }
     }
 
     fn flush(&mut self) {
-        let (entries, bytes) = std::mem::take(&mut self.tally.unflushed);
-        self.ctl.progress.add(entries, bytes);
+        let entries = std::mem::take(&mut self.tally.unflushed);
+        self.ctx.ctl.progress.add(entries, 0);
+        // NB: freed bytes come from the filesystem's usage, not from a stat per file: one fstatvfs per
+        // FLUSH_EVERY entries instead of one fstatat per entry (which cost a quarter of the wipe on tmpfs).
+        if let (Some(start), Some(now)) = (self.ctx.used_at_start, used_bytes(self.ctx.root_fd)) {
+            self.ctx.ctl.progress.raise_bytes(start.saturating_sub(now));
+        }
     }
 
     fn path_of(&self, stack: &[Frame], name: &CStr) -> PathBuf {
-        let mut path = self.root.to_path_buf();
+        let mut path = self.ctx.root.to_path_buf();
         path.extend(stack.iter().map(|f| OsStr::from_bytes(f.name.to_bytes())));
         path.push(OsStr::from_bytes(name.to_bytes()));
         path
@@ -218,27 +234,19 @@ impl<'a> Walk<'a> {
     }
 
     /// Unlink the root's non-directories and collect its subdirectories for [`Walk::drain`].
-    pub(super) fn scan_root(
-        &mut self,
-        root: BorrowedFd<'_>,
-        subdirs: &mut Vec<CString>,
-    ) -> Result<(), FsWipeError> {
+    pub(super) fn scan_root(&mut self, subdirs: &mut Vec<CString>) -> Result<(), FsWipeError> {
         self.cancelled()?;
-        let kept = self.scan(root, subdirs)?;
+        let kept = self.scan(self.ctx.root_fd, subdirs)?;
         self.keep_all(&[], kept);
         Ok(())
     }
 
     /// Take root subdirectories from the shared queue until it is empty.
-    pub(super) fn drain(
-        &mut self,
-        queue: &Mutex<Vec<CString>>,
-        root: BorrowedFd<'_>,
-    ) -> Result<(), FsWipeError> {
+    pub(super) fn drain(&mut self, queue: &Mutex<Vec<CString>>) -> Result<(), FsWipeError> {
         loop {
             let next = queue.lock().unwrap_or_else(PoisonError::into_inner).pop();
             let Some(name) = next else { return Ok(()) };
-            self.remove_tree(root, name)?;
+            self.remove_tree(self.ctx.root_fd, name)?;
         }
     }
 
@@ -293,19 +301,9 @@ impl<'a> Walk<'a> {
     }
 
     fn unlink(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Fate {
-        let bytes = match self.opts.count_bytes {
-            true => fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
-                .ok()
-                .filter(|st| {
-                    st.st_nlink == 1
-                        && SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
-                })
-                .map_or(0, |st| st.st_size.max(0) as u64),
-            false => 0,
-        };
         match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
             Ok(()) => {
-                self.removed(bytes);
+                self.removed();
                 Fate::Gone
             }
             Err(Errno::ENOENT) => Fate::Gone,
@@ -336,7 +334,7 @@ impl<'a> Walk<'a> {
     fn remove_dir(&mut self, dir: BorrowedFd<'_>, name: &CStr) -> Option<Keep> {
         match unlinkat(dir, name, UnlinkatFlags::RemoveDir) {
             Ok(()) => {
-                self.removed(0);
+                self.removed();
                 None
             }
             Err(Errno::ENOENT) => None,

@@ -127,8 +127,8 @@ fn a_tenant_tree_is_removed_and_nothing_outside_the_volume_changes(#[case] concu
         "bound file"
     );
     assert_eq!(ctl.progress.entries(), report.removed_entries);
-    // data/x/y/z, the hard link's name and the 1000 files are the only regular files with content.
-    assert_eq!(report.removed_bytes, "tenant".len() as u64 + 1000);
+    // Freed bytes come from the filesystem's usage: at least the 1001 files whose data lived only in the volume.
+    assert!(report.removed_bytes >= 1001, "{report:?}");
 }
 
 #[rstest]
@@ -147,8 +147,9 @@ fn one_hundred_thousand_small_files_are_all_removed(#[case] concurrency: usize) 
     let report = wipe_filesystem(&vol, &expect_dev(&vol), &opts, &ctl).unwrap();
     assert!(report.is_complete(), "{report:?}");
     assert_eq!(report.removed_entries, 100_100);
-    assert_eq!(report.removed_bytes, 100_000);
+    assert!(report.removed_bytes >= 100_000, "{report:?}");
     assert_eq!(ctl.progress.entries(), 100_100);
+    assert_eq!(ctl.progress.bytes(), report.removed_bytes);
     assert_eq!(listing(&vol), Vec::<PathBuf>::new());
 }
 
