@@ -67,7 +67,9 @@ pub struct PodClaims<'s> {
     bound: Vec<(String, VolId)>,
     delayed: Vec<Delayed<'s>>,
     /// A pod-wide reason no node can pass (missing claim or class, ...).
-    problem: Option<String>,
+    /// kube-scheduler checked these objects exist before calling us, so a miss is our watch lagging: `Failed`
+    /// (retried). A claim being deleted is `Unresolvable`, as in-tree.
+    problem: Option<Verdict>,
 }
 
 impl<'s> PodClaims<'s> {
@@ -84,18 +86,20 @@ impl<'s> PodClaims<'s> {
         for name in claim_names.iter().filter(|n| seen.insert(n.as_str())) {
             let key = format!("{namespace}/{name}");
             let Some(claim) = snap.claim(namespace, name) else {
-                pc.problem = Some(format!("claim {key}: not found"));
+                pc.problem = Some(Verdict::Failed(format!("claim {key}: not found")));
                 return pc;
             };
             if claim.deleting {
-                pc.problem = Some(format!("claim {key}: being deleted"));
+                pc.problem = Some(Verdict::Unresolvable(format!("claim {key}: being deleted")));
                 return pc;
             }
             if let Some(pv) = &claim.volume_name {
                 match snap.volume_by_name(pv) {
                     Some(id) => pc.bound.push((key, id)),
                     None => {
-                        pc.problem = Some(format!("claim {key}: bound PV {pv} not found"));
+                        pc.problem = Some(Verdict::Failed(format!(
+                            "claim {key}: bound PV {pv} not found"
+                        )));
                         return pc;
                     }
                 }
@@ -106,10 +110,8 @@ impl<'s> PodClaims<'s> {
             }
             match snap.class(&claim.class) {
                 None => {
-                    pc.problem = Some(format!(
-                        "claim {key}: storage class {} not found",
-                        claim.class
-                    ));
+                    let reason = format!("claim {key}: storage class {} not found", claim.class);
+                    pc.problem = Some(Verdict::Failed(reason));
                     return pc;
                 }
                 Some(class) if class.is_static_delayed() => {
@@ -151,7 +153,7 @@ impl<'s> PodClaims<'s> {
     /// The verdict for one node; `None` labels mean the node is unknown to the cache.
     pub fn decide(&self, labels: Option<&Labels>) -> Verdict {
         if let Some(problem) = &self.problem {
-            return Verdict::Unresolvable(problem.clone());
+            return problem.clone();
         }
         if self.is_trivial() {
             return Verdict::Fit(Fit::default());

@@ -350,14 +350,20 @@ fn claims_outside_static_delayed_classes_pass_every_node(#[case] claim: PvcBuild
 }
 
 #[rstest]
-#[case::missing_claim(vec![], "claim default/data: not found")]
-#[case::missing_class(vec![pvc("data").class("gone")], "claim default/data: storage class gone not found")]
-#[case::claim_being_deleted(vec![pvc("data").deleting()], "claim default/data: being deleted")]
-#[case::bound_pv_missing(vec![pvc("data").volume_name("ghost")], "claim default/data: bound PV ghost not found")]
-fn pod_wide_problems_reject_every_node(#[case] claims: Vec<PvcBuilder>, #[case] reason: &str) {
+#[case::missing_claim_is_cache_lag(vec![], failed("claim default/data: not found"))]
+#[case::missing_class_is_cache_lag(
+    vec![pvc("data").class("gone")],
+    failed("claim default/data: storage class gone not found")
+)]
+#[case::claim_being_deleted(vec![pvc("data").deleting()], unresolvable("claim default/data: being deleted"))]
+#[case::bound_pv_missing_is_cache_lag(
+    vec![pvc("data").volume_name("ghost")],
+    failed("claim default/data: bound PV ghost not found")
+)]
+fn pod_wide_problems_reject_every_node(#[case] claims: Vec<PvcBuilder>, #[case] want: Verdict) {
     let snap = snapshot(vec![pv("p").on_node("n1")], claims);
     for n in ["n1", "n2"] {
-        assert_eq!(decide_on(&snap, &["data"], n), unresolvable(reason));
+        assert_eq!(decide_on(&snap, &["data"], n), want);
     }
 }
 
