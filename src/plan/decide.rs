@@ -27,6 +27,7 @@ pub(super) struct Planner<'a> {
     pvs: Vec<PvView>,
     disks: BTreeMap<&'a Path, &'a Disk>,
     unknown_paths: BTreeSet<&'a Path>,
+    failed_classes: BTreeSet<&'a str>,
     writes: Vec<Action>,
     events: Vec<Action>,
     memory: Memory,
@@ -58,6 +59,11 @@ impl<'a> Planner<'a> {
                 .iter()
                 .filter(|u| u.reason == UnusableReason::ProbeFailed)
                 .map(|u| u.host_path.as_path())
+                .collect(),
+            failed_classes: found
+                .failed_classes
+                .iter()
+                .map(|f| f.class.as_str())
                 .collect(),
             writes: Vec::new(),
             events: Vec::new(),
@@ -96,7 +102,9 @@ impl<'a> Planner<'a> {
         let Some(class) = self.class_for_path(&pv.path) else {
             return;
         };
-        if !class.scanned || self.unknown_paths.contains(pv.path.as_path()) {
+        if self.failed_classes.contains(class.config.name.as_str())
+            || self.unknown_paths.contains(pv.path.as_path())
+        {
             self.carry_memory(&pv.pv_ref.uid);
             return;
         }

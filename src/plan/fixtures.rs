@@ -1,1 +1,399 @@
+//! Builders for planning tests, and a small simulated executor that applies a plan to the inputs.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{
+    LocalVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeSpec,
+    PersistentVolumeStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use super::identity;
+use super::pv::{
+    ANN_PROVISIONED_BY, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, MetaPatch, NODE_LABEL, lifetime,
+};
+use super::{
+    Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, Plan, StorageClassFacts,
+};
+use crate::config::{ClassConfig, Config, WipeMethod};
+use crate::disk::{Discovery, Disk, DiskIdentity, VolumeMode};
+use crate::pvname;
+
+pub const NODE: &str = "n1";
+pub const NODE_UID: &str = "0a1b2c3d-0000-4000-8000-00000000000a";
+pub const CLASS: &str = "local-storage";
+pub const DIR: &str = "/mnt/disks";
+
+pub fn node() -> NodeFacts {
+    NodeFacts {
+        name: NODE.into(),
+        hostname_label: Some("n1-host".into()),
+        uid: NODE_UID.into(),
+        labels: BTreeMap::from([
+            ("kubernetes.io/hostname".into(), "n1-host".into()),
+            ("topology.kubernetes.io/zone".into(), "z1".into()),
+        ]),
+    }
+}
+
+pub fn class_config(name: &str, dir: &str, mode: VolumeMode) -> ClassConfig {
+    ClassConfig {
+        name: name.into(),
+        host_dir: dir.into(),
+        mount_dir: format!("/host{dir}").into(),
+        volume_mode: mode,
+        access_modes: vec!["ReadWriteOnce".into()],
+        fs_type: None,
+        name_patterns: vec!["*".into()],
+        selector: Vec::new(),
+        wipe: if mode == VolumeMode::Block {
+            WipeMethod::ZeroOut
+        } else {
+            WipeMethod::RemoveContents
+        },
+        wipe_on_first_discovery: false,
+    }
+}
+
+pub fn class_facts(config: ClassConfig) -> ClassFacts {
+    ClassFacts {
+        config,
+        storage_class: Some(StorageClassFacts {
+            reclaim_policy: Some("Delete".into()),
+            mount_options: Vec::new(),
+        }),
+    }
+}
+
+/// A filesystem disk `entry` under the default class, with a UUID derived from its name.
+pub fn disk(entry: &str) -> Disk {
+    Disk {
+        class: CLASS.into(),
+        entry: entry.into(),
+        host_path: PathBuf::from(DIR).join(entry),
+        mode: VolumeMode::Filesystem,
+        capacity_bytes: 5 << 30,
+        available_bytes: Some(4 << 30),
+        mount_root: None,
+        identity: DiskIdentity {
+            device: Some(format!("/dev/mapper/{entry}")),
+            fs_type: Some("ext4".into()),
+            fs_uuid: Some(format!("uuid-{entry}")),
+            ..DiskIdentity::default()
+        },
+    }
+}
+
+pub fn with_uuid(mut disk: Disk, uuid: &str) -> Disk {
+    disk.identity.fs_uuid = Some(uuid.into());
+    disk
+}
+
+pub fn at_entry(mut disk: Disk, entry: &str) -> Disk {
+    disk.entry = entry.into();
+    disk.host_path = PathBuf::from(DIR).join(entry);
+    disk
+}
+
+/// PV builder: `Pv::test().for_disk(&disk("vol1")).released().build()`.
+pub struct Pv(PersistentVolume);
+
+impl Pv {
+    /// Our Available PV for `disk("vol1")` on node n1.
+    pub fn test() -> Pv {
+        let pv = PersistentVolume {
+            metadata: ObjectMeta {
+                resource_version: Some("1".into()),
+                labels: Some(BTreeMap::from([(NODE_LABEL.into(), NODE.into())])),
+                annotations: Some(BTreeMap::from([(
+                    ANN_PROVISIONED_BY.into(),
+                    format!("localpv-{NODE}"),
+                )])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PersistentVolumeSpec {
+                persistent_volume_reclaim_policy: Some("Delete".into()),
+                ..PersistentVolumeSpec::default()
+            }),
+            status: None,
+        };
+        Pv(pv).for_disk(&disk("vol1")).available()
+    }
+
+    pub fn for_disk(mut self, disk: &Disk) -> Pv {
+        let meta = &mut self.0.metadata;
+        meta.name = Some(pvname::localpv_name(NODE, &disk.class, &disk.entry));
+        meta.uid = Some(format!("uid-{}", disk.entry));
+        let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.retain(|k, _| !k.starts_with("localpv.io/"));
+        annotations.extend(identity::annotations(disk));
+        let spec = self.spec();
+        spec.local = Some(LocalVolumeSource {
+            path: disk.host_path.display().to_string(),
+            fs_type: None,
+        });
+        spec.storage_class_name = Some(disk.class.clone());
+        spec.volume_mode = Some(disk.mode.as_str().into());
+        self
+    }
+
+    pub fn on_node(mut self, node: &str) -> Pv {
+        self.0
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(NODE_LABEL.into(), node.into());
+        self
+    }
+
+    pub fn name(mut self, name: &str) -> Pv {
+        self.0.metadata.name = Some(name.into());
+        self
+    }
+
+    pub fn available(self) -> Pv {
+        self.phase("Available", None)
+    }
+
+    pub fn pending(mut self) -> Pv {
+        self.0.status = None;
+        self
+    }
+
+    pub fn bound(self) -> Pv {
+        self.phase("Bound", Some("claim-1"))
+    }
+
+    pub fn released(self) -> Pv {
+        self.phase("Released", Some("claim-1"))
+    }
+
+    pub fn claim(mut self, claim_uid: &str) -> Pv {
+        let claim = self
+            .spec()
+            .claim_ref
+            .get_or_insert_with(ObjectReference::default);
+        claim.uid = Some(claim_uid.into());
+        self
+    }
+
+    pub fn policy(mut self, policy: &str) -> Pv {
+        self.spec().persistent_volume_reclaim_policy = Some(policy.into());
+        self
+    }
+
+    pub fn deleting(mut self) -> Pv {
+        self.0.metadata.deletion_timestamp = Some(Time(jiff_epoch()));
+        self
+    }
+
+    /// Wipe phase `phase` recorded for this PV's current lifetime.
+    pub fn wipe_phase(self, phase: &str) -> Pv {
+        let claim = self
+            .0
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|c| c.uid.clone());
+        let uid = self.0.metadata.uid.clone().unwrap_or_default();
+        self.wipe_phase_for(phase, &lifetime(&uid, claim.as_deref()))
+    }
+
+    pub fn wipe_phase_for(mut self, phase: &str, lifetime: &str) -> Pv {
+        let annotations = self
+            .0
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new);
+        annotations.insert(ANN_WIPE_PHASE.into(), phase.into());
+        annotations.insert(ANN_WIPE_LIFETIME.into(), lifetime.into());
+        self
+    }
+
+    /// As the reference provisioner leaves it: no label of ours, no identity, its `provisioned-by` text.
+    pub fn reference(mut self, provisioned_by: &str) -> Pv {
+        let meta = &mut self.0.metadata;
+        meta.labels = None;
+        meta.annotations = Some(BTreeMap::from([(
+            ANN_PROVISIONED_BY.into(),
+            provisioned_by.into(),
+        )]));
+        self
+    }
+
+    pub fn without_identity(mut self) -> Pv {
+        if let Some(annotations) = self.0.metadata.annotations.as_mut() {
+            annotations.retain(|k, _| !k.starts_with("localpv.io/"));
+        }
+        self
+    }
+
+    pub fn build(self) -> PersistentVolume {
+        self.0
+    }
+
+    fn phase(mut self, phase: &str, claim: Option<&str>) -> Pv {
+        self.0.status = Some(PersistentVolumeStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        });
+        match claim {
+            Some(claim) if self.0.spec.as_ref().is_some_and(|s| s.claim_ref.is_none()) => {
+                self.claim(claim)
+            }
+            _ => self,
+        }
+    }
+
+    fn spec(&mut self) -> &mut PersistentVolumeSpec {
+        self.0
+            .spec
+            .get_or_insert_with(PersistentVolumeSpec::default)
+    }
+}
+
+fn jiff_epoch() -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::UNIX_EPOCH
+}
+
+/// Inputs of a pass, and a simulated executor that applies plans to them as the shell would.
+pub struct World {
+    pub node: NodeFacts,
+    pub config: Config,
+    pub classes: Vec<ClassFacts>,
+    pub found: Discovery,
+    pub existing: Vec<PersistentVolume>,
+    pub ledger: DiskLedger,
+    pub memory: Memory,
+    pub now: SystemTime,
+    created: u32,
+}
+
+impl World {
+    /// Node n1 with class `local-storage` on `/mnt/disks` (Filesystem), these disks and PVs.
+    pub fn new(disks: Vec<Disk>, pvs: Vec<PersistentVolume>) -> World {
+        World {
+            node: node(),
+            config: Config::default(),
+            classes: vec![class_facts(class_config(
+                CLASS,
+                DIR,
+                VolumeMode::Filesystem,
+            ))],
+            found: Discovery {
+                disks,
+                ..Discovery::default()
+            },
+            existing: pvs,
+            ledger: DiskLedger::default(),
+            memory: Memory::default(),
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000),
+            created: 0,
+        }
+    }
+
+    pub fn plan(&self) -> Plan {
+        super::plan(&Inputs {
+            node: &self.node,
+            config: &self.config,
+            classes: &self.classes,
+            found: &self.found,
+            existing: &self.existing,
+            ledger: &self.ledger,
+            memory: &self.memory,
+            now: self.now,
+        })
+    }
+
+    /// Plans and applies until a pass writes nothing; returns every plan made (the last one writes nothing).
+    pub fn settle(&mut self) -> Vec<Plan> {
+        let mut plans = Vec::new();
+        for _ in 0..10 {
+            let plan = self.plan();
+            let done = plan.writes().next().is_none();
+            self.apply(&plan);
+            plans.push(plan);
+            if done {
+                return plans;
+            }
+        }
+        panic!("the world did not settle in 10 passes: {:#?}", plans.last());
+    }
+
+    /// Executes a plan the way the shell does, with every wipe succeeding.
+    pub fn apply(&mut self, plan: &Plan) {
+        for action in &plan.actions {
+            match action {
+                Action::CreatePv(pv) => self.create(pv),
+                Action::DeletePv(r) => self.existing.retain(|pv| {
+                    let meta = &pv.metadata;
+                    !(meta.uid.as_ref() == Some(&r.uid)
+                        && meta.resource_version.as_ref() == Some(&r.resource_version))
+                }),
+                Action::AdoptPv { patch, .. } | Action::RecordIdentity { patch, .. } => {
+                    self.patch(patch)
+                }
+                Action::SetDiskState { key, state } => self.ledger.set(key, *state),
+                Action::Wipe(order) => {
+                    order.on_start.iter().for_each(|p| self.patch(p));
+                    self.ledger.set(&order.key, DiskState::Clean);
+                    order.on_success.iter().for_each(|p| self.patch(p));
+                }
+                Action::Event(_) => {}
+            }
+        }
+        self.memory = plan.memory.clone();
+    }
+
+    fn create(&mut self, pv: &PersistentVolume) {
+        if self
+            .existing
+            .iter()
+            .any(|e| e.metadata.name == pv.metadata.name)
+        {
+            return;
+        }
+        self.created += 1;
+        let mut pv = pv.clone();
+        pv.metadata.uid = Some(format!("created-{}", self.created));
+        pv.metadata.resource_version = Some("1".into());
+        pv.status = Some(PersistentVolumeStatus {
+            phase: Some("Available".into()),
+            ..Default::default()
+        });
+        self.existing.push(pv);
+    }
+
+    fn patch(&mut self, patch: &MetaPatch) {
+        let Some(pv) = self
+            .existing
+            .iter_mut()
+            .find(|pv| pv.metadata.uid.as_ref() == Some(&patch.uid))
+        else {
+            return;
+        };
+        let meta = &mut pv.metadata;
+        if patch
+            .resource_version
+            .as_ref()
+            .is_some_and(|rv| meta.resource_version.as_ref() != Some(rv))
+        {
+            return;
+        }
+        meta.labels
+            .get_or_insert_with(BTreeMap::new)
+            .extend(patch.labels.clone());
+        meta.annotations
+            .get_or_insert_with(BTreeMap::new)
+            .extend(patch.annotations.clone());
+        let rv: u64 = meta
+            .resource_version
+            .as_deref()
+            .unwrap_or("0")
+            .parse()
+            .unwrap_or(0);
+        meta.resource_version = Some((rv + 1).to_string());
+    }
+}

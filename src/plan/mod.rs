@@ -62,9 +62,6 @@ pub struct ClassFacts {
     pub config: ClassConfig,
     /// `None` while the StorageClass does not exist: no new PVs are published for the class.
     pub storage_class: Option<StorageClassFacts>,
-    /// False when this pass could not list the class's discovery directory: its PVs' disks are then unknown,
-    /// not missing.
-    pub scanned: bool,
 }
 
 /// Everything one planning pass looks at.
@@ -74,6 +71,7 @@ pub struct Inputs<'a> {
     /// Global settings (`pvNaming`, labels, owner reference, grace period...). Its `classes` are not read here.
     pub config: &'a Config,
     pub classes: &'a [ClassFacts],
+    /// This pass's discovery. Classes in its `failed_classes` are unknown, not empty: their PVs are left alone.
     pub found: &'a Discovery,
     /// PVs labelled `localpv.io/node=<node>`, plus the reference provisioner's PVs of this node. Others are
     /// ignored.

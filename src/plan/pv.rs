@@ -357,7 +357,7 @@ pub fn binary_quantity(bytes: u64) -> String {
     ];
     SUFFIXES
         .iter()
-        .find(|(_, unit)| bytes >= *unit && bytes % unit == 0)
+        .find(|(_, unit)| bytes >= *unit && bytes.is_multiple_of(*unit))
         .map_or_else(
             || bytes.to_string(),
             |(suffix, unit)| format!("{}{suffix}", bytes / unit),
