@@ -1,0 +1,30 @@
+//! Test support shared by the integration tests: a real control plane (`cluster`), stand-in nodes (`nodes`),
+//! real disks (`disks`), and the process plumbing under them (`proc`, `certs`).
+#![allow(dead_code)]
+
+pub mod certs;
+pub mod cluster;
+pub mod disks;
+pub mod nodes;
+pub mod proc;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout` with `what` and the last value.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
