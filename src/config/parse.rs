@@ -29,8 +29,8 @@ const BLOCK_METHODS: [&str; 6] = [
 ];
 const FS_METHODS: [&str; 2] = ["remove", "command"];
 
-/// The label every PV of ours carries; `labelsForPV` may not override it.
-const NODE_LABEL: &str = "localpv.io/node";
+/// The label every PV of ours carries (`plan::pv::NODE_LABEL`); `labelsForPV` may not override it.
+pub(super) const NODE_LABEL: &str = "localpv.io/node";
 
 /// The `data` of a ConfigMap manifest, when the document is one.
 pub(super) fn configmap_data(document: &Value) -> Option<BTreeMap<String, String>> {
@@ -529,8 +529,11 @@ impl Reader {
             .map(str::to_string)
             .collect();
         for pattern in &patterns {
-            if let Err(err) = glob::Pattern::new(pattern) {
-                self.problem(key, format!("{pattern:?} is not a valid glob: {}", err.msg));
+            if let Err(err) = crate::discover::pattern::validate(pattern) {
+                self.problem(
+                    key,
+                    format!("{pattern:?} is not a valid glob: {}", err.problem),
+                );
             }
         }
         Some(if patterns.is_empty() {

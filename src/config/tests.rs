@@ -248,10 +248,10 @@ fn our_own_keys_are_read_beside_the_reference_keys() {
 
 #[test]
 fn class_selector_terms_and_patterns_are_kept() {
-    let body = "hostDir: /mnt/d\nnamePattern: \"nvme*, ssd?,[ab]x\"\naccessMode: ReadWriteOncePod\nselector:\n  \
+    let body = "hostDir: /mnt/d\nnamePattern: \"nvme*, ssd?,[^ab]x\"\naccessMode: ReadWriteOncePod\nselector:\n  \
                 - matchExpressions:\n    - {key: rack, operator: In, values: [r1]}\n";
     let class = parse(&one_class(body)).config.classes.remove(0);
-    assert_eq!(class.name_patterns, ["nvme*", "ssd?", "[ab]x"]);
+    assert_eq!(class.name_patterns, ["nvme*", "ssd?", "[^ab]x"]);
     assert_eq!(class.access_modes, ["ReadWriteOncePod"]);
     let expressions = class.selector[0]
         .match_expressions
@@ -360,9 +360,13 @@ fn wipe_method_follows_mode_method_and_commands(#[case] body: &str, #[case] expe
     "hostDir: /mnt/../etc",
     r#"storageClassMap.fast-disks.hostDir: "/mnt/../etc" contains "..""#
 )]
+#[case::lone_backslash(
+    "hostDir: /mnt/d\nnamePattern: 'vol\\'",
+    r#"storageClassMap.fast-disks.namePattern: "vol\\" is not a valid glob: ends with a lone backslash"#
+)]
 #[case::bad_glob(
     "hostDir: /mnt/d\nnamePattern: \"vol*,[a\"",
-    r#"storageClassMap.fast-disks.namePattern: "[a" is not a valid glob: invalid range pattern"#
+    r#"storageClassMap.fast-disks.namePattern: "[a" is not a valid glob"#
 )]
 #[case::bad_access_mode(
     "hostDir: /mnt/d\naccessMode: RWO",
@@ -544,4 +548,9 @@ fn an_empty_config_is_valid_but_warned_about() {
     let loaded = parse("");
     assert_eq!(loaded.config.classes, []);
     assert_eq!(loaded.warnings[0].key, "storageClassMap");
+}
+
+#[test]
+fn the_reserved_label_is_the_one_plan_puts_on_pvs() {
+    assert_eq!(parse::NODE_LABEL, crate::plan::pv::NODE_LABEL);
 }

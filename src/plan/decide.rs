@@ -125,9 +125,7 @@ impl<'a> Planner<'a> {
         }
         self.reclaim_policy_conditions(pv);
         match (disk, check) {
-            (Some(disk), Some(IdentityCheck::Changed(what))) => {
-                self.identity_changed(pv, disk, &what)
-            }
+            (Some(_), Some(IdentityCheck::Changed(what))) => self.identity_changed(pv, &what),
             (Some(disk), Some(check)) => self.disk_present(pv, disk, check, class),
             _ => self.disk_missing(pv),
         }
@@ -244,7 +242,7 @@ impl<'a> Planner<'a> {
         );
     }
 
-    fn identity_changed(&mut self, pv: &PvView, _disk: &Disk, what: &str) {
+    fn identity_changed(&mut self, pv: &PvView, what: &str) {
         let path = pv.path.display();
         if pv.is_unclaimed() {
             // Nobody uses it: replace it with a PV describing the disk that is there now.

@@ -208,8 +208,9 @@ pub struct MetaPatch {
 }
 
 impl MetaPatch {
-    /// A JSON merge patch. The API server rejects it with a conflict when the PV's UID or resourceVersion no
-    /// longer match, so a patch never lands on a re-created or concurrently changed PV.
+    /// A JSON merge patch. The API server refuses it (Conflict for a stale resourceVersion, an error for another
+    /// UID) when the PV is no longer the object planned for, so a patch never lands on a re-created or
+    /// concurrently changed PV.
     pub fn to_merge_patch(&self) -> serde_json::Value {
         let mut metadata = serde_json::json!({ "uid": self.uid });
         if let Some(rv) = &self.resource_version {
