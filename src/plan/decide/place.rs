@@ -1,0 +1,162 @@
+//! Found disks without a PV: published, wiped first, or held back with a reason.
+
+use super::{Planner, SOON, process_path};
+use crate::config::PvNaming;
+use crate::disk::Disk;
+use crate::plan::identity::{self, IdentityCheck};
+use crate::plan::pv::{NewPv, PvView};
+use crate::plan::state::{Condition, DiskState};
+use crate::plan::{Action, ClassFacts, EventType, HoldReason, WipeOrder, reason};
+use crate::pvname;
+
+impl Planner<'_> {
+    pub(super) fn place_disk(&mut self, disk: &Disk) {
+        let Some(class) = self.class_by_name(&disk.class) else {
+            return;
+        };
+        let at_path: Vec<&PvView> = self
+            .pvs
+            .iter()
+            .filter(|pv| pv.path == disk.host_path)
+            .collect();
+        if !at_path.is_empty() {
+            if at_path
+                .iter()
+                .all(|pv| pv.deleting || self.deleted.contains(&pv.pv_ref.uid))
+            {
+                self.hold(
+                    disk,
+                    HoldReason::AwaitingDeletion,
+                    "the PV at this path is being deleted".into(),
+                );
+                self.requeue(SOON);
+            }
+            return;
+        }
+        if self.held_elsewhere(disk) {
+            return;
+        }
+        let key = identity::disk_key(disk);
+        match (
+            self.inputs.ledger.get(&key),
+            class.config.wipe_on_first_discovery,
+        ) {
+            (Some(DiskState::Dirty), _) => self.wipe_unpublished(
+                disk,
+                class,
+                key,
+                "it served a claim and was not wiped since".into(),
+            ),
+            (None, true) => {
+                self.wipe_unpublished(disk, class, key, "wipeOnFirstDiscovery is set".into())
+            }
+            (Some(DiskState::Retained), _) => {
+                let message = format!(
+                    "served a claim under reclaim policy Retain and its PV is gone; it stays unpublished until an \
+                     operator releases disk {key}"
+                );
+                self.hold(disk, HoldReason::Retained, message);
+            }
+            _ => self.publish(disk, class),
+        }
+    }
+
+    /// Whether another PV of ours already holds this very disk (it moved to a new path).
+    fn held_elsewhere(&mut self, disk: &Disk) -> bool {
+        let holder = self.pvs.iter().find(|pv| {
+            !pv.deleting
+                && identity::check(pv.mode, pv.recorded.as_ref(), disk) == IdentityCheck::Same
+        });
+        let Some(holder) = holder.cloned() else {
+            return false;
+        };
+        let message = format!(
+            "the disk is held by PV {} at {}",
+            holder.pv_ref.name,
+            holder.path.display()
+        );
+        self.hold(disk, HoldReason::HeldByAnotherPv, message);
+        if holder.is_unclaimed() {
+            // Its PV goes once its own path is seen empty; publish here after that.
+            self.requeue(SOON);
+        } else {
+            let message = format!(
+                "the disk of this PV now appears at {}; no second PV is published for it",
+                disk.host_path.display()
+            );
+            self.condition(
+                &holder,
+                Condition::DiskMoved,
+                EventType::Warning,
+                reason::DISK_MOVED,
+                message,
+            );
+        }
+        true
+    }
+
+    fn wipe_unpublished(&mut self, disk: &Disk, class: &ClassFacts, key: String, why: String) {
+        let order = WipeOrder {
+            key,
+            pv: None,
+            class: class.config.name.clone(),
+            host_path: disk.host_path.clone(),
+            path: process_path(class, &disk.host_path),
+            mode: disk.mode,
+            method: class.config.wipe.clone(),
+            expected: disk.identity.clone(),
+            expected_mount_root: disk.mount_root.clone(),
+            on_start: None,
+            on_success: None,
+        };
+        self.writes.push(Action::Wipe(Box::new(order)));
+        self.hold(
+            disk,
+            HoldReason::AwaitingWipe,
+            format!("wiped before it is published: {why}"),
+        );
+    }
+
+    fn publish(&mut self, disk: &Disk, class: &ClassFacts) {
+        let Some(storage_class) = &class.storage_class else {
+            let message = format!("StorageClass {} does not exist", class.config.name);
+            self.hold(disk, HoldReason::NoStorageClass, message);
+            return;
+        };
+        let Some(path) = disk.host_path.to_str() else {
+            self.hold(
+                disk,
+                HoldReason::PathNotUtf8,
+                "the path is not valid UTF-8".into(),
+            );
+            return;
+        };
+        let node = self.inputs.node;
+        let name = match self.inputs.config.pv_naming {
+            PvNaming::Localpv => pvname::localpv_name(&node.name, &disk.class, &disk.entry),
+            PvNaming::Reference => pvname::reference_name(&disk.entry, &node.name, &disk.class),
+        };
+        if let Some(taken) = self.pvs.iter().find(|pv| pv.pv_ref.name == name).cloned() {
+            let message = format!("name {name} belongs to PV for {}", taken.path.display());
+            self.hold(disk, HoldReason::NameTaken, message);
+            let message = format!("{path} would get this PV's name; it is not published");
+            self.condition(
+                &taken,
+                Condition::NameCollision,
+                EventType::Warning,
+                reason::NAME_COLLISION,
+                message,
+            );
+            return;
+        }
+        let new = NewPv {
+            name: &name,
+            node,
+            config: self.inputs.config,
+            class: &class.config,
+            storage_class,
+        };
+        self.writes
+            .push(Action::CreatePv(Box::new(new.build(disk, path))));
+    }
+}
