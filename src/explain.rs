@@ -187,7 +187,7 @@ pub fn explain(
         nodes: None,
         node_names: Some(names),
     };
-    let (verdicts, _) = verbs::evaluate(&args, snap);
+    let (verdicts, _) = verbs::evaluate(&args, snap, true);
     let priorities = verbs::prioritize(&args, snap, strategy);
     let assignments = verbs::assignments(snap, &verdicts);
     match output {

@@ -15,18 +15,19 @@
 //!
 //! Pure: no I/O, no clocks; everything comes from the `Snapshot`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use super::labels::Labels;
 use super::model::{Claim, Phase, Volume, format_bytes};
-use super::snapshot::{Snapshot, VolId};
+use super::snapshot::{ClassIndex, Snapshot, VolId};
 
 /// One delayed claim served by one PV on a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Assignment {
     /// `namespace/name` of the claim.
-    pub claim: String,
-    pub class: String,
+    pub claim: Arc<str>,
+    pub class: Arc<str>,
     pub request: u128,
     pub volume: VolId,
 }
@@ -37,7 +38,7 @@ pub struct Fit {
     /// Ordered as the in-tree binder processes claims (request ascending).
     pub assignments: Vec<Assignment>,
     /// Per class: matching free PVs left on the node once the pod has its share.
-    pub spare: BTreeMap<String, usize>,
+    pub spare: BTreeMap<Arc<str>, usize>,
     /// The in-tree binder's greedy order finds no assignment here; only the full matching does. kube-scheduler's
     /// own VolumeBinding filter then rejects the node before the extender is asked.
     pub greedy_misses: bool,
@@ -55,7 +56,9 @@ pub enum Verdict {
 #[derive(Debug)]
 struct Delayed<'s> {
     claim: &'s Claim,
-    key: String,
+    key: Arc<str>,
+    class: Arc<str>,
+    index: Option<&'s ClassIndex>,
     /// A PV whose claimRef names this claim and that passes capacity, mode and deletion: it wins outright.
     prebound: Option<VolId>,
 }
@@ -66,6 +69,8 @@ pub struct PodClaims<'s> {
     snap: &'s Snapshot,
     bound: Vec<(String, VolId)>,
     delayed: Vec<Delayed<'s>>,
+    /// Whether fits carry assignments and spare counts (prioritize, explain) or only the verdict (filter).
+    detail: bool,
     /// A pod-wide reason no node can pass (missing claim or class, ...).
     /// kube-scheduler checked these objects exist before calling us, so a miss is our watch lagging: `Failed`
     /// (retried). A claim being deleted is `Unresolvable`, as in-tree.
@@ -80,6 +85,7 @@ impl<'s> PodClaims<'s> {
             snap,
             bound: Vec::new(),
             delayed: Vec::new(),
+            detail: true,
             problem: None,
         };
         let mut seen = HashSet::new();
@@ -125,7 +131,9 @@ impl<'s> PodClaims<'s> {
                     });
                     pc.delayed.push(Delayed {
                         claim,
-                        key,
+                        key: key.into(),
+                        class: claim.class.as_str().into(),
+                        index: snap.class_index(&claim.class),
                         prebound,
                     });
                 }
@@ -139,6 +147,16 @@ impl<'s> PodClaims<'s> {
                 .then_with(|| a.key.cmp(&b.key))
         });
         pc
+    }
+
+    pub fn snapshot(&self) -> &'s Snapshot {
+        self.snap
+    }
+
+    /// Fits then carry no assignments or spare counts: cheaper, for callers that only need the verdict.
+    pub fn verdicts_only(mut self) -> Self {
+        self.detail = false;
+        self
     }
 
     /// Nothing to check: every node passes with a neutral score.
@@ -173,6 +191,9 @@ impl<'s> PodClaims<'s> {
         if self.delayed.is_empty() {
             return Verdict::Fit(Fit::default());
         }
+        if !self.detail && self.fits_one_claim(labels) {
+            return Verdict::Fit(Fit::default());
+        }
         let mut views = Vec::with_capacity(self.delayed.len());
         for d in &self.delayed {
             match self.view(d, labels) {
@@ -183,11 +204,29 @@ impl<'s> PodClaims<'s> {
         self.verdict(&views)
     }
 
+    /// Allocation-free answer for the common single-claim pod when only the verdict is wanted.
+    fn fits_one_claim(&self, labels: &Labels) -> bool {
+        let [d] = self.delayed.as_slice() else {
+            return false;
+        };
+        if d.prebound.is_some() {
+            return false;
+        }
+        ClassIndex::candidates(d.index, labels).any(|id| {
+            let v = self.snap.volume(id);
+            v.claim_ref.is_none()
+                && !v.deleting
+                && v.phase == Phase::Available
+                && check(v, d.claim) == Check::Fits
+                && on_node(v, labels)
+        })
+    }
+
     fn verdict(&self, views: &[ClaimView]) -> Verdict {
         let now: Vec<&[VolId]> = views.iter().map(|v| v.now.as_slice()).collect();
-        let (owner, unmatched, greedy_complete) = maximum_matching(&now);
+        let (chosen, unmatched, greedy_complete) = maximum_matching(&now);
         if unmatched.is_none() {
-            let mut fit = self.fit(views, &owner);
+            let mut fit = self.fit(views, &chosen);
             fit.greedy_misses = !greedy_complete;
             return Verdict::Fit(fit);
         }
@@ -227,28 +266,30 @@ impl<'s> PodClaims<'s> {
         }
     }
 
-    fn fit(&self, views: &[ClaimView], owner: &HashMap<VolId, usize>) -> Fit {
-        let mut chosen = vec![0; views.len()];
-        for (&vol, &claim) in owner {
-            chosen[claim] = vol;
-        }
+    fn fit(&self, views: &[ClaimView], chosen: &[Option<VolId>]) -> Fit {
         let mut fit = Fit::default();
-        let mut pool: BTreeMap<&str, HashSet<VolId>> = BTreeMap::new();
         for (i, d) in self.delayed.iter().enumerate() {
             fit.assignments.push(Assignment {
                 claim: d.key.clone(),
-                class: d.claim.class.clone(),
+                class: d.class.clone(),
                 request: d.claim.request,
-                volume: chosen[i],
+                // NB: only called on a complete matching, where every claim has a PV.
+                volume: chosen[i].unwrap_or_default(),
             });
-            pool.entry(d.claim.class.as_str())
-                .or_default()
-                .extend(views[i].now.iter().copied());
         }
-        for (class, vols) in pool {
-            let used = fit.assignments.iter().filter(|a| a.class == class).count();
-            fit.spare
-                .insert(class.to_string(), vols.len().saturating_sub(used));
+        let mut pool: Vec<(&Arc<str>, VolId)> = Vec::new();
+        for (d, view) in self.delayed.iter().zip(views) {
+            pool.extend(view.now.iter().map(|&v| (&d.class, v)));
+        }
+        pool.sort_unstable();
+        pool.dedup();
+        for (class, _) in &pool {
+            *fit.spare.entry(Arc::clone(class)).or_default() += 1;
+        }
+        for a in &fit.assignments {
+            if let Some(n) = fit.spare.get_mut(&a.class) {
+                *n = n.saturating_sub(1);
+            }
         }
         fit
     }
@@ -269,9 +310,9 @@ impl<'s> PodClaims<'s> {
             });
         }
         let mut view = ClaimView::default();
-        for id in self.snap.candidates(&d.claim.class, labels) {
+        for id in ClassIndex::candidates(d.index, labels) {
             let v = self.snap.volume(id);
-            if !v.affinity.matches(labels) {
+            if !on_node(v, labels) {
                 continue;
             }
             view.on_node += 1;
@@ -367,6 +408,11 @@ enum Check {
     Fits,
 }
 
+/// Node affinity, skipping the comparison when the index lookup by hostname already proved it.
+fn on_node(v: &Volume, labels: &Labels) -> bool {
+    v.affinity.implied_by_hostname() || v.affinity.matches(labels)
+}
+
 /// The claim-specific rules (volume mode, access modes, selector, capacity); class, claimRef, phase, deletion
 /// and node affinity are the caller's.
 fn check(v: &Volume, c: &Claim) -> Check {
@@ -391,15 +437,14 @@ fn merged(a: &[VolId], b: &[VolId]) -> Vec<VolId> {
 }
 
 /// Greedy in claim order (each takes its smallest free candidate), then augmenting paths for the claims greedy
-/// left out. Returns PV -> claim, the first claim left unmatched if any, and whether greedy alone matched all.
-fn maximum_matching(candidates: &[&[VolId]]) -> (HashMap<VolId, usize>, Option<usize>, bool) {
-    let mut owner: HashMap<VolId, usize> = HashMap::new();
+/// left out. Returns the PV of each claim, the first claim left unmatched if any, and whether greedy alone
+/// matched all. Pods have few claims, so ownership is a linear scan rather than a map.
+fn maximum_matching(candidates: &[&[VolId]]) -> (Vec<Option<VolId>>, Option<usize>, bool) {
+    let mut chosen: Vec<Option<VolId>> = vec![None; candidates.len()];
     let mut missed = Vec::new();
     for (claim, cands) in candidates.iter().enumerate() {
-        match cands.iter().find(|v| !owner.contains_key(v)) {
-            Some(&v) => {
-                owner.insert(v, claim);
-            }
+        match cands.iter().find(|&&v| !chosen.contains(&Some(v))) {
+            Some(&v) => chosen[claim] = Some(v),
             None => missed.push(claim),
         }
     }
@@ -407,29 +452,29 @@ fn maximum_matching(candidates: &[&[VolId]]) -> (HashMap<VolId, usize>, Option<u
     let greedy_complete = missed.is_empty();
     for claim in missed {
         let mut seen = HashSet::new();
-        if !augment(claim, candidates, &mut owner, &mut seen) && unmatched.is_none() {
+        if !augment(claim, candidates, &mut chosen, &mut seen) && unmatched.is_none() {
             unmatched = Some(claim);
         }
     }
-    (owner, unmatched, greedy_complete)
+    (chosen, unmatched, greedy_complete)
 }
 
 fn augment(
     claim: usize,
     candidates: &[&[VolId]],
-    owner: &mut HashMap<VolId, usize>,
+    chosen: &mut [Option<VolId>],
     seen: &mut HashSet<VolId>,
 ) -> bool {
     for &v in candidates[claim] {
         if !seen.insert(v) {
             continue;
         }
-        let free = match owner.get(&v) {
+        let free = match chosen.iter().position(|c| *c == Some(v)) {
             None => true,
-            Some(&other) => augment(other, candidates, owner, seen),
+            Some(other) => augment(other, candidates, chosen, seen),
         };
         if free {
-            owner.insert(v, claim);
+            chosen[claim] = Some(v);
             return true;
         }
     }

@@ -25,9 +25,18 @@ fn snapshot(pvs: Vec<PvBuilder>, pvcs: Vec<PvcBuilder>) -> Snapshot {
     )
 }
 
+/// The detailed verdict, after checking that the verdict-only path (filter's fast path) agrees with it.
 fn decide_on(snap: &Snapshot, claims: &[&str], node: &str) -> Verdict {
     let names: Vec<String> = claims.iter().map(|c| c.to_string()).collect();
-    PodClaims::resolve(snap, "default", &names).decide(snap.node_labels(node))
+    let detailed = PodClaims::resolve(snap, "default", &names).decide(snap.node_labels(node));
+    let quick = PodClaims::resolve(snap, "default", &names)
+        .verdicts_only()
+        .decide(snap.node_labels(node));
+    match (&detailed, &quick) {
+        (Verdict::Fit(_), Verdict::Fit(_)) => {}
+        _ => assert_eq!(detailed, quick, "verdict-only path disagrees"),
+    }
+    detailed
 }
 
 /// claim -> PV name of a fitting verdict; panics on any other verdict.
@@ -36,7 +45,7 @@ fn chosen(snap: &Snapshot, verdict: &Verdict) -> Vec<(String, String)> {
         Verdict::Fit(fit) => fit
             .assignments
             .iter()
-            .map(|a| (a.claim.clone(), snap.volume(a.volume).name.clone()))
+            .map(|a| (a.claim.to_string(), snap.volume(a.volume).name.clone()))
             .collect(),
         other => panic!("expected a fit, got {other:?}"),
     }
@@ -402,7 +411,7 @@ fn spare_counts_matching_free_pvs_left_per_class() {
     };
     assert_eq!(
         fit.spare,
-        BTreeMap::from([("fast".to_string(), 0), ("local".to_string(), 2)])
+        BTreeMap::from([("fast".into(), 0), ("local".into(), 2)])
     );
 }
 

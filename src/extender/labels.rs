@@ -126,12 +126,17 @@ impl Term {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeAffinity {
     terms: Option<Vec<Term>>,
+    /// Exactly `kubernetes.io/hostname In [..]`: being found under a node's hostname in the index proves a match.
+    hostname_only: bool,
 }
 
 impl NodeAffinity {
     pub fn compile(affinity: Option<&VolumeNodeAffinity>) -> NodeAffinity {
         let Some(required) = affinity.and_then(|a| a.required.as_ref()) else {
-            return NodeAffinity { terms: None };
+            return NodeAffinity {
+                terms: None,
+                hostname_only: false,
+            };
         };
         let terms = required.node_selector_terms.iter().map(|term| {
             let exprs: &[NodeSelectorRequirement] =
@@ -151,8 +156,12 @@ impl NodeAffinity {
                 never,
             }
         });
+        let terms: Vec<Term> = terms.collect();
+        let hostname_only = matches!(terms.as_slice(), [t] if !t.never
+            && matches!(t.requirements.as_slice(), [r] if r.key == HOSTNAME_LABEL && matches!(r.op, Op::In(_))));
         NodeAffinity {
-            terms: Some(terms.collect()),
+            terms: Some(terms),
+            hostname_only,
         }
     }
 
@@ -161,6 +170,11 @@ impl NodeAffinity {
             None => true,
             Some(terms) => terms.iter().any(|t| t.matches(labels)),
         }
+    }
+
+    /// Whether finding this PV under a node's hostname (`hostnames`) already proves the affinity matches it.
+    pub fn implied_by_hostname(&self) -> bool {
+        self.hostname_only
     }
 
     /// Hostname label values outside which this affinity can never match, or `None` when it may match nodes of

@@ -37,7 +37,7 @@ pub fn score(
     let mut most_spare: BTreeMap<&str, usize> = BTreeMap::new();
     for fit in fits.iter().flatten() {
         for (class, &n) in &fit.spare {
-            let m = most_spare.entry(class.as_str()).or_default();
+            let m = most_spare.entry(class.as_ref()).or_default();
             *m = (*m).max(n);
         }
     }
@@ -64,7 +64,7 @@ fn node_score(
     // class -> (claims, requested bytes, chosen capacity)
     let mut groups: BTreeMap<&str, (usize, u128, u128)> = BTreeMap::new();
     for a in &fit.assignments {
-        let g = groups.entry(a.class.as_str()).or_default();
+        let g = groups.entry(a.class.as_ref()).or_default();
         g.0 += 1;
         g.1 += a.request;
         g.2 += snap.volume(a.volume).capacity;

@@ -18,8 +18,9 @@ use super::model::{Claim, Class, Volume};
 
 pub type VolId = usize;
 
+/// The PVs of one class, by the hostname they are pinned to.
 #[derive(Debug, Default)]
-struct ClassIndex {
+pub struct ClassIndex {
     by_host: HashMap<String, Vec<VolId>>,
     general: Vec<VolId>,
 }
@@ -108,13 +109,36 @@ impl Snapshot {
         self.nodes.keys().map(String::as_str)
     }
 
+    pub fn class_index(&self, class: &str) -> Option<&ClassIndex> {
+        self.by_class.get(class)
+    }
+
     /// PVs of `class` that may sit on a node with these labels, smallest first. Node affinity is not yet checked.
     pub fn candidates<'a>(
         &'a self,
         class: &str,
         node: &Labels,
     ) -> impl Iterator<Item = VolId> + 'a {
-        let index = self.by_class.get(class);
+        ClassIndex::candidates(self.class_index(class), node)
+    }
+
+    pub fn counts(&self) -> [(&'static str, usize); 4] {
+        [
+            ("persistentvolumes", self.volumes.len()),
+            ("persistentvolumeclaims", self.claims.len()),
+            ("storageclasses", self.classes.len()),
+            ("nodes", self.nodes.len()),
+        ]
+    }
+}
+
+impl ClassIndex {
+    /// PVs of the class that may sit on a node with these labels, smallest first (`index` from `class_index`,
+    /// looked up once per claim rather than once per node).
+    pub fn candidates<'a>(
+        index: Option<&'a ClassIndex>,
+        node: &Labels,
+    ) -> impl Iterator<Item = VolId> + 'a {
         let host = node.get(HOSTNAME_LABEL);
         let pinned = index
             .and_then(|i| host.and_then(|h| i.by_host.get(h)))
@@ -125,15 +149,6 @@ impl Snapshot {
             a: pinned,
             b: general,
         }
-    }
-
-    pub fn counts(&self) -> [(&'static str, usize); 4] {
-        [
-            ("persistentvolumes", self.volumes.len()),
-            ("persistentvolumeclaims", self.claims.len()),
-            ("storageclasses", self.classes.len()),
-            ("nodes", self.nodes.len()),
-        ]
     }
 }
 

@@ -20,29 +20,69 @@ pub struct FilterCounts {
     pub unresolvable: usize,
 }
 
-/// A verdict per candidate node of `args`, in input order, and whether the pod has delayed claims.
-pub fn evaluate(args: &ExtenderArgs, snap: &Snapshot) -> (Vec<(String, Verdict)>, bool) {
-    let claims = PodClaims::resolve(snap, args.pod.namespace(), &args.pod.claim_names());
-    let verdicts = match (&args.nodes, &args.node_names) {
+/// Verdicts in input order; names are the caller's to pair (`args.nodes` or `args.node_names`).
+fn verdicts(args: &ExtenderArgs, claims: &PodClaims) -> Vec<Verdict> {
+    let snap = claims.snapshot();
+    match (&args.nodes, &args.node_names) {
         (Some(nodes), _) => nodes
             .iter()
-            .map(|n| (n.name.clone(), claims.decide(Some(&n.labels))))
+            .map(|n| claims.decide(Some(&n.labels)))
             .collect(),
         (None, Some(names)) => names
             .iter()
-            .map(|n| (n.clone(), claims.decide(snap.node_labels(n))))
+            .map(|n| claims.decide(snap.node_labels(n)))
             .collect(),
         (None, None) => Vec::new(),
-    };
-    (verdicts, claims.has_delayed())
+    }
+}
+
+fn input_names(args: &ExtenderArgs) -> Vec<String> {
+    match (&args.nodes, &args.node_names) {
+        (Some(nodes), _) => nodes.iter().map(|n| n.name.clone()).collect(),
+        (None, names) => names.clone().unwrap_or_default(),
+    }
+}
+
+/// A verdict per candidate node of `args`, in input order, and whether the pod has delayed claims. Without
+/// `detail`, fits carry no assignments (enough for filter, and cheaper).
+pub fn evaluate(
+    args: &ExtenderArgs,
+    snap: &Snapshot,
+    detail: bool,
+) -> (Vec<(String, Verdict)>, bool) {
+    let mut claims = PodClaims::resolve(snap, args.pod.namespace(), &args.pod.claim_names());
+    if !detail {
+        claims = claims.verdicts_only();
+    }
+    let named = input_names(args)
+        .into_iter()
+        .zip(verdicts(args, &claims))
+        .collect();
+    (named, claims.has_delayed())
 }
 
 pub fn filter(args: ExtenderArgs, snap: &Snapshot) -> (ExtenderFilterResult, FilterCounts) {
-    let (verdicts, _) = evaluate(&args, snap);
+    let claims =
+        PodClaims::resolve(snap, args.pod.namespace(), &args.pod.claim_names()).verdicts_only();
     let mut result = ExtenderFilterResult::default();
     let mut counts = FilterCounts::default();
-    let mut passed = vec![false; verdicts.len()];
-    for (i, (name, verdict)) in verdicts.into_iter().enumerate() {
+    let n = args
+        .nodes
+        .as_ref()
+        .map(Vec::len)
+        .or(args.node_names.as_ref().map(Vec::len))
+        .unwrap_or(0);
+    if claims.is_trivial() {
+        // Fast path: nothing to decide, every node survives as given.
+        counts.passed = n;
+        return (survivors(args, &vec![true; n], result), counts);
+    }
+    let name = |i: usize| match (&args.nodes, &args.node_names) {
+        (Some(nodes), _) => nodes[i].name.clone(),
+        (None, names) => names.as_ref().map(|n| n[i].clone()).unwrap_or_default(),
+    };
+    let mut passed = vec![false; n];
+    for (i, verdict) in verdicts(&args, &claims).into_iter().enumerate() {
         match verdict {
             Verdict::Fit(_) => {
                 passed[i] = true;
@@ -50,41 +90,43 @@ pub fn filter(args: ExtenderArgs, snap: &Snapshot) -> (ExtenderFilterResult, Fil
             }
             Verdict::Failed(reason) => {
                 counts.failed += 1;
-                result.failed_nodes.insert(name, reason);
+                result.failed_nodes.insert(name(i), reason);
             }
             Verdict::Unresolvable(reason) => {
                 counts.unresolvable += 1;
-                result.failed_and_unresolvable_nodes.insert(name, reason);
+                result.failed_and_unresolvable_nodes.insert(name(i), reason);
             }
         }
     }
+    (survivors(args, &passed, result), counts)
+}
+
+/// The input nodes whose `passed` flag is set, in the input's form (`Nodes` or `NodeNames`, `[]` when none).
+fn survivors(
+    args: ExtenderArgs,
+    passed: &[bool],
+    mut result: ExtenderFilterResult,
+) -> ExtenderFilterResult {
     match (args.nodes, args.node_names) {
         (Some(nodes), _) => {
             let items = nodes
                 .into_iter()
-                .zip(&passed)
+                .zip(passed)
                 .filter(|(_, p)| **p)
                 .map(|(n, _)| n.raw)
                 .collect();
             result.nodes = Some(NodeListOut { items });
         }
         (None, names) => {
-            let names = names.unwrap_or_default();
-            result.node_names = Some(
-                names
-                    .into_iter()
-                    .zip(&passed)
-                    .filter(|(_, p)| **p)
-                    .map(|(n, _)| n)
-                    .collect(),
-            );
+            let names = names.unwrap_or_default().into_iter().zip(passed);
+            result.node_names = Some(names.filter(|(_, p)| **p).map(|(n, _)| n).collect());
         }
     }
-    (result, counts)
+    result
 }
 
 pub fn prioritize(args: &ExtenderArgs, snap: &Snapshot, strategy: Strategy) -> Vec<HostPriority> {
-    let (verdicts, has_delayed) = evaluate(args, snap);
+    let (verdicts, has_delayed) = evaluate(args, snap, true);
     score(snap, strategy, has_delayed, &verdicts)
         .into_iter()
         .map(|(host, score)| HostPriority { host, score })
@@ -102,7 +144,7 @@ pub fn assignments(
             let chosen = fit
                 .assignments
                 .iter()
-                .map(|a| (a.claim.clone(), snap.volume(a.volume).name.clone()))
+                .map(|a| (a.claim.to_string(), snap.volume(a.volume).name.clone()))
                 .collect();
             out.insert(node.clone(), chosen);
         }
