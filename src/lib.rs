@@ -15,13 +15,15 @@
 // and `sys` alone allows it, with every block commented.
 #![deny(unsafe_code)]
 
-pub mod disk;
-pub mod sys;
+pub mod agent;
 pub mod config;
 pub mod discover;
+pub mod disk;
 pub mod explain;
 pub mod extender;
 pub mod host;
+pub mod inventory;
 pub mod plan;
 pub mod pvname;
+pub mod sys;
 pub mod wipe;

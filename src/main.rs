@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -18,10 +18,16 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the node agent: publish local disks as PVs, wipe and recycle released volumes.
+    Node(localpv::agent::Options),
     /// Serve the kube-scheduler extender: filter and score nodes by free matching local PVs.
     Extender(localpv::extender::Options),
     /// Explain offline why a pod fits or not on each node of a dumped cluster.
     Explain(localpv::explain::Options),
+    /// Print the LocalDisk CustomResourceDefinition as YAML.
+    Crd,
+    /// List the disks the node agents found, on every node (also `kubectl localpv disks`).
+    Disks(localpv::inventory::cli::Options),
 }
 
 fn run_extender(opts: localpv::extender::Options) -> ExitCode {
@@ -44,6 +50,27 @@ fn run_extender(opts: localpv::extender::Options) -> ExitCode {
     }
 }
 
+/// Runs one async component to completion on a multi-threaded runtime.
+fn run_async(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(error) => {
+            eprintln!("error: failed to start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(fut) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn run_explain(opts: localpv::explain::Options) -> ExitCode {
     match localpv::explain::run(&opts) {
         Ok(out) => {
@@ -57,10 +84,63 @@ fn run_explain(opts: localpv::explain::Options) -> ExitCode {
     }
 }
 
+/// Logs to stderr; `RUST_LOG` overrides the default `info` level, `LOCALPV_LOG_FORMAT=json` switches to JSON.
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if std::env::var("LOCALPV_LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+fn run_crd() -> ExitCode {
+    match localpv::inventory::crd_yaml() {
+        Ok(yaml) => {
+            print!("{yaml}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: failed to serialise the CRD: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_disks(opts: localpv::inventory::cli::Options) -> ExitCode {
+    run_async(async move {
+        print!("{}", localpv::inventory::cli::run(&opts).await?);
+        Ok(())
+    })
+}
+
+/// Installed as `kubectl-localpv`, kubectl runs us for `kubectl localpv ...` with the same arguments; only the
+/// name shown in help and errors changes.
+fn parse_cli() -> Cli {
+    let plugin = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|argv0| argv0.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .is_some_and(|name| name.ends_with("kubectl-localpv"));
+    let mut command = Cli::command();
+    if plugin {
+        command = command.bin_name("kubectl localpv");
+    }
+    Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|error| error.exit())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
+    init_tracing();
     match cli.command {
+        Command::Node(opts) => run_async(localpv::agent::run(opts)),
         Command::Extender(opts) => run_extender(opts),
         Command::Explain(opts) => run_explain(opts),
+        Command::Crd => run_crd(),
+        Command::Disks(opts) => run_disks(opts),
     }
 }

@@ -4,4 +4,5 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod node_agent;
 mod walkthrough;

@@ -2,6 +2,7 @@
 //! real disks (`disks`), and the process plumbing under them (`proc`, `certs`).
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod certs;
 pub mod cluster;
 pub mod disks;

@@ -1,0 +1,138 @@
+//! Applies the planner's API actions idempotently: `AlreadyExists` on create, `NotFound` on delete and failed
+//! preconditions count as done (the next pass sees the truth), everything else is logged, counted and retried by
+//! the next pass.
+
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
+use tracing::{debug, info, warn};
+
+use super::metrics::{ApiOutcome, ApiVerb, Metrics};
+use crate::plan::{EventType, MetaPatch, PvEvent, PvRef};
+
+pub const FIELD_MANAGER: &str = "localpv-node";
+
+pub struct Writer {
+    pub pvs: Api<PersistentVolume>,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+}
+
+/// Whether an API error means "already done / no longer applicable" rather than a failure.
+fn moot(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 404 || s.code == 409)
+}
+
+impl Writer {
+    fn count(&self, verb: ApiVerb, result: &Result<(), kube::Error>) -> bool {
+        let outcome = match result {
+            Ok(()) => ApiOutcome::Ok,
+            Err(e) if moot(e) => ApiOutcome::Moot,
+            Err(_) => ApiOutcome::Error,
+        };
+        self.metrics.api(verb, outcome);
+        !matches!(outcome, ApiOutcome::Error)
+    }
+
+    /// Creates a PV; true unless the request failed for a reason worth retrying.
+    pub async fn create(&self, pv: &PersistentVolume) -> bool {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let result = self.pvs.create(&pp, pv).await.map(drop);
+        match &result {
+            Ok(()) => {
+                info!(pv = %name, path = ?pv.spec.as_ref().and_then(|s| s.local.as_ref()).map(|l| &l.path), "created PV")
+            }
+            Err(e) if moot(e) => debug!(pv = %name, "PV already exists"),
+            Err(error) => warn!(pv = %name, %error, "failed to create PV"),
+        }
+        self.count(ApiVerb::Create, &result)
+    }
+
+    /// Deletes a PV only if it is still the object planned for (UID and resourceVersion preconditions).
+    pub async fn delete(&self, r: &PvRef) -> bool {
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(r.uid.clone()),
+                resource_version: Some(r.resource_version.clone()),
+            }),
+            ..Default::default()
+        };
+        let result = self.pvs.delete(&r.name, &dp).await.map(drop);
+        match &result {
+            Ok(()) => info!(pv = %r.name, "deleted PV"),
+            Err(e) if moot(e) => {
+                debug!(pv = %r.name, error = %e, "PV gone or changed; not deleted")
+            }
+            Err(error) => warn!(pv = %r.name, %error, "failed to delete PV"),
+        }
+        self.count(ApiVerb::Delete, &result)
+    }
+
+    /// Merges labels/annotations into a PV, guarded by UID (and resourceVersion when the patch carries one).
+    /// Returns `Ok(true)` when applied, `Ok(false)` when moot (PV gone or changed), `Err` for a retryable failure.
+    pub async fn patch(&self, name: &str, patch: &MetaPatch) -> Result<bool, ()> {
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let result = self
+            .pvs
+            .patch(name, &pp, &Patch::Merge(patch.to_merge_patch()))
+            .await
+            .map(drop);
+        match &result {
+            Ok(()) => debug!(pv = %name, "patched PV"),
+            Err(e) if moot(e) => debug!(pv = %name, error = %e, "PV gone or changed; not patched"),
+            Err(error) => warn!(pv = %name, %error, "failed to patch PV"),
+        }
+        let ok = self.count(ApiVerb::Patch, &result);
+        match (ok, result.is_ok()) {
+            (true, applied) => Ok(applied),
+            (false, _) => Err(()),
+        }
+    }
+
+    pub async fn event(&self, e: &PvEvent) {
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("PersistentVolume".into()),
+            name: Some(e.pv.name.clone()),
+            uid: Some(e.pv.uid.clone()).filter(|u| !u.is_empty()),
+            ..Default::default()
+        };
+        let type_ = match e.type_ {
+            EventType::Normal => KubeEventType::Normal,
+            EventType::Warning => KubeEventType::Warning,
+        };
+        self.publish(type_, e.reason, &e.message, &reference).await;
+    }
+
+    pub async fn publish(
+        &self,
+        type_: KubeEventType,
+        reason: &str,
+        message: &str,
+        reference: &ObjectReference,
+    ) {
+        match type_ {
+            KubeEventType::Warning => warn!(object = ?reference.name, reason, message, "event"),
+            KubeEventType::Normal => info!(object = ?reference.name, reason, message, "event"),
+        }
+        let ev = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(message.chars().take(1000).collect()),
+            action: reason.to_string(),
+            secondary: None,
+        };
+        let result = self.recorder.publish(&ev, reference).await;
+        if let Err(error) = &result {
+            warn!(%error, reason, "failed to publish event");
+        }
+        self.count(ApiVerb::Event, &result);
+    }
+}

@@ -1,0 +1,101 @@
+//! The disk ledger on the node's own disk: which disks served a claim and must be wiped before they are exposed
+//! again. It lives outside the PVs on purpose: deleting a PV by hand must not make the agent forget a dirty disk.
+//!
+//! Written atomically (temp file, fsync, rename) after every change; read once at start.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::plan::DiskLedger;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("failed to read disk ledger {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to parse disk ledger {}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("failed to write disk ledger {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub struct LedgerFile {
+    path: PathBuf,
+}
+
+impl LedgerFile {
+    pub fn new(state_dir: &Path) -> LedgerFile {
+        LedgerFile {
+            path: state_dir.join("disk-ledger.json"),
+        }
+    }
+
+    /// The stored ledger; empty when the file does not exist yet. A corrupt file is an error, never "empty":
+    /// forgetting dirty disks would let a tenant's data reach the next one.
+    pub fn load(&self) -> Result<DiskLedger, LedgerError> {
+        match fs::read(&self.path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| LedgerError::Parse {
+                path: self.path.clone(),
+                source,
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(DiskLedger::default()),
+            Err(source) => Err(LedgerError::Read {
+                path: self.path.clone(),
+                source,
+            }),
+        }
+    }
+
+    pub fn store(&self, ledger: &DiskLedger) -> Result<(), LedgerError> {
+        let err = |source| LedgerError::Write {
+            path: self.path.clone(),
+            source,
+        };
+        if let Some(dir) = self.path.parent() {
+            fs::create_dir_all(dir).map_err(err)?;
+        }
+        let tmp = self.path.with_extension("json.tmp");
+        let bytes = serde_json::to_vec_pretty(ledger).expect("a ledger always serialises");
+        let mut f = fs::File::create(&tmp).map_err(err)?;
+        f.write_all(&bytes).map_err(err)?;
+        f.sync_all().map_err(err)?;
+        fs::rename(&tmp, &self.path).map_err(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::DiskState;
+
+    #[test]
+    fn a_stored_ledger_reads_back_and_a_missing_one_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = LedgerFile::new(&dir.path().join("state"));
+        assert_eq!(file.load().unwrap(), DiskLedger::default());
+        let mut ledger = DiskLedger::default();
+        ledger.set("fs:1234", DiskState::Dirty);
+        file.store(&ledger).unwrap();
+        assert_eq!(file.load().unwrap(), ledger);
+    }
+
+    #[test]
+    fn a_corrupt_ledger_is_an_error_not_an_empty_ledger() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = LedgerFile::new(dir.path());
+        fs::write(dir.path().join("disk-ledger.json"), b"{not json").unwrap();
+        assert!(matches!(file.load(), Err(LedgerError::Parse { .. })));
+    }
+}

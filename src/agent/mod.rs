@@ -1,0 +1,158 @@
+//! `localpv node`: the node agent. Publishes each disk under the configured discovery directories as a local PV,
+//! keeps the PVs true to their disks, and wipes and recycles released volumes.
+//!
+//! ```text
+//!  MountWatcher (mountinfo POLLPRI, inotify) ─┐
+//!  watches: own PVs (label), own Node, SCs   ─┼─ wake ─> pass: discover (host) ─> plan (pure) ─> execute actions
+//!  resync timer, requeue hints, config poll  ─┘                                    │            (API writes, ledger,
+//!                                                                                  v             wipes in background)
+//!                                                                           /disks, /metrics, Events
+//! ```
+//!
+//! Everything that decides lives in `plan`; this module only gathers inputs and applies what `plan` returns.
+
+mod exec;
+mod http;
+mod ledger;
+mod metrics;
+mod pass;
+mod watch;
+mod wiper;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Client;
+use kube::runtime::watcher;
+use prometheus_client::registry::Registry;
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::plan::pv::NODE_LABEL;
+
+/// Flags and environment of `localpv node`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Options {
+    /// Configuration: a directory holding one file per key (a mounted ConfigMap) or one YAML file.
+    #[arg(long, env = "LOCALPV_CONFIG", default_value = "/etc/localpv/config")]
+    pub config: PathBuf,
+    /// This node's name (the reference provisioner's `MY_NODE_NAME` is read too).
+    #[arg(long, env = "LOCALPV_NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Validate the configuration, print warnings, and exit: 0 when valid.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Address for /livez, /readyz, /metrics and /disks.
+    #[arg(long, env = "LOCALPV_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Node-local state (the disk ledger); must survive restarts of the agent (a hostPath in the DaemonSet).
+    #[arg(long, env = "LOCALPV_STATE_DIR", default_value = "/var/lib/localpv")]
+    pub state_dir: PathBuf,
+    /// How often the configuration is re-read for changes.
+    #[arg(long, env = "LOCALPV_CONFIG_POLL", default_value = "2s", value_parser = parse_duration)]
+    pub config_poll: Duration,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    crate::config::values::go_duration(text)
+}
+
+/// Loads and validates the configuration, logging each warning (unsupported keys are accepted, not fatal).
+pub fn load_config(path: &std::path::Path) -> anyhow::Result<Config> {
+    let loaded = Config::load(path)?;
+    for w in &loaded.warnings {
+        warn!(key = %w.key, "{}", w.message);
+    }
+    Ok(loaded.config)
+}
+
+pub async fn run(opts: Options) -> anyhow::Result<()> {
+    let config = load_config(&opts.config)?;
+    if opts.check_config {
+        println!(
+            "configuration {} is valid ({} classes)",
+            opts.config.display(),
+            config.classes.len()
+        );
+        return Ok(());
+    }
+    let node = opts
+        .node_name
+        .clone()
+        .or_else(|| std::env::var("MY_NODE_NAME").ok())
+        .filter(|n| !n.is_empty())
+        .context("the node name is required: set --node-name, LOCALPV_NODE_NAME or MY_NODE_NAME")?;
+    let client = Client::try_default()
+        .await
+        .context("failed to configure the Kubernetes client")?;
+    info!(%node, config = %opts.config.display(), classes = config.classes.len(), "starting node agent");
+
+    let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
+    let mut registry = Registry::default();
+    let metrics = metrics::Metrics::register(&mut registry);
+    let state = http::State::new(registry);
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .with_context(|| format!("failed to listen on {}", opts.listen))?;
+
+    let changed = Arc::new(Notify::new());
+    let pvs = watch::Store::<PersistentVolume>::new();
+    let nodes = watch::Store::<Node>::new();
+    let classes = watch::Store::<StorageClass>::new();
+    let own_pvs = watcher::Config::default().labels(&format!("{NODE_LABEL}={node}"));
+    let own_node = watcher::Config::default().fields(&format!("metadata.name={node}"));
+
+    let agent = pass::Agent::new(pass::Setup {
+        node: node.clone(),
+        client: client.clone(),
+        config,
+        opts: opts.clone(),
+        pvs: pvs.clone(),
+        nodes: nodes.clone(),
+        classes: classes.clone(),
+        changed: changed.clone(),
+        metrics,
+        http: state.clone(),
+    })?;
+
+    let signals = async {
+        let r = crate::agent::http::shutdown_signal().await;
+        info!("shutdown requested");
+        let _ = shutdown_tx.send(true);
+        r
+    };
+    let (signalled, served, ..) = tokio::join!(
+        signals,
+        http::serve(listener, state, shutdown.clone()),
+        watch::run(
+            client.clone(),
+            own_pvs,
+            pvs,
+            changed.clone(),
+            shutdown.clone()
+        ),
+        watch::run(
+            client.clone(),
+            own_node,
+            nodes,
+            changed.clone(),
+            shutdown.clone()
+        ),
+        watch::run(
+            client.clone(),
+            watcher::Config::default(),
+            classes,
+            changed.clone(),
+            shutdown.clone()
+        ),
+        agent.run(shutdown.clone()),
+    );
+    info!("node agent stopped");
+    signalled.and(served)
+}

@@ -1,0 +1,558 @@
+//! The agent's loop: wake on any change, run one discovery + planning pass, apply the plan, repeat.
+//!
+//! Wipes run in the background (one per disk at a time); their completion is fed back into the loop, which updates
+//! the ledger and the PV and plans again. Failed wipes back off exponentially (capped) per disk.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use kube::runtime::events::{EventType as KubeEventType, Recorder, Reporter};
+use tokio::sync::{Notify, mpsc, watch as tokio_watch};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::exec::Writer;
+use super::http::State as HttpState;
+use super::ledger::LedgerFile;
+use super::metrics::{Metrics, Outcome, OutcomeLabels, PhaseLabels, ReasonLabels, WipeLabels};
+use super::watch::Store;
+use super::wiper::{self, Done, Failed};
+use super::{Options, load_config};
+use crate::config::Config;
+use crate::discover::discover;
+use crate::disk::Discovery;
+use crate::host::Host;
+use crate::host::linux::LinuxHost;
+use crate::host::watch::MountWatcher;
+use crate::plan::pv::{ANN_PROVISIONED_BY, NODE_LABEL};
+use crate::plan::{
+    self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, StorageClassFacts,
+    WipeOrder,
+};
+use crate::wipe::Control;
+
+const MAX_BACKOFF: Duration = Duration::from_secs(600);
+const FIRST_BACKOFF: Duration = Duration::from_secs(5);
+/// Coalesces the burst of watch events our own writes cause into one pass.
+const SETTLE: Duration = Duration::from_millis(30);
+
+pub struct Setup {
+    pub node: String,
+    pub client: Client,
+    pub config: Config,
+    pub opts: Options,
+    pub pvs: Arc<Store<PersistentVolume>>,
+    pub nodes: Arc<Store<Node>>,
+    pub classes: Arc<Store<StorageClass>>,
+    pub changed: Arc<Notify>,
+    pub metrics: Metrics,
+    pub http: HttpState,
+}
+
+struct Running {
+    ctl: Arc<Control>,
+    task: JoinHandle<()>,
+}
+
+struct Backoff {
+    failures: u32,
+    not_before: Instant,
+}
+
+type WipeResult = (WipeOrder, Result<Done, Failed>);
+
+pub struct Agent {
+    s: Setup,
+    host: Arc<dyn Host>,
+    writer: Writer,
+    ledger: DiskLedger,
+    ledger_file: LedgerFile,
+    memory: Memory,
+    /// Reference-provisioner PVs of this node found by the start-up list, until adopted (then the watch has them).
+    adoptable: Vec<PersistentVolume>,
+    running: HashMap<String, Running>,
+    backoff: HashMap<String, Backoff>,
+    done_tx: mpsc::Sender<WipeResult>,
+    done_rx: mpsc::Receiver<WipeResult>,
+    last_config_error: Option<String>,
+}
+
+impl Agent {
+    pub fn new(s: Setup) -> anyhow::Result<Agent> {
+        let ledger_file = LedgerFile::new(&s.opts.state_dir);
+        let ledger = ledger_file.load()?;
+        let reporter = Reporter {
+            controller: "localpv-node".into(),
+            instance: Some(s.node.clone()),
+        };
+        let writer = Writer {
+            pvs: Api::all(s.client.clone()),
+            recorder: Recorder::new(s.client.clone(), reporter),
+            metrics: s.metrics.clone(),
+        };
+        let (done_tx, done_rx) = mpsc::channel(16);
+        Ok(Agent {
+            s,
+            host: Arc::new(LinuxHost::default()),
+            writer,
+            ledger,
+            ledger_file,
+            memory: Memory::default(),
+            adoptable: Vec::new(),
+            running: HashMap::new(),
+            backoff: HashMap::new(),
+            done_tx,
+            done_rx,
+            last_config_error: None,
+        })
+    }
+
+    pub async fn run(mut self, mut shutdown: tokio_watch::Receiver<bool>) {
+        if !self.start(&mut shutdown).await {
+            return;
+        }
+        let mut watcher = self.mount_watcher();
+        let mut config_tick = tokio::time::interval(self.s.opts.config_poll);
+        let mut resync_at = Instant::now() + self.s.config.min_resync_period;
+        let mut requeue = self.pass().await;
+        self.s.http.set_ready(true);
+        info!("node agent ready");
+        loop {
+            let wake_at = requeue.map_or(resync_at, |r| (Instant::now() + r).min(resync_at));
+            tokio::select! {
+                _ = async { match watcher.as_mut() { Some(w) => w.changed().await, None => std::future::pending().await } } => {}
+                _ = self.s.changed.notified() => {}
+                Some(done) = self.done_rx.recv() => self.finish_wipe(done).await,
+                _ = tokio::time::sleep_until(wake_at.into()) => {}
+                _ = config_tick.tick() => {
+                    if !self.reload_config().await { continue; }
+                    watcher = self.mount_watcher();
+                }
+                _ = shutdown.changed() => break,
+            }
+            tokio::time::sleep(SETTLE).await;
+            if Instant::now() >= resync_at {
+                resync_at = Instant::now() + self.s.config.min_resync_period;
+            }
+            requeue = self.pass().await;
+        }
+        self.stop_wipes().await;
+    }
+
+    /// Waits for the caches and lists adoptable PVs once. False when shutdown came first.
+    async fn start(&mut self, shutdown: &mut tokio_watch::Receiver<bool>) -> bool {
+        let mut delay = Duration::from_millis(200);
+        loop {
+            let synced = self.s.pvs.synced() && self.s.nodes.synced() && self.s.classes.synced();
+            if synced && self.s.nodes.get(&self.s.node).is_some() {
+                match self.list_adoptable().await {
+                    Ok(found) => {
+                        self.adoptable = found;
+                        return true;
+                    }
+                    Err(error) => {
+                        warn!(error = %format!("{error:#}"), "failed to list PVs for adoption; retrying")
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = shutdown.changed() => return false,
+            }
+            delay = (delay * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    /// One paginated list of all PVs at start: the reference provisioner's PVs of this node carry no label of ours.
+    async fn list_adoptable(&self) -> anyhow::Result<Vec<PersistentVolume>> {
+        let api: Api<PersistentVolume> = Api::all(self.s.client.clone());
+        let prefix = format!("local-volume-provisioner-{}", self.s.node);
+        let mut found = Vec::new();
+        let mut lp = ListParams::default().limit(500);
+        loop {
+            let page = api
+                .list(&lp)
+                .await
+                .context("failed to list PersistentVolumes")?;
+            for pv in page.items {
+                let ours = pv
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(NODE_LABEL));
+                let by = pv
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ANN_PROVISIONED_BY));
+                let theirs =
+                    by.is_some_and(|b| *b == prefix || b.starts_with(&format!("{prefix}-")));
+                if theirs && !ours {
+                    found.push(pv);
+                }
+            }
+            match page.metadata.continue_ {
+                Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+                _ => break,
+            }
+        }
+        info!(count = found.len(), "reference-provisioner PVs to adopt");
+        Ok(found)
+    }
+
+    fn mount_watcher(&self) -> Option<MountWatcher> {
+        let dirs: Vec<PathBuf> = self
+            .s
+            .config
+            .classes
+            .iter()
+            .map(|c| c.mount_dir.clone())
+            .collect();
+        match MountWatcher::new(&dirs) {
+            Ok(w) => Some(w),
+            Err(error) => {
+                warn!(error = %crate::host::error_chain(&error), "cannot watch mounts; relying on the periodic resync");
+                None
+            }
+        }
+    }
+
+    /// Re-reads the configuration. True when a new valid configuration was taken.
+    async fn reload_config(&mut self) -> bool {
+        match load_config(&self.s.opts.config) {
+            Ok(config) if config == self.s.config => {
+                self.last_config_error = None;
+                false
+            }
+            Ok(config) => {
+                info!(classes = config.classes.len(), "configuration reloaded");
+                self.s
+                    .metrics
+                    .config_reloads
+                    .get_or_create(&OutcomeLabels {
+                        outcome: Outcome::Ok,
+                    })
+                    .inc();
+                self.s.config = config;
+                self.last_config_error = None;
+                true
+            }
+            Err(error) => {
+                let text = format!("{error:#}");
+                if self.last_config_error.as_deref() != Some(&text) {
+                    warn!(error = %text, "new configuration rejected; keeping the last good one");
+                    self.s
+                        .metrics
+                        .config_reloads
+                        .get_or_create(&OutcomeLabels {
+                            outcome: Outcome::Error,
+                        })
+                        .inc();
+                    let node = ObjectReference {
+                        api_version: Some("v1".into()),
+                        kind: Some("Node".into()),
+                        name: Some(self.s.node.clone()),
+                        uid: self.s.nodes.get(&self.s.node).and_then(|n| n.metadata.uid),
+                        ..Default::default()
+                    };
+                    let message = format!(
+                        "configuration rejected, still running on the last good one: {text}"
+                    );
+                    self.writer
+                        .publish(KubeEventType::Warning, "ConfigRejected", &message, &node)
+                        .await;
+                    self.last_config_error = Some(text);
+                }
+                false
+            }
+        }
+    }
+
+    fn node_facts(&self) -> Option<NodeFacts> {
+        let node = self.s.nodes.get(&self.s.node)?;
+        let labels: BTreeMap<String, String> = node.metadata.labels.clone().unwrap_or_default();
+        Some(NodeFacts {
+            name: self.s.node.clone(),
+            hostname_label: labels.get("kubernetes.io/hostname").cloned(),
+            uid: node.metadata.uid.clone().unwrap_or_default(),
+            labels,
+        })
+    }
+
+    fn class_facts(&self) -> Vec<ClassFacts> {
+        self.s
+            .config
+            .classes
+            .iter()
+            .map(|c| ClassFacts {
+                config: c.clone(),
+                storage_class: self.s.classes.get(&c.name).map(|sc| StorageClassFacts {
+                    reclaim_policy: sc.reclaim_policy.clone(),
+                    mount_options: sc.mount_options.clone().unwrap_or_default(),
+                }),
+            })
+            .collect()
+    }
+
+    /// One discovery + planning pass. Returns when to plan again without an event, if the plan asks.
+    async fn pass(&mut self) -> Option<Duration> {
+        let started = Instant::now();
+        let classes = self.s.config.discovery_classes();
+        let host = self.host.clone();
+        let found =
+            match tokio::task::spawn_blocking(move || discover(host.as_ref(), &classes)).await {
+                Ok(found) => found,
+                Err(error) => {
+                    warn!(%error, "discovery task failed");
+                    return Some(FIRST_BACKOFF);
+                }
+            };
+        let Some(node) = self.node_facts() else {
+            warn!(node = %self.s.node, "Node object not found; waiting");
+            return Some(FIRST_BACKOFF);
+        };
+        let classes = self.class_facts();
+        let mut existing = self.s.pvs.all();
+        self.adoptable
+            .retain(|a| !existing.iter().any(|e| e.metadata.name == a.metadata.name));
+        existing.extend(self.adoptable.iter().cloned());
+        let plan = plan::plan(&Inputs {
+            node: &node,
+            config: &self.s.config,
+            classes: &classes,
+            found: &found,
+            existing: &existing,
+            ledger: &self.ledger,
+            memory: &self.memory,
+            now: SystemTime::now(),
+        });
+        let mut retry = false;
+        for action in plan.actions {
+            retry |= !self.execute(action).await;
+        }
+        self.memory = plan.memory;
+        self.publish_state(&found, &plan.unpublished, &existing);
+        self.s.metrics.discovery_passes.inc();
+        self.s
+            .metrics
+            .discovery_seconds
+            .observe(started.elapsed().as_secs_f64());
+        let backoff = self
+            .backoff
+            .values()
+            .map(|b| b.not_before.saturating_duration_since(Instant::now()))
+            .min();
+        [plan.requeue_after, backoff, retry.then_some(FIRST_BACKOFF)]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn publish_state(
+        &self,
+        found: &Discovery,
+        unpublished: &[plan::Unpublished],
+        pvs: &[PersistentVolume],
+    ) {
+        let m = &self.s.metrics;
+        m.disks_found.set(found.disks.len() as i64);
+        m.disks_unusable.clear();
+        for u in &found.unusable {
+            m.disks_unusable
+                .get_or_create(&ReasonLabels {
+                    reason: u.reason.as_str().into(),
+                })
+                .inc();
+        }
+        m.pvs.clear();
+        for pv in pvs {
+            let phase = pv
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_else(|| "Pending".into());
+            m.pvs.get_or_create(&PhaseLabels { phase }).inc();
+        }
+        let wiping: Vec<&String> = self.running.keys().collect();
+        self.s.http.set_disks(serde_json::json!({
+            "node": self.s.node,
+            "disks": found.disks,
+            "unusable": found.unusable,
+            "failedClasses": found.failed_classes,
+            "unpublished": unpublished,
+            "wiping": wiping,
+            "ledger": self.ledger,
+        }));
+    }
+
+    /// Applies one action; false when it failed in a way the next pass should retry soon.
+    async fn execute(&mut self, action: Action) -> bool {
+        match action {
+            Action::CreatePv(pv) => self.writer.create(&pv).await,
+            Action::DeletePv(r) => self.writer.delete(&r).await,
+            Action::AdoptPv { name, patch } | Action::RecordIdentity { name, patch } => {
+                self.writer.patch(&name, &patch).await.is_ok()
+            }
+            Action::SetDiskState { key, state } => self.set_disk_state(&key, state),
+            Action::Wipe(order) => self.start_wipe(*order).await,
+            Action::Event(e) => {
+                self.writer.event(&e).await;
+                true
+            }
+        }
+    }
+
+    fn set_disk_state(&mut self, key: &str, state: DiskState) -> bool {
+        if self.ledger.get(key) == Some(state) {
+            return true;
+        }
+        let before = self.ledger.clone();
+        self.ledger.set(key, state);
+        if let Err(error) = self.ledger_file.store(&self.ledger) {
+            // NB: an unpersisted ledger change must not be acted on (a dirty disk could be forgotten on restart).
+            warn!(error = %crate::host::error_chain(&error), "failed to persist the disk ledger");
+            self.ledger = before;
+            return false;
+        }
+        true
+    }
+
+    async fn start_wipe(&mut self, order: WipeOrder) -> bool {
+        if self.running.contains_key(&order.key) {
+            return true;
+        }
+        if self
+            .backoff
+            .get(&order.key)
+            .is_some_and(|b| Instant::now() < b.not_before)
+        {
+            return true;
+        }
+        if let (Some(pv), Some(patch)) = (&order.pv, &order.on_start) {
+            match self.writer.patch(&pv.name, patch).await {
+                Ok(true) => {}
+                Ok(false) => return true, // the PV changed meanwhile: the next pass decides again
+                Err(()) => return false,
+            }
+        }
+        let Some(class) = self
+            .s
+            .config
+            .class(&order.class)
+            .map(|c| c.discovery_class())
+        else {
+            return true;
+        };
+        info!(disk = %order.key, path = %order.host_path.display(), method = order.method.as_str(), "wipe started");
+        self.s.metrics.wipes_running.inc();
+        let ctl = Arc::new(Control::default());
+        let (host, tx, key) = (self.host.clone(), self.done_tx.clone(), order.key.clone());
+        let ctl2 = ctl.clone();
+        let task = tokio::spawn(async move {
+            let order2 = order.clone();
+            let result =
+                tokio::task::spawn_blocking(move || wiper::run(&host, &class, &order2, &ctl2))
+                    .await
+                    .unwrap_or_else(|e| Err(Failed::Error(format!("wipe task failed: {e}"))));
+            let _ = tx.send((order, result)).await;
+        });
+        self.running.insert(key, Running { ctl, task });
+        true
+    }
+
+    async fn finish_wipe(&mut self, (order, result): WipeResult) {
+        self.running.remove(&order.key);
+        self.s.metrics.wipes_running.dec();
+        let method = order.method.as_str().to_string();
+        let pv_ref = order.pv.as_ref().map(|p| ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("PersistentVolume".into()),
+            name: Some(p.name.clone()),
+            uid: Some(p.uid.clone()),
+            ..Default::default()
+        });
+        match result {
+            Ok(done) => {
+                self.s
+                    .metrics
+                    .wipes
+                    .get_or_create(&WipeLabels {
+                        method,
+                        outcome: Outcome::Ok,
+                    })
+                    .inc();
+                self.s.metrics.wipe_bytes.inc_by(done.bytes);
+                self.s.metrics.wipe_entries.inc_by(done.entries);
+                self.backoff.remove(&order.key);
+                info!(disk = %order.key, method = done.method, bytes = done.bytes, entries = done.entries, "wipe completed");
+                if !self.set_disk_state(&order.key, DiskState::Clean) {
+                    return;
+                }
+                if let (Some(pv), Some(patch)) = (&order.pv, &order.on_success) {
+                    let _ = self.writer.patch(&pv.name, patch).await;
+                }
+                if let Some(r) = &pv_ref {
+                    let msg = format!("wiped {} with {}", order.host_path.display(), done.method);
+                    self.writer
+                        .publish(KubeEventType::Normal, "WipeCompleted", &msg, r)
+                        .await;
+                    if !done.nested_mounts.is_empty() {
+                        let msg = format!(
+                            "mounts inside the volume were left in place: {:?}",
+                            done.nested_mounts
+                        );
+                        self.writer
+                            .publish(KubeEventType::Warning, "WipeLeftMounts", &msg, r)
+                            .await;
+                    }
+                }
+            }
+            Err(failure) => {
+                self.s
+                    .metrics
+                    .wipes
+                    .get_or_create(&WipeLabels {
+                        method,
+                        outcome: Outcome::Error,
+                    })
+                    .inc();
+                let b = self.backoff.entry(order.key.clone()).or_insert(Backoff {
+                    failures: 0,
+                    not_before: Instant::now(),
+                });
+                b.failures += 1;
+                let delay = FIRST_BACKOFF
+                    .saturating_mul(1 << b.failures.min(8))
+                    .min(MAX_BACKOFF);
+                b.not_before = Instant::now() + delay;
+                let (reason, message) = match failure {
+                    Failed::Refused(m) => ("WipeRefused", m),
+                    Failed::Error(m) => ("WipeFailed", m),
+                };
+                warn!(disk = %order.key, reason, message, retry_in = ?delay, "wipe did not complete");
+                if let Some(r) = &pv_ref {
+                    self.writer
+                        .publish(KubeEventType::Warning, reason, &message, r)
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Cancels running wipes and joins their tasks (a cancelled wipe is incomplete: it runs again after restart).
+    async fn stop_wipes(&mut self) {
+        for r in self.running.values() {
+            r.ctl.cancel();
+        }
+        for (_, r) in self.running.drain() {
+            let _ = tokio::time::timeout(Duration::from_secs(3), r.task).await;
+        }
+    }
+}

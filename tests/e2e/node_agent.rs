@@ -1,0 +1,261 @@
+//! The node agent against the real control plane: discovery to Available PVs, delayed binding through them,
+//! mounts coming and going, adoption of the reference provisioner's PVs, and quiet restarts.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, ListParams, PostParams};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::support::agent::{Agent, audited};
+use crate::support::cluster::{ControlPlane, Options};
+use crate::support::disks::Mount;
+use crate::support::eventually;
+use crate::support::nodes::create_node;
+
+pub fn obj<T: DeserializeOwned>(v: serde_json::Value) -> T {
+    serde_json::from_value(v).expect("test object literal is valid")
+}
+
+pub async fn local_storage_class(client: &kube::Client, name: &str, policy: &str) {
+    let sc: StorageClass = obj(json!({
+        "metadata": {"name": name},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "reclaimPolicy": policy,
+    }));
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &sc)
+        .await
+        .expect("class created");
+}
+
+/// This node's PVs by `spec.local.path`, from the `localpv.io/node` label.
+pub async fn pvs_of(client: &kube::Client, node: &str) -> BTreeMap<String, PersistentVolume> {
+    let api: Api<PersistentVolume> = Api::all(client.clone());
+    let list = api
+        .list(&ListParams::default().labels(&format!("localpv.io/node={node}")))
+        .await
+        .expect("PV list");
+    list.items
+        .into_iter()
+        .map(|pv| {
+            (
+                pv.spec
+                    .as_ref()
+                    .and_then(|s| s.local.as_ref())
+                    .map(|l| l.path.clone())
+                    .unwrap_or_default(),
+                pv,
+            )
+        })
+        .collect()
+}
+
+pub fn phase(pv: &PersistentVolume) -> String {
+    pv.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default()
+}
+
+/// Waits until `node` has exactly PVs for `paths`, all in phase `want`.
+pub async fn wait_pvs(
+    client: &kube::Client,
+    node: &str,
+    paths: &[String],
+    want: &str,
+) -> BTreeMap<String, PersistentVolume> {
+    eventually(
+        &format!("{node} to have {want} PVs for {paths:?}"),
+        Duration::from_secs(30),
+        || async {
+            let pvs = pvs_of(client, node).await;
+            let got: Vec<(&String, String)> = pvs.iter().map(|(p, pv)| (p, phase(pv))).collect();
+            let same_paths = pvs.keys().cloned().collect::<Vec<_>>() == paths.to_vec();
+            if same_paths && pvs.values().all(|pv| phase(pv) == want) {
+                Ok(pvs.clone())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    )
+    .await
+}
+
+fn affinity_hosts(pv: &PersistentVolume) -> Vec<String> {
+    let terms = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref());
+    terms
+        .map(|t| t.node_selector_terms.iter())
+        .into_iter()
+        .flatten()
+        .flat_map(|t| t.match_expressions.iter().flatten())
+        .filter(|e| e.key == "kubernetes.io/hostname")
+        .flat_map(|e| e.values.clone().unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_publish_bind_follow_mounts_adopt_and_restart_quietly() {
+    let cp = ControlPlane::start(Options::full()).await;
+    let client = cp.client();
+    let ns = cp.namespace("agent").await;
+    local_storage_class(&client, "local-storage", "Delete").await;
+    create_node(&client, "node-1", &[]).await;
+    create_node(&client, "node-2", &[]).await;
+
+    let mut a1 = Agent::new(&cp, "node-1", "local-storage");
+    let mut a2 = Agent::new(&cp, "node-2", "local-storage");
+    let mut mounts = Vec::new();
+    for v in ["vol1", "vol2", "vol3"] {
+        mounts.push(Mount::tmpfs(&a1.disk(v), "5G", cp.reaper()));
+    }
+    mounts.push(Mount::tmpfs(&a2.disk("vol1"), "5G", cp.reaper()));
+    // A stray file and a plain directory: reported as unusable, never published, never blocking readiness.
+    std::fs::write(a1.disk("README"), "not a disk").unwrap();
+    std::fs::create_dir_all(a1.disk("lost+found")).unwrap();
+
+    // A PV the reference provisioner made for vol3 earlier: adopted in place, not duplicated.
+    let vol3 = a1.disk("vol3").display().to_string();
+    let reference: PersistentVolume = obj(json!({
+        "metadata": {"name": "local-pv-3d1c5b2a",
+                     "annotations": {"pv.kubernetes.io/provisioned-by": "local-volume-provisioner-node-1"}},
+        "spec": {
+            "capacity": {"storage": "5Gi"}, "volumeMode": "Filesystem", "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "local-storage",
+            "local": {"path": vol3},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}]}]}},
+        },
+    }));
+    let pv_api: Api<PersistentVolume> = Api::all(client.clone());
+    let reference = pv_api
+        .create(&PostParams::default(), &reference)
+        .await
+        .expect("reference PV created");
+
+    a1.start(&cp);
+    a2.start(&cp);
+    a1.wait_ready().await;
+    a2.wait_ready().await;
+
+    let paths1: Vec<String> = ["vol1", "vol2", "vol3"]
+        .iter()
+        .map(|v| a1.disk(v).display().to_string())
+        .collect();
+    let paths2 = vec![a2.disk("vol1").display().to_string()];
+    let pvs1 = wait_pvs(&client, "node-1", &paths1, "Available").await;
+    let pvs2 = wait_pvs(&client, "node-2", &paths2, "Available").await;
+    for pv in pvs1.values() {
+        assert_eq!(affinity_hosts(pv), vec!["node-1".to_string()]);
+        assert_eq!(
+            pv.spec.as_ref().unwrap().capacity.as_ref().unwrap()["storage"].0,
+            "5Gi"
+        );
+    }
+    assert_eq!(
+        affinity_hosts(pvs2.values().next().unwrap()),
+        vec!["node-2".to_string()]
+    );
+    let adopted = &pvs1[&vol3];
+    assert_eq!(
+        adopted.metadata.name, reference.metadata.name,
+        "the reference PV is adopted, not re-created"
+    );
+    assert_eq!(adopted.metadata.uid, reference.metadata.uid);
+    let (_, disks) = a1.get("/disks").expect("agent serves /disks");
+    assert!(
+        disks.contains("README") && disks.contains("NotADiskEntry"),
+        "unusable entries reported: {disks}"
+    );
+
+    // The classic walkthrough through published PVs: a pod pinned to node-2 gets node-2's disk.
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pvc: PersistentVolumeClaim = obj(
+        json!({"metadata": {"name": "example-local-claim"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "storageClassName": "local-storage",
+        "resources": {"requests": {"storage": "5Gi"}}}}),
+    );
+    pvcs.create(&PostParams::default(), &pvc)
+        .await
+        .expect("PVC created");
+    let pod: Pod = obj(json!({"metadata": {"name": "example-pv-pod"}, "spec": {
+        "nodeSelector": {"kubernetes.io/hostname": "node-2"},
+        "containers": [{"name": "web", "image": "nginx", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "example-local-claim"}}]}}));
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("pod created");
+    let node2_pv = pvs2.values().next().unwrap().metadata.name.clone().unwrap();
+    eventually(
+        "the claim to bind to node-2's PV",
+        Duration::from_secs(60),
+        || async {
+            let c = pvcs
+                .get("example-local-claim")
+                .await
+                .map_err(|e| e.to_string())?;
+            let bound_to = c.spec.and_then(|s| s.volume_name);
+            if bound_to.as_deref() == Some(node2_pv.as_str()) {
+                Ok(())
+            } else {
+                Err(format!("{bound_to:?}"))
+            }
+        },
+    )
+    .await;
+
+    // Unmount an unused disk: its Available PV goes. Mount a new one: a PV appears.
+    let vol2 = mounts.remove(1);
+    vol2.unmount();
+    let paths1b: Vec<String> = ["vol1", "vol3"]
+        .iter()
+        .map(|v| a1.disk(v).display().to_string())
+        .collect();
+    wait_pvs(&client, "node-1", &paths1b, "Available").await;
+    mounts.push(Mount::tmpfs(&a1.disk("vol4"), "1G", cp.reaper()));
+    let paths1c: Vec<String> = ["vol1", "vol3", "vol4"]
+        .iter()
+        .map(|v| a1.disk(v).display().to_string())
+        .collect();
+    let before = wait_pvs(&client, "node-1", &paths1c, "Available").await;
+
+    // Restart: the agent converges on what is there, with no write request and no duplicate.
+    let audit = cp.dir.join("logs/audit.log");
+    let writes_before = audited(&audit, &a1.user, &["create", "update", "patch", "delete"]).len();
+    a1.process
+        .take()
+        .expect("agent running")
+        .stop(Duration::from_secs(5))
+        .expect("clean exit on SIGTERM within 5s");
+    a1.start(&cp);
+    a1.wait_ready().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let writes: Vec<_> = audited(&audit, &a1.user, &["create", "update", "patch", "delete"]);
+    assert_eq!(
+        writes[writes_before..].to_vec(),
+        vec![],
+        "a restart over an unchanged node writes nothing"
+    );
+    let after = pvs_of(&client, "node-1").await;
+    let uids = |m: &BTreeMap<String, PersistentVolume>| {
+        m.values()
+            .map(|p| p.metadata.uid.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        uids(&after),
+        uids(&before),
+        "same PVs after restart:\n{}",
+        a1.log()
+    );
+    drop(mounts);
+}

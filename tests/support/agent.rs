@@ -1,0 +1,150 @@
+//! Runs real `localpv node` processes against the harness's control plane, each as its own stand-in node with its
+//! own discovery directory, state directory, HTTP port and client identity (so its requests can be told apart in
+//! the API server's audit log).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::cluster::{ControlPlane, free_port};
+use super::proc::Component;
+
+pub struct Agent {
+    pub node: String,
+    pub user: String,
+    pub disks_dir: PathBuf,
+    pub config: PathBuf,
+    pub port: u16,
+    state_dir: PathBuf,
+    kubeconfig: PathBuf,
+    log_dir: PathBuf,
+    pub process: Option<Component>,
+}
+
+/// The localpv binary cargo built for this test run.
+pub fn localpv_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_localpv"))
+}
+
+impl Agent {
+    /// Prepares (does not start) an agent for `node` whose only class is `class` over `<plane>/hosts/<node>/disks`.
+    pub fn new(cp: &ControlPlane, node: &str, class: &str) -> Agent {
+        let root = cp.dir.join("hosts").join(node);
+        let disks_dir = root.join("disks");
+        fs::create_dir_all(&disks_dir).expect("disks dir can be created");
+        let config = root.join("config.yaml");
+        fs::write(
+            &config,
+            format!(
+                "storageClassMap:\n  {class}:\n    hostDir: {dir}\n    mountDir: {dir}\n",
+                dir = disks_dir.display()
+            ),
+        )
+        .expect("agent config written");
+        let user = format!("localpv-test-agent-{node}");
+        let kubeconfig = cp.kubeconfig_for(&format!("agent-{node}"), &user, &["system:masters"]);
+        Agent {
+            node: node.to_string(),
+            user,
+            disks_dir,
+            config,
+            port: free_port(),
+            state_dir: root.join("state"),
+            kubeconfig,
+            log_dir: cp.log_dir(),
+            process: None,
+        }
+    }
+
+    pub fn start(&mut self, cp: &ControlPlane) {
+        let args = vec![
+            "node".to_string(),
+            format!("--config={}", self.config.display()),
+            format!("--node-name={}", self.node),
+            format!("--listen=127.0.0.1:{}", self.port),
+            format!("--state-dir={}", self.state_dir.display()),
+            "--config-poll=500ms".to_string(),
+        ];
+        let env = [
+            ("KUBECONFIG", self.kubeconfig.to_str().expect("utf-8 path")),
+            ("RUST_LOG", "info,localpv=debug"),
+        ];
+        let c = Component::spawn_with_env(
+            &format!("localpv-node-{}", self.node),
+            &localpv_bin(),
+            &args,
+            &env,
+            &self.log_dir,
+            cp.reaper(),
+        );
+        self.process = Some(c);
+    }
+
+    /// GET a path of the agent's HTTP server; `None` when it does not answer.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        http_get(self.port, path)
+    }
+
+    pub async fn wait_ready(&mut self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(p) = self.process.as_mut() {
+                assert!(p.running(), "agent {} exited:\n{}", self.node, p.tail(40));
+            }
+            if matches!(self.get("/readyz"), Some((200, _))) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "agent {} not ready after 60s",
+                self.node
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn log(&self) -> String {
+        self.process
+            .as_ref()
+            .map(|p| p.tail(200))
+            .unwrap_or_default()
+    }
+
+    pub fn disk(&self, name: &str) -> PathBuf {
+        self.disks_dir.join(name)
+    }
+}
+
+/// A minimal HTTP/1.0 GET on loopback (no client library needed for health checks).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// Requests by `user` in the audit log whose verb is one of `verbs`, as (verb, resource, name).
+pub fn audited(audit_log: &Path, user: &str, verbs: &[&str]) -> Vec<(String, String, String)> {
+    let text = fs::read_to_string(audit_log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete" && e["user"]["username"] == user)
+        .filter(|e| verbs.iter().any(|v| e["verb"] == *v))
+        .map(|e| {
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            (
+                s(&e["verb"]),
+                s(&e["objectRef"]["resource"]),
+                s(&e["objectRef"]["name"]),
+            )
+        })
+        .collect()
+}
