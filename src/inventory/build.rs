@@ -1,0 +1,357 @@
+//! The node agent's pure inventory decision: from one pass's findings and the LocalDisks that exist, the writes
+//! that make the inventory true, and nothing when it already is.
+//!
+//! ```text
+//!  Discovery (disks, unusable, failed classes) ─┐
+//!  Plan.unpublished, this node's PVs, ledger    ─┤
+//!  running wipes, consecutive wipe failures     ─┼─> build() ─> Changes { Create | Apply | MarkMissing | Delete,
+//!  this node's LocalDisks, others' (by name)    ─┤                        requeue_after }
+//!  Settings (grace, failing threshold), now     ─┘
+//! ```
+//!
+//! Executing the changes (agent): `Create` is a create (an `AlreadyExists` means another node took a `fs-<uuid>`
+//! name meanwhile: fetch it and pass it in `others` next pass); `Apply` and `MarkMissing` are server-side applies
+//! of the whole object with the agent's field manager; `Delete` treats `NotFound` as success. Before building,
+//! the agent fetches the objects named by [`names_to_look_up`] (skipping `NotFound`) and passes them as `others`.
+//!
+//! A steady state writes nothing: timestamps (`lastSeen`, condition transition times), the wipe rate, small
+//! changes of the free space and wipe progress within the same 5% step are ignored when comparing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use super::crd::{DuplicateUuid, LocalDisk, LocalDiskPhase};
+use super::naming::{self, DiskKey};
+use super::status::{self, WipeFailures, WipeSample};
+use crate::disk::{Discovery, Disk, Unusable};
+use crate::plan::pv::PvView;
+use crate::plan::{DiskLedger, NodeFacts, Unpublished};
+
+/// Tunables of the inventory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// How long a disk stays `Missing` before its LocalDisk is deleted.
+    pub missing_grace: Duration,
+    /// Consecutive failed wipes after which a disk is `Failing`.
+    pub failing_after: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            missing_grace: Duration::from_secs(24 * 3600),
+            failing_after: 3,
+        }
+    }
+}
+
+/// Everything one inventory pass looks at. Maps are keyed by host path.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    pub node: &'a str,
+    pub found: &'a Discovery,
+    /// `Plan::unpublished` of the same pass.
+    pub unpublished: &'a [Unpublished],
+    /// This node's PVs (ours and the reference provisioner's), as given to the planner.
+    pub pvs: &'a [PersistentVolume],
+    pub ledger: &'a DiskLedger,
+    /// Wipes running now.
+    pub wipes: &'a BTreeMap<PathBuf, WipeSample>,
+    /// Consecutive failed wipes (reset by a successful one).
+    pub wipe_failures: &'a BTreeMap<PathBuf, WipeFailures>,
+    /// This node's LocalDisks (label `localpv.io/node=<node>`).
+    pub existing: &'a [LocalDisk],
+    /// Other nodes' LocalDisks fetched by [`names_to_look_up`].
+    pub others: &'a [LocalDisk],
+    pub settings: &'a Settings,
+    pub now: SystemTime,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// A new object. `AlreadyExists`: the name was taken meanwhile; build again with it known.
+    Create(Box<LocalDisk>),
+    /// Server-side apply of an object whose spec, labels or status changed.
+    Apply(Box<LocalDisk>),
+    /// Server-side apply turning a vanished disk's object `Missing`.
+    MarkMissing(Box<LocalDisk>),
+    /// Delete by name; `NotFound` is success.
+    Delete(String),
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Changes {
+    pub changes: Vec<Change>,
+    /// Build again after this long even without an event: a `Missing` object's grace period runs out.
+    pub requeue_after: Option<Duration>,
+}
+
+/// The `fs-<uuid>` names this node wants but does not hold: the agent fetches these (other nodes' objects are not
+/// in its label-scoped watch) and passes the ones that exist as `Inputs::others`.
+pub fn names_to_look_up(node: &str, found: &Discovery, existing: &[LocalDisk]) -> Vec<String> {
+    let held: BTreeMap<DiskKey, &str> = existing
+        .iter()
+        .filter(|d| d.spec.node == node)
+        .filter_map(|d| Some((DiskKey::of_spec(&d.spec), d.metadata.name.as_deref()?)))
+        .collect();
+    let names: BTreeSet<String> = found
+        .disks
+        .iter()
+        .map(DiskKey::of_disk)
+        .filter(|key| matches!(key, DiskKey::Filesystem { .. }))
+        .map(|key| (naming::name(node, &key), key))
+        .filter(|(plain, key)| held.get(key) != Some(&plain.as_str()))
+        .map(|(plain, _)| plain)
+        .collect();
+    names.into_iter().collect()
+}
+
+/// Decides one pass. Pure: same inputs, same changes.
+pub fn build(inputs: &Inputs<'_>) -> Changes {
+    Builder::new(inputs).run()
+}
+
+/// One found entry: a usable disk or a rejected one.
+#[derive(Clone, Copy)]
+enum Found<'a> {
+    Disk(&'a Disk),
+    Unusable(&'a Unusable),
+}
+
+impl Found<'_> {
+    fn key(&self) -> DiskKey {
+        match self {
+            Found::Disk(disk) => DiskKey::of_disk(disk),
+            Found::Unusable(u) => DiskKey::Path(u.host_path.clone()),
+        }
+    }
+
+    fn host_path(&self) -> &Path {
+        match self {
+            Found::Disk(disk) => &disk.host_path,
+            Found::Unusable(u) => &u.host_path,
+        }
+    }
+}
+
+struct Builder<'a> {
+    inputs: &'a Inputs<'a>,
+    node: NodeFacts,
+    pvs: BTreeMap<PathBuf, (PvView, &'a PersistentVolume)>,
+    mine: Vec<&'a LocalDisk>,
+    used: BTreeSet<String>,
+    changes: Vec<Change>,
+    now: Time,
+}
+
+impl<'a> Builder<'a> {
+    fn new(inputs: &'a Inputs<'a>) -> Self {
+        let node = NodeFacts {
+            name: inputs.node.to_string(),
+            ..NodeFacts::default()
+        };
+        let mut pvs: BTreeMap<PathBuf, (PvView, &PersistentVolume)> = BTreeMap::new();
+        for pv in inputs.pvs {
+            let Some(view) = PvView::read(pv, &node) else {
+                continue;
+            };
+            // NB: a PV being deleted yields to a live one at the same path (its replacement).
+            let replace = pvs.get(&view.path).is_none_or(|(old, _)| old.deleting);
+            if replace {
+                pvs.insert(view.path.clone(), (view, pv));
+            }
+        }
+        let mine = inputs
+            .existing
+            .iter()
+            .filter(|d| d.spec.node == inputs.node && d.metadata.name.is_some())
+            .collect();
+        Builder {
+            inputs,
+            node,
+            pvs,
+            mine,
+            used: BTreeSet::new(),
+            changes: Vec::new(),
+            now: time(inputs.now),
+        }
+    }
+
+    fn run(mut self) -> Changes {
+        let found: Vec<Found<'a>> = self
+            .inputs
+            .found
+            .disks
+            .iter()
+            .map(Found::Disk)
+            .chain(self.inputs.found.unusable.iter().map(Found::Unusable))
+            .collect();
+        for item in &found {
+            self.one(*item);
+        }
+        let occupied: BTreeSet<&Path> = found.iter().map(Found::host_path).collect();
+        let requeue_after = self.vanished(&occupied);
+        Changes {
+            changes: self.changes,
+            requeue_after,
+        }
+    }
+
+    /// The desired object for one found entry, and the write (if any) that gets it there.
+    fn one(&mut self, item: Found<'_>) {
+        let key = item.key();
+        let (name, duplicate) = self.name_for(&key, item.host_path());
+        self.used.insert(name.clone());
+        let pv = self.pvs.get(item.host_path());
+        let mut status = match item {
+            Found::Disk(disk) => status::of_disk(self.inputs, disk, pv),
+            Found::Unusable(u) => status::of_unusable(u, pv),
+        };
+        if let Some(duplicate) = duplicate {
+            status::flag_duplicate(&mut status, duplicate, &self.now);
+        }
+        let spec = match item {
+            Found::Disk(disk) => status::spec_of_disk(self.inputs.node, disk),
+            Found::Unusable(u) => status::spec_of_unusable(self.inputs.node, u),
+        };
+        let mut desired = LocalDisk::new(&name, spec);
+        desired.metadata.labels = Some(status::labels(&desired.spec));
+        desired.status = Some(status);
+        let existing = self
+            .mine
+            .iter()
+            .find(|d| d.metadata.name.as_deref() == Some(&name));
+        match existing {
+            None => {
+                stamp(&mut desired, None, &self.now);
+                self.changes.push(Change::Create(Box::new(desired)));
+            }
+            Some(existing) if !status::unchanged(&desired, existing) => {
+                stamp(&mut desired, Some(existing), &self.now);
+                self.changes.push(Change::Apply(Box::new(desired)));
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// The object name for `key`: the one this node already holds for it, else the plain name unless another node
+    /// holds that (then the node-qualified one). Also says which other node's object shares the UUID.
+    fn name_for(&self, key: &DiskKey, host_path: &Path) -> (String, Option<DuplicateUuid>) {
+        let plain = naming::name(self.inputs.node, key);
+        let duplicate = self
+            .inputs
+            .others
+            .iter()
+            .filter(|d| d.spec.node != self.inputs.node)
+            .find(|d| d.metadata.name.as_deref() == Some(&plain))
+            .map(|d| DuplicateUuid {
+                node: d.spec.node.clone(),
+                local_disk: plain.clone(),
+            });
+        let held = self
+            .mine
+            .iter()
+            .filter(|d| DiskKey::of_spec(&d.spec) == *key)
+            .filter_map(|d| d.metadata.name.clone())
+            .find(|name| !self.used.contains(name));
+        let name = held.unwrap_or_else(|| match duplicate {
+            Some(_) => naming::node_qualified_name(self.inputs.node, key),
+            None => plain,
+        });
+        if self.used.contains(&name) {
+            // Two entries with one identity in one pass (discovery normally rejects the second): the later one is
+            // known by its path.
+            let by_path = DiskKey::Path(host_path.to_path_buf());
+            return (naming::name(self.inputs.node, &by_path), None);
+        }
+        (name, duplicate)
+    }
+
+    /// Objects of this node not found in this pass: missing, then deleted after the grace period. Returns when to
+    /// look again.
+    fn vanished(&mut self, occupied: &BTreeSet<&Path>) -> Option<Duration> {
+        let failed: BTreeSet<&str> = self
+            .inputs
+            .found
+            .failed_classes
+            .iter()
+            .map(|f| f.class.as_str())
+            .collect();
+        let mut requeue: Option<Duration> = None;
+        for existing in self.mine.clone() {
+            let Some(name) = existing.metadata.name.clone() else {
+                continue;
+            };
+            if self.used.contains(&name) || failed.contains(existing.spec.storage_class.as_str()) {
+                continue;
+            }
+            let key = DiskKey::of_spec(&existing.spec);
+            if matches!(key, DiskKey::Path(_)) && occupied.contains(Path::new(&existing.spec.path))
+            {
+                // Another object now describes this path (the entry became a filesystem with a UUID).
+                self.changes.push(Change::Delete(name));
+                continue;
+            }
+            let status = existing.status.clone().unwrap_or_default();
+            let since = status
+                .missing_since
+                .as_ref()
+                .filter(|_| status.phase == LocalDiskPhase::Missing);
+            let Some(since) = since else {
+                let grace = self.inputs.settings.missing_grace;
+                requeue = Some(requeue.map_or(grace, |r| r.min(grace)));
+                let missing = status::missing(existing, &self.node.name, &self.now);
+                self.changes.push(Change::MarkMissing(Box::new(missing)));
+                continue;
+            };
+            let gone_for = elapsed(since, self.inputs.now);
+            match self.inputs.settings.missing_grace.checked_sub(gone_for) {
+                Some(left) if !left.is_zero() => {
+                    requeue = Some(requeue.map_or(left, |r| r.min(left)));
+                }
+                _ => self.changes.push(Change::Delete(name)),
+            }
+        }
+        requeue
+    }
+}
+
+/// Sets `lastSeen` to now and the condition transition times: kept from `existing` for a condition whose status
+/// did not change, now otherwise.
+fn stamp(desired: &mut LocalDisk, existing: Option<&LocalDisk>, now: &Time) {
+    let before: Vec<_> = existing
+        .and_then(|e| e.status.as_ref())
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    if let Some(status) = desired.status.as_mut() {
+        status.last_seen = Some(now.clone());
+        for condition in &mut status.conditions {
+            condition.last_transition_time = before
+                .iter()
+                .find(|b| b.type_ == condition.type_ && b.status == condition.status)
+                .map_or_else(|| now.clone(), |b| b.last_transition_time.clone());
+        }
+    }
+}
+
+/// `now` as an API timestamp, to the second as the API server stores it.
+pub fn time(now: SystemTime) -> Time {
+    let exact = Timestamp::try_from(now).unwrap_or(Timestamp::UNIX_EPOCH);
+    Time(Timestamp::from_second(exact.as_second()).unwrap_or(exact))
+}
+
+fn elapsed(since: &Time, now: SystemTime) -> Duration {
+    SystemTime::try_from(since.0)
+        .ok()
+        .and_then(|since| now.duration_since(since).ok())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+#[path = "build_tests.rs"]
+mod tests;

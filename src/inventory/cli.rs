@@ -1,0 +1,136 @@
+//! `localpv disks` (also `kubectl localpv disks`): list LocalDisks through the kubeconfig and print them.
+//!
+//! The shell only: load the kubeconfig, list (label selectors narrow the list by node and class when they can),
+//! then hand the objects to the pure `format` module.
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use kube::api::{Api, ListParams};
+use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
+use kube::{Client, Config};
+
+use super::crd::{CLASS_LABEL, LocalDisk, LocalDiskPhase, NODE_LABEL};
+use super::format::{self, Filter, FormatError, Output};
+use crate::config::values::label_value_problem;
+
+/// List the disks the node agents found, on every node.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Options {
+    /// Only disks of this node.
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Only disks of this storage class.
+    #[arg(long)]
+    pub class: Option<String>,
+    /// Only disks in this phase (Available, Bound, Released, Wiping, Unusable, Missing, IdentityChanged, Failing).
+    #[arg(long, value_parser = parse_phase)]
+    pub phase: Option<LocalDiskPhase>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// Kubeconfig file; default: $KUBECONFIG, then ~/.kube/config, then the in-cluster service account.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use instead of the current one.
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+fn parse_phase(text: &str) -> Result<LocalDiskPhase, String> {
+    LocalDiskPhase::parse(text).ok_or_else(|| {
+        let known: Vec<&str> = LocalDiskPhase::ALL.iter().map(|p| p.as_str()).collect();
+        format!("unknown phase {text:?}; one of: {}", known.join(", "))
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DisksError {
+    #[error("failed to read kubeconfig {path}")]
+    ReadKubeconfig {
+        path: PathBuf,
+        #[source]
+        source: KubeconfigError,
+    },
+    #[error("failed to load kubeconfig")]
+    LoadKubeconfig(#[source] KubeconfigError),
+    #[error(
+        "failed to find a kubeconfig: set KUBECONFIG, pass --kubeconfig, or create ~/.kube/config (in a pod, the \
+         service account is used)"
+    )]
+    NoKubeconfig(#[source] InferConfigError),
+    #[error("failed to build a Kubernetes client")]
+    Client(#[source] kube::Error),
+    #[error(
+        "failed to list LocalDisks: the LocalDisk CRD is not installed in this cluster (install it with \
+         `localpv crd | kubectl apply -f -`)"
+    )]
+    CrdMissing(#[source] kube::Error),
+    #[error("failed to list LocalDisks")]
+    List(#[source] kube::Error),
+    #[error(transparent)]
+    Format(#[from] FormatError),
+}
+
+/// Lists, filters and renders; returns what to print.
+pub async fn run(opts: &Options) -> Result<String, DisksError> {
+    let client = client(opts).await?;
+    let api: Api<LocalDisk> = Api::all(client);
+    let disks = api
+        .list(&list_params(opts))
+        .await
+        .map_err(|error| match &error {
+            kube::Error::Api(status) if status.code == 404 => DisksError::CrdMissing(error),
+            _ => DisksError::List(error),
+        })?
+        .items;
+    let filter = Filter {
+        node: opts.node.clone(),
+        class: opts.class.clone(),
+        phase: opts.phase,
+    };
+    let disks = format::select(disks, &filter);
+    Ok(format::render(&disks, opts.output, SystemTime::now())?)
+}
+
+async fn client(opts: &Options) -> Result<Client, DisksError> {
+    let options = KubeConfigOptions {
+        context: opts.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let config = match (&opts.kubeconfig, &opts.context) {
+        (Some(path), _) => {
+            let kubeconfig =
+                Kubeconfig::read_from(path).map_err(|source| DisksError::ReadKubeconfig {
+                    path: path.clone(),
+                    source,
+                })?;
+            Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(DisksError::LoadKubeconfig)?
+        }
+        (None, Some(_)) => Config::from_kubeconfig(&options)
+            .await
+            .map_err(DisksError::LoadKubeconfig)?,
+        (None, None) => Config::infer().await.map_err(DisksError::NoKubeconfig)?,
+    };
+    Client::try_from(config).map_err(DisksError::Client)
+}
+
+/// Server-side narrowing by the node and class labels, when the values can be labels at all (the client-side
+/// filter in `format::select` decides either way).
+fn list_params(opts: &Options) -> ListParams {
+    let selector: Vec<String> = [(NODE_LABEL, &opts.node), (CLASS_LABEL, &opts.class)]
+        .into_iter()
+        .filter_map(|(key, value)| {
+            let value = value.as_ref()?;
+            (!value.is_empty() && label_value_problem(value).is_none())
+                .then(|| format!("{key}={value}"))
+        })
+        .collect();
+    if selector.is_empty() {
+        ListParams::default()
+    } else {
+        ListParams::default().labels(&selector.join(","))
+    }
+}

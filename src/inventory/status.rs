@@ -1,0 +1,413 @@
+//! What one LocalDisk says: the spec from what discovery found, the phase from the PV at its path, the planner's
+//! reason for not publishing it, the ledger and the wipes; and the comparison that decides whether to write.
+//!
+//! Phase precedence for a usable disk: `Failing` (wipes keep failing) > `IdentityChanged` (its PV was made for
+//! another disk) > the PV's phase (Bound, Released or Wiping, Available) > the planner's hold reason > the ledger
+//! (Dirty: Wiping, Retained: Released) > Available.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::build::{Inputs, time};
+use super::crd::{
+    CLASS_LABEL, CONDITION_DUPLICATE_UUID, CONDITION_WIPE_FAILED, DuplicateUuid, FS_UUID_LABEL,
+    LocalDisk, LocalDiskPhase, LocalDiskSpec, LocalDiskStatus, NODE_LABEL, WipeStatus,
+};
+use super::format::human_bytes;
+use crate::config::values::label_value_problem;
+use crate::disk::{Disk, Unusable};
+use crate::plan::identity::{self, IdentityCheck};
+use crate::plan::pv::{Phase, Policy, PvView, WipePhase};
+use crate::plan::state::DiskState;
+use crate::plan::{HoldReason, Unpublished};
+
+/// A wipe running now, as the agent's wipe control reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WipeSample {
+    pub started: SystemTime,
+    pub bytes_done: u64,
+    pub entries_done: u64,
+    /// Known for block wipes.
+    pub bytes_total: Option<u64>,
+}
+
+/// Consecutive failed wipes of one disk, reset by a successful wipe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WipeFailures {
+    pub consecutive: u32,
+    pub last_error: String,
+}
+
+/// Relative change below which free space and wipe counters are not rewritten (5% for wipes, 1% for free space).
+const WIPE_STEP_PERCENT: u64 = 5;
+const AVAILABLE_STEP_PERCENT: u64 = 1;
+
+pub fn spec_of_disk(node: &str, disk: &Disk) -> LocalDiskSpec {
+    let id = disk.identity.clone();
+    LocalDiskSpec {
+        node: node.to_string(),
+        path: disk.host_path.display().to_string(),
+        entry: disk.entry.clone(),
+        storage_class: disk.class.clone(),
+        volume_mode: Some(disk.mode.into()),
+        device: id.device,
+        dev_id: id.dev_id,
+        mount_root: disk.mount_root.clone(),
+        fs_type: id.fs_type,
+        fs_uuid: id.fs_uuid,
+        fs_label: id.fs_label,
+        wwn: id.wwn,
+        serial: id.serial,
+        model: id.model,
+        vendor: id.vendor,
+        rotational: id.rotational,
+        capacity_bytes: Some(disk.capacity_bytes),
+        capacity_human: Some(human_bytes(disk.capacity_bytes)),
+    }
+}
+
+pub fn spec_of_unusable(node: &str, entry: &Unusable) -> LocalDiskSpec {
+    LocalDiskSpec {
+        node: node.to_string(),
+        path: entry.host_path.display().to_string(),
+        entry: entry.entry.clone(),
+        storage_class: entry.class.clone(),
+        ..LocalDiskSpec::default()
+    }
+}
+
+/// Node, class and filesystem UUID labels; a value that is not a valid label value is left out.
+pub fn labels(spec: &LocalDiskSpec) -> BTreeMap<String, String> {
+    [
+        (NODE_LABEL, Some(&spec.node)),
+        (CLASS_LABEL, Some(&spec.storage_class)),
+        (FS_UUID_LABEL, spec.fs_uuid.as_ref()),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| {
+        let value = value.filter(|v| !v.is_empty() && label_value_problem(v).is_none())?;
+        Some((key.to_string(), value.clone()))
+    })
+    .collect()
+}
+
+type PvAt<'a> = (PvView, &'a PersistentVolume);
+
+struct Verdict {
+    phase: LocalDiskPhase,
+    reason: Option<&'static str>,
+    message: Option<String>,
+}
+
+fn verdict(phase: LocalDiskPhase, reason: &'static str, message: String) -> Verdict {
+    Verdict {
+        phase,
+        reason: Some(reason),
+        message: Some(message),
+    }
+}
+
+pub fn of_disk(inputs: &Inputs<'_>, disk: &Disk, pv: Option<&PvAt<'_>>) -> LocalDiskStatus {
+    let wipe = inputs.wipes.get(&disk.host_path);
+    let failures = inputs.wipe_failures.get(&disk.host_path);
+    let verdict = disk_verdict(inputs, disk, pv, wipe.is_some(), failures);
+    let mut status = LocalDiskStatus {
+        phase: verdict.phase,
+        reason: verdict.reason.map(str::to_string),
+        message: verdict.message,
+        available_bytes: disk.available_bytes,
+        wipe: wipe.map(|w| wipe_status(w, inputs.now)),
+        ..LocalDiskStatus::default()
+    };
+    set_pv(&mut status, pv);
+    if let Some(failures) = failures.filter(|f| f.consecutive > 0) {
+        status.conditions.push(condition(
+            CONDITION_WIPE_FAILED,
+            "WipeFailed",
+            format!(
+                "{} consecutive wipe(s) failed, the last with: {}",
+                failures.consecutive, failures.last_error
+            ),
+            &time(inputs.now),
+        ));
+    }
+    status
+}
+
+fn disk_verdict(
+    inputs: &Inputs<'_>,
+    disk: &Disk,
+    pv: Option<&PvAt<'_>>,
+    wiping: bool,
+    failures: Option<&WipeFailures>,
+) -> Verdict {
+    if let Some(failures) = failures.filter(|f| f.consecutive >= inputs.settings.failing_after) {
+        let message = format!(
+            "{} wipes in a row failed; fix the cause (the last error: {}) or replace the disk",
+            failures.consecutive, failures.last_error
+        );
+        return verdict(LocalDiskPhase::Failing, "WipeFailing", message);
+    }
+    if let Some((view, _)) = pv {
+        if let IdentityCheck::Changed(what) =
+            identity::check(view.mode, view.recorded.as_ref(), disk)
+        {
+            let message = format!(
+                "PV {} was created for another disk ({what}); it is neither reused nor wiped until an operator \
+                 deals with it",
+                view.pv_ref.name
+            );
+            return verdict(
+                LocalDiskPhase::IdentityChanged,
+                "DiskIdentityChanged",
+                message,
+            );
+        }
+        if let Some(verdict) = pv_verdict(view, wiping) {
+            return verdict;
+        }
+    }
+    if wiping {
+        return verdict(
+            LocalDiskPhase::Wiping,
+            "Wiping",
+            "the disk is being wiped".into(),
+        );
+    }
+    if let Some(held) = inputs
+        .unpublished
+        .iter()
+        .find(|u| u.host_path == disk.host_path)
+    {
+        return hold_verdict(held);
+    }
+    match inputs.ledger.get(&identity::disk_key(disk)) {
+        Some(DiskState::Dirty) => verdict(
+            LocalDiskPhase::Wiping,
+            "AwaitingWipe",
+            "the disk served a claim and is wiped before it is published again".into(),
+        ),
+        Some(DiskState::Retained) => verdict(
+            LocalDiskPhase::Released,
+            "Retained",
+            "the disk served a claim under reclaim policy Retain; mark it clean once its data is dealt with".into(),
+        ),
+        _ => Verdict {
+            phase: LocalDiskPhase::Available,
+            reason: None,
+            message: None,
+        },
+    }
+}
+
+/// The phase a PV at the path gives; `None` for a PV being deleted that no claim holds.
+fn pv_verdict(view: &PvView, wiping: bool) -> Option<Verdict> {
+    let name = &view.pv_ref.name;
+    Some(match view.phase {
+        Phase::Bound => Verdict {
+            phase: LocalDiskPhase::Bound,
+            reason: None,
+            message: None,
+        },
+        Phase::Released if wiping || view.wipe == WipePhase::Wiping => verdict(
+            LocalDiskPhase::Wiping,
+            "Reclaiming",
+            format!("the disk of released PV {name} is being wiped"),
+        ),
+        Phase::Released if view.wipe == WipePhase::Wiped => verdict(
+            LocalDiskPhase::Released,
+            "Wiped",
+            format!("wiped; PV {name} is deleted next and the disk published again"),
+        ),
+        Phase::Released if view.policy == Policy::Retain => verdict(
+            LocalDiskPhase::Released,
+            "Retained",
+            format!(
+                "PV {name} has reclaim policy Retain: the data stays until an operator deletes the PV"
+            ),
+        ),
+        Phase::Released => verdict(
+            LocalDiskPhase::Released,
+            "AwaitingWipe",
+            format!(
+                "the claim of PV {name} is gone; the disk is wiped before it is published again"
+            ),
+        ),
+        Phase::Failed => verdict(
+            LocalDiskPhase::Released,
+            "PvFailed",
+            format!("PV {name} is Failed; see its events"),
+        ),
+        Phase::Pending | Phase::Available if view.deleting => return None,
+        Phase::Pending | Phase::Available => Verdict {
+            phase: LocalDiskPhase::Available,
+            reason: None,
+            message: None,
+        },
+    })
+}
+
+fn hold_verdict(held: &Unpublished) -> Verdict {
+    let (phase, reason) = match held.reason {
+        HoldReason::Retained => (LocalDiskPhase::Released, "Retained"),
+        HoldReason::AwaitingWipe => (LocalDiskPhase::Wiping, "AwaitingWipe"),
+        HoldReason::AwaitingDeletion => (LocalDiskPhase::Available, "AwaitingDeletion"),
+        HoldReason::HeldByAnotherPv => (LocalDiskPhase::Unusable, "HeldByAnotherPv"),
+        HoldReason::NoStorageClass => (LocalDiskPhase::Unusable, "NoStorageClass"),
+        HoldReason::NameTaken => (LocalDiskPhase::Unusable, "NameTaken"),
+        HoldReason::PathNotUtf8 => (LocalDiskPhase::Unusable, "PathNotUtf8"),
+    };
+    verdict(phase, reason, held.message.clone())
+}
+
+pub fn of_unusable(entry: &Unusable, pv: Option<&PvAt<'_>>) -> LocalDiskStatus {
+    let mut status = LocalDiskStatus {
+        phase: LocalDiskPhase::Unusable,
+        reason: Some(entry.reason.as_str().to_string()),
+        message: Some(entry.message.clone()),
+        ..LocalDiskStatus::default()
+    };
+    set_pv(&mut status, pv);
+    status
+}
+
+fn set_pv(status: &mut LocalDiskStatus, pv: Option<&PvAt<'_>>) {
+    let Some((view, raw)) = pv else {
+        return;
+    };
+    status.pv = Some(view.pv_ref.name.clone());
+    status.claim = raw
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|c| {
+            Some(format!(
+                "{}/{}",
+                c.namespace.as_deref()?,
+                c.name.as_deref()?
+            ))
+        });
+}
+
+fn wipe_status(sample: &WipeSample, now: SystemTime) -> WipeStatus {
+    let seconds = now
+        .duration_since(sample.started)
+        .unwrap_or_default()
+        .as_secs();
+    WipeStatus {
+        started: time(sample.started),
+        bytes_done: sample.bytes_done,
+        entries_done: sample.entries_done,
+        bytes_total: sample.bytes_total,
+        bytes_per_second: (seconds > 0).then(|| sample.bytes_done / seconds),
+    }
+}
+
+fn condition(type_: &str, reason: &str, message: String, now: &Time) -> Condition {
+    Condition {
+        last_transition_time: now.clone(),
+        message,
+        observed_generation: None,
+        reason: reason.to_string(),
+        status: "True".to_string(),
+        type_: type_.to_string(),
+    }
+}
+
+pub fn flag_duplicate(status: &mut LocalDiskStatus, duplicate: DuplicateUuid, now: &Time) {
+    let message = format!(
+        "LocalDisk {} on node {} has the same filesystem UUID: a cloned disk? Both are kept; give one a new UUID",
+        duplicate.local_disk, duplicate.node
+    );
+    status.conditions.push(condition(
+        CONDITION_DUPLICATE_UUID,
+        "ClonedFilesystem",
+        message,
+        now,
+    ));
+    status.duplicate_uuid = Some(duplicate);
+}
+
+/// `existing`, now `Missing` since `now`, with only the fields this agent owns (an apply body carries no
+/// server-set metadata).
+pub fn missing(existing: &LocalDisk, node: &str, now: &Time) -> LocalDisk {
+    let name = existing.metadata.name.clone().unwrap_or_default();
+    let mut object = LocalDisk::new(&name, existing.spec.clone());
+    object.metadata.labels = Some(labels(&existing.spec));
+    let mut status = existing.status.clone().unwrap_or_default();
+    status.phase = LocalDiskPhase::Missing;
+    status.reason = Some("DiskNotFound".into());
+    status.message = Some(format!(
+        "no longer found at {} on node {node}; the object is removed after the grace period unless the disk returns",
+        existing.spec.path
+    ));
+    status.missing_since = Some(now.clone());
+    status.wipe = None;
+    object.status = Some(status);
+    object
+}
+
+/// Whether writing `desired` over `existing` would change anything that matters: labels we set, spec, and status
+/// apart from timestamps, the wipe rate and small moves of free space and wipe counters.
+pub fn unchanged(desired: &LocalDisk, existing: &LocalDisk) -> bool {
+    let have = existing.metadata.labels.clone().unwrap_or_default();
+    let labels_same = desired
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| have.get(k) == Some(v));
+    let capacity = desired.spec.capacity_bytes.unwrap_or(0);
+    let want = desired.status.clone().unwrap_or_default();
+    let had = existing.status.clone().unwrap_or_default();
+    labels_same
+        && desired.spec == existing.spec
+        && comparable(tolerate(want, &had, capacity)) == comparable(had)
+}
+
+/// `want` with values close enough to `had` replaced by `had`'s.
+fn tolerate(mut want: LocalDiskStatus, had: &LocalDiskStatus, capacity: u64) -> LocalDiskStatus {
+    if let (Some(a), Some(b)) = (want.available_bytes, had.available_bytes)
+        && close(a, b, capacity, AVAILABLE_STEP_PERCENT)
+    {
+        want.available_bytes = had.available_bytes;
+    }
+    if let (Some(w), Some(h)) = (want.wipe.as_mut(), had.wipe.as_ref())
+        && w.started == h.started
+    {
+        let scale = w.bytes_total.unwrap_or(capacity);
+        if close(w.bytes_done, h.bytes_done, scale, WIPE_STEP_PERCENT) {
+            w.bytes_done = h.bytes_done;
+        }
+        let entries_scale = w.entries_done.max(h.entries_done);
+        if close(
+            w.entries_done,
+            h.entries_done,
+            entries_scale,
+            WIPE_STEP_PERCENT,
+        ) {
+            w.entries_done = h.entries_done;
+        }
+    }
+    want
+}
+
+fn close(a: u64, b: u64, scale: u64, percent: u64) -> bool {
+    u128::from(a.abs_diff(b)) * 100 < u128::from(scale) * u128::from(percent)
+}
+
+/// The status without the fields that change on every write.
+fn comparable(mut status: LocalDiskStatus) -> LocalDiskStatus {
+    status.last_seen = None;
+    if let Some(wipe) = status.wipe.as_mut() {
+        wipe.bytes_per_second = None;
+    }
+    for condition in &mut status.conditions {
+        condition.last_transition_time = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        condition.observed_generation = None;
+    }
+    status
+}
