@@ -302,6 +302,46 @@ async fn a_missed_deadline_answers_with_an_error_field() {
 }
 
 #[tokio::test]
+async fn a_claim_the_watch_has_not_seen_yet_is_waited_for() {
+    let cache = Arc::new(Cache::new(Snapshot::default(), true));
+    let state = AppState::new(cache.clone(), ServerConfig::default());
+    let late = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cache.store(snapshot());
+    });
+    let args = json!({"Pod": pod("data"), "NodeNames": ["n1", "n3"]});
+    let (status, result) = post_json(state, "/filter", &args).await;
+    late.await.expect("store task ran");
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(result["NodeNames"], json!(["n1"]), "{result}");
+}
+
+#[tokio::test]
+async fn a_claim_that_never_appears_is_a_retryable_failure() {
+    let config = ServerConfig {
+        deadline: Duration::from_millis(400),
+        ..ServerConfig::default()
+    };
+    let started = std::time::Instant::now();
+    let (status, result) = post_json(
+        state_with(config, true),
+        "/filter",
+        &json!({"Pod": pod("ghost"), "NodeNames": ["n1"]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        result["FailedNodes"],
+        json!({"n1": "claim default/ghost: not found"})
+    );
+    assert_eq!(result["NodeNames"], json!([]));
+    assert!(
+        started.elapsed() >= Duration::from_millis(100),
+        "waited a quarter of the deadline for the watch"
+    );
+}
+
+#[tokio::test]
 async fn metrics_count_requests_with_bounded_labels() {
     let state = state();
     post_json(

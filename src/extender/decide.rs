@@ -159,6 +159,11 @@ impl<'s> PodClaims<'s> {
         self
     }
 
+    /// The pod refers to a claim, class or bound PV the snapshot does not have (yet).
+    pub fn cache_miss(&self) -> bool {
+        matches!(self.problem, Some(Verdict::Failed(_)))
+    }
+
     /// Nothing to check: every node passes with a neutral score.
     pub fn is_trivial(&self) -> bool {
         self.problem.is_none() && self.bound.is_empty() && self.delayed.is_empty()

@@ -21,6 +21,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use prometheus_client::registry::Registry;
+use tokio::sync::Notify;
 use tracing::{debug, warn};
 
 use super::metrics::{Metrics, NodeLabels, NodeResult, Outcome, Verb};
@@ -35,6 +36,8 @@ pub struct Cache {
     snapshot: RwLock<Arc<Snapshot>>,
     synced: AtomicBool,
     stopping: AtomicBool,
+    /// Woken on every `store`, for requests waiting out watch lag.
+    changed: Notify,
 }
 
 impl Cache {
@@ -56,6 +59,28 @@ impl Cache {
 
     pub fn store(&self, snapshot: Snapshot) {
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
+        self.changed.notify_waiters();
+    }
+
+    /// The first snapshot, taken now or stored before `until`, that knows every object `args` refers to; the
+    /// latest one when none does by then. kube-scheduler has already seen the pod's claims, so a miss is our
+    /// watch running a few milliseconds behind, not a missing object.
+    pub async fn load_knowing(
+        &self,
+        args: &ExtenderArgs,
+        until: tokio::time::Instant,
+    ) -> Arc<Snapshot> {
+        loop {
+            // NB: created before the check, so a store between the check and the wait still wakes us.
+            let changed = self.changed.notified();
+            let snapshot = self.load();
+            if !verbs::cache_miss(args, &snapshot) {
+                return snapshot;
+            }
+            if tokio::time::timeout_at(until, changed).await.is_err() {
+                return self.load();
+            }
+        }
     }
 
     pub fn set_synced(&self) {
@@ -70,6 +95,9 @@ impl Cache {
         self.synced.load(Ordering::SeqCst) && !self.stopping.load(Ordering::SeqCst)
     }
 }
+
+/// Longest a request waits for the watch to catch up with objects the scheduler already knows.
+const LAG_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -235,33 +263,47 @@ async fn decide(
     if !state.cache.is_ready() {
         return Err(Reject::NotReady);
     }
-    let snapshot = state.cache.load();
+    let deadline = state.config.deadline;
     let strategy = state.config.strategy;
     let metrics = state.metrics.clone();
-    let work = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, Reject> {
-        let args: ExtenderArgs = serde_json::from_slice(&body).map_err(Reject::Malformed)?;
-        let encoded = match verb {
-            Verb::Filter => {
-                let (result, counts) = verbs::filter(args, &snapshot);
-                for (result, n) in [
-                    (NodeResult::Passed, counts.passed),
-                    (NodeResult::Failed, counts.failed),
-                    (NodeResult::Unresolvable, counts.unresolvable),
-                ] {
-                    metrics
-                        .nodes
-                        .get_or_create(&NodeLabels { result })
-                        .inc_by(n as u64);
+    let work = async move {
+        let parsed =
+            tokio::task::spawn_blocking(move || serde_json::from_slice::<ExtenderArgs>(&body))
+                .await;
+        let args = parsed
+            .map_err(|join| Reject::Internal(format!("decode task failed: {join}")))?
+            .map_err(Reject::Malformed)?;
+        // Wait out watch lag for at most a quarter of the deadline, leaving the rest for the decision.
+        let until = tokio::time::Instant::now() + (deadline / 4).min(LAG_WAIT);
+        let snapshot = state.cache.load_knowing(&args, until).await;
+        let decided = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, Reject> {
+            let encoded = match verb {
+                Verb::Filter => {
+                    let (result, counts) = verbs::filter(args, &snapshot);
+                    for (result, n) in [
+                        (NodeResult::Passed, counts.passed),
+                        (NodeResult::Failed, counts.failed),
+                        (NodeResult::Unresolvable, counts.unresolvable),
+                    ] {
+                        metrics
+                            .nodes
+                            .get_or_create(&NodeLabels { result })
+                            .inc_by(n as u64);
+                    }
+                    serde_json::to_vec(&result)
                 }
-                serde_json::to_vec(&result)
-            }
-            Verb::Prioritize => serde_json::to_vec(&verbs::prioritize(&args, &snapshot, strategy)),
-        };
-        encoded.map_err(|e| Reject::Internal(e.to_string()))
-    });
-    match tokio::time::timeout(state.config.deadline, work).await {
-        Ok(Ok(result)) => result,
-        Ok(Err(join)) => Err(Reject::Internal(format!("decision task failed: {join}"))),
-        Err(_) => Err(Reject::Deadline(state.config.deadline)),
+                Verb::Prioritize => {
+                    serde_json::to_vec(&verbs::prioritize(&args, &snapshot, strategy))
+                }
+            };
+            encoded.map_err(|e| Reject::Internal(e.to_string()))
+        });
+        decided
+            .await
+            .map_err(|join| Reject::Internal(format!("decision task failed: {join}")))?
+    };
+    match tokio::time::timeout(deadline, work).await {
+        Ok(result) => result,
+        Err(_) => Err(Reject::Deadline(deadline)),
     }
 }

@@ -61,6 +61,11 @@ pub fn evaluate(
     (named, claims.has_delayed())
 }
 
+/// Whether `snap` lacks a claim, class or PV that `args`' pod refers to (see `PodClaims::cache_miss`).
+pub fn cache_miss(args: &ExtenderArgs, snap: &Snapshot) -> bool {
+    PodClaims::resolve(snap, args.pod.namespace(), &args.pod.claim_names()).cache_miss()
+}
+
 pub fn filter(args: ExtenderArgs, snap: &Snapshot) -> (ExtenderFilterResult, FilterCounts) {
     let claims =
         PodClaims::resolve(snap, args.pod.namespace(), &args.pod.claim_names()).verdicts_only();
