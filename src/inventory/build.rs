@@ -346,9 +346,7 @@ pub fn time(now: SystemTime) -> Time {
 }
 
 fn elapsed(since: &Time, now: SystemTime) -> Duration {
-    SystemTime::try_from(since.0)
-        .ok()
-        .and_then(|since| now.duration_since(since).ok())
+    now.duration_since(SystemTime::from(since.0))
         .unwrap_or_default()
 }
 

@@ -308,8 +308,13 @@ fn a_bound_disk_records_its_claim_identity_size_and_labels() {
 
 #[test]
 fn an_unusable_entry_is_named_by_path_and_says_why() {
-    let mut world = World::default();
-    world.found.unusable = vec![unusable("stray")];
+    let mut world = World {
+        found: Discovery {
+            unusable: vec![unusable("stray")],
+            ..Discovery::default()
+        },
+        ..World::default()
+    };
     let changes = world.step(t0());
     let [Change::Create(disk)] = changes.changes.as_slice() else {
         panic!("expected one create, got {:?}", kinds(&changes));
@@ -476,8 +481,13 @@ fn disks_of_a_class_that_could_not_be_read_are_unknown_not_missing() {
 
 #[test]
 fn a_path_named_object_is_replaced_when_its_entry_gets_a_filesystem() {
-    let mut world = World::default();
-    world.found.unusable = vec![unusable("vol1")];
+    let mut world = World {
+        found: Discovery {
+            unusable: vec![unusable("vol1")],
+            ..Discovery::default()
+        },
+        ..World::default()
+    };
     world.step(t0());
     let path_name = world.existing[0].metadata.name.clone().unwrap_or_default();
     world.found.unusable.clear();
@@ -569,7 +579,9 @@ fn a_failed_wipe_condition_keeps_its_transition_time_while_it_stands() {
 
 #[test]
 fn objects_of_other_nodes_in_the_existing_list_are_left_alone() {
-    let mut world = World::default();
-    world.existing = vec![on_node("n0", "fs-someone-else")];
+    let world = World {
+        existing: vec![on_node("n0", "fs-someone-else")],
+        ..World::default()
+    };
     assert_eq!(world.pass(t0()), Changes::default());
 }

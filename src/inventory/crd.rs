@@ -29,6 +29,8 @@ pub const CONDITION_DUPLICATE_UUID: &str = "DuplicateUUID";
 pub const CONDITION_WIPE_FAILED: &str = "WipeFailed";
 
 /// What a node agent found at one path, and what it is.
+// NB: clippy reads the repeated `type_ = "string"` of the printer columns as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "localpv.io",

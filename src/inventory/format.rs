@@ -117,7 +117,7 @@ fn row(disk: &LocalDisk, wide: bool, now: SystemTime) -> Vec<String> {
         .metadata
         .creation_timestamp
         .as_ref()
-        .and_then(|t| SystemTime::try_from(t.0).ok())
+        .map(|t| SystemTime::from(t.0))
         .map_or_else(
             || "-".to_string(),
             |created| human_age(now.duration_since(created).unwrap_or_default()),
