@@ -414,6 +414,18 @@ mod https {
         server_ca: &CertifiedIssuer<'static, KeyPair>,
         client: Option<(String, String)>,
     ) -> String {
+        call(addr, server_ca, client, "GET", "/livez", "").await
+    }
+
+    /// One HTTP/1.1 request over TLS; the status line, or the error.
+    async fn call(
+        addr: SocketAddr,
+        server_ca: &CertifiedIssuer<'static, KeyPair>,
+        client: Option<(String, String)>,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> String {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(server_ca.der().clone()).expect("CA added");
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -439,8 +451,11 @@ mod https {
             Ok(tls) => tls,
             Err(e) => return format!("handshake error: {e}"),
         };
-        let request = b"GET /livez HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-        if let Err(e) = tls.write_all(request).await {
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if let Err(e) = tls.write_all(request.as_bytes()).await {
             return format!("write error: {e}");
         }
         let mut response = Vec::new();
@@ -477,7 +492,8 @@ mod https {
     }
 
     #[tokio::test]
-    async fn https_requires_a_client_certificate_signed_by_the_ca_when_one_is_configured() {
+    async fn https_decisions_require_a_client_certificate_signed_by_the_ca_when_one_is_configured()
+    {
         let dir = tempfile::tempdir().expect("temp dir");
         let (server_ca, client_ca, stranger_ca) = (ca("server"), ca("clients"), ca("stranger"));
         write_server_files(dir.path(), &server_ca);
@@ -489,10 +505,22 @@ mod https {
         };
         let (addr, stop, task) = start(files).await;
         let good = leaf(&client_ca, ExtendedKeyUsagePurpose::ClientAuth);
-        assert_eq!(livez(addr, &server_ca, Some(good)).await, "HTTP/1.1 200 OK");
+        assert_eq!(
+            livez(addr, &server_ca, Some(good.clone())).await,
+            "HTTP/1.1 200 OK"
+        );
+        let filter = r#"{"Pod": null, "NodeNames": ["n1"]}"#;
+        let ok = call(addr, &server_ca, Some(good), "POST", "/filter", filter).await;
+        assert_eq!(ok, "HTTP/1.1 200 OK");
         let bad = leaf(&stranger_ca, ExtendedKeyUsagePurpose::ClientAuth);
-        assert!(!livez(addr, &server_ca, Some(bad)).await.contains("200"));
-        assert!(!livez(addr, &server_ca, None).await.contains("200"));
+        assert!(
+            !livez(addr, &server_ca, Some(bad)).await.contains("200"),
+            "an untrusted certificate is refused"
+        );
+        // Probes carry no client certificate: they get through, decisions do not.
+        assert_eq!(livez(addr, &server_ca, None).await, "HTTP/1.1 200 OK");
+        let anonymous = call(addr, &server_ca, None, "POST", "/filter", filter).await;
+        assert_eq!(anonymous, "HTTP/1.1 403 Forbidden");
         stop.send(()).expect("server still running");
         task.await.expect("server joined");
     }

@@ -1,6 +1,9 @@
 //! HTTPS for the extender: rustls with the ring provider, optional client-certificate verification against a CA
 //! (mTLS), and certificates reloaded when their files change.
 //!
+//! With a client CA, a presented certificate must verify; a connection without one is served only `/livez`,
+//! `/readyz` and `/metrics` (kubelet probes and scrapers carry no client certificate) and gets 403 elsewhere.
+//!
 //! ```text
 //!  files (cert, key, client CA) ──poll mtime/len──> load() ──> current: RwLock<Arc<ServerConfig>>
 //!  TcpListener ── accept ──> TlsAcceptor(current) ── handshake (timeout) ──> hyper ──> axum Router
@@ -18,6 +21,10 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use axum::Router;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
@@ -97,7 +104,10 @@ pub fn load(files: &TlsFiles) -> Result<ServerConfig, TlsError> {
                     source,
                 })?;
             }
+            // NB: connections without a certificate are let in so kubelet's probes work; `require_client_cert`
+            // then limits them to the probe and metrics paths. A certificate that is presented must verify.
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
                 .build()
                 .map_err(TlsError::Verifier)?;
             builder.with_client_cert_verifier(verifier)
@@ -156,6 +166,18 @@ async fn reload_loop(
     }
 }
 
+/// For connections without a client certificate under mTLS: probes and metrics only.
+async fn require_client_cert(req: Request, next: Next) -> Response {
+    match req.uri().path() {
+        "/livez" | "/readyz" | "/metrics" => next.run(req).await,
+        _ => (
+            StatusCode::FORBIDDEN,
+            "failed to authorize: a client certificate signed by the extender's CA is required",
+        )
+            .into_response(),
+    }
+}
+
 /// Serves `app` over HTTPS on `listen` until `stopped` resolves, then drains open connections.
 pub async fn serve(
     listen: SocketAddr,
@@ -201,13 +223,24 @@ pub async fn serve_on(
             }
         };
         let acceptor = TlsAcceptor::from(current.read().unwrap_or_else(|e| e.into_inner()).clone());
-        let service = TowerToHyperService::new(app.clone());
+        let (app, mtls) = (app.clone(), files.client_ca.is_some());
         connections.spawn(async move {
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(error)) => return debug!(%peer, %error, "TLS handshake failed"),
                 Err(_) => return debug!(%peer, "TLS handshake timed out"),
             };
+            let verified = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .is_some_and(|c| !c.is_empty());
+            let app = if mtls && !verified {
+                app.layer(middleware::from_fn(require_client_cert))
+            } else {
+                app
+            };
+            let service = TowerToHyperService::new(app);
             if let Err(error) = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(tls), service)
                 .await
