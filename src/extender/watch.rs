@@ -313,4 +313,44 @@ mod tests {
         ));
         assert!(store.lock().expect("not poisoned").items.is_empty());
     }
+
+    #[test]
+    fn no_snapshot_is_built_until_every_store_has_listed_once() {
+        let stores = Stores::default();
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let node =
+            object(json!({"metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}}}));
+        apply(&stores.nodes, Kind::Nodes, Event::Init, convert_node);
+        apply(
+            &stores.nodes,
+            Kind::Nodes,
+            Event::InitApply(node),
+            convert_node,
+        );
+        apply(&stores.nodes, Kind::Nodes, Event::InitDone, convert_node);
+        apply(
+            &stores.volumes,
+            Kind::PersistentVolumes,
+            Event::InitDone,
+            Volume::from_pv,
+        );
+        apply(
+            &stores.claims,
+            Kind::PersistentVolumeClaims,
+            Event::InitDone,
+            Claim::from_pvc,
+        );
+        assert!(
+            build(&stores, &metrics).is_none(),
+            "storage classes have not listed yet"
+        );
+        apply(
+            &stores.classes,
+            Kind::StorageClasses,
+            Event::InitDone,
+            Class::from_storage_class,
+        );
+        let snap = build(&stores, &metrics).expect("every store listed");
+        assert!(snap.node_labels("n1").is_some());
+    }
 }
