@@ -38,6 +38,7 @@ pub type RootCheck = dyn Fn(BorrowedFd<'_>) -> Result<(), String> + Sync;
 #[derive(Clone, Copy, Default)]
 pub struct Expected<'a> {
     /// Device number of the filesystem (`st_dev` of the root): the mount the PV was created for.
+    /// NB: bind mounts of one filesystem share it; pass a `check` (mount id, UUID) to tell them apart.
     pub dev: Option<DevId>,
     pub check: Option<&'a RootCheck>,
 }
