@@ -5,4 +5,6 @@
 mod support;
 
 mod node_agent;
+mod packaging;
+mod reclaim;
 mod walkthrough;

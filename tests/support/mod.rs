@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod disks;
 pub mod nodes;
 pub mod proc;
+pub mod sa;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

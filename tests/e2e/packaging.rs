@@ -1,0 +1,842 @@
+//! Install and run: the Helm chart lints and renders, every object it renders is accepted by a real API server,
+//! the plain manifests in `config/manifests` are the chart's defaults, the rendered ConfigMaps are valid agent
+//! configuration, the chart's RBAC is enough for a full scenario and no more than `docs/security.md` lists, the
+//! demo walks the classic scenario and cleans up (also on Ctrl-C), and the image builds and runs.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::node_agent::{obj, pvs_of, wait_pvs};
+use crate::support::agent::{http_get, localpv_bin};
+use crate::support::cluster::{ControlPlane, Extender, Options, bin_dir, free_port};
+use crate::support::disks::Mount;
+use crate::support::eventually;
+use crate::support::nodes::create_node;
+use crate::support::proc::Component;
+use crate::support::sa;
+
+const NAMESPACE: &str = "localpv-system";
+const MANIFESTS: &str = "config/manifests/localpv.yaml";
+const ALL_ON: &str = "charts/localpv/ci/all-on-values.yaml";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tool(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.is_file(),
+        "missing prerequisite: {} not found; run scripts/k8s-bins.sh first",
+        path.display()
+    );
+    path
+}
+
+fn run(program: &Path, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "missing prerequisite: cannot run {}: {e}",
+                program.display()
+            )
+        })
+}
+
+fn run_ok(program: &Path, args: &[&str]) -> String {
+    let out = run(program, args);
+    assert!(
+        out.status.success(),
+        "{} {} failed:\n{}{}",
+        program.display(),
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `helm template` of the chart in `NAMESPACE` with the given extra arguments.
+fn render(release: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "template",
+        release,
+        "charts/localpv",
+        "--namespace",
+        NAMESPACE,
+    ];
+    args.extend_from_slice(extra);
+    run_ok(&tool("helm"), &args)
+}
+
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .filter_map(|d| {
+            let v: Value = serde::Deserialize::deserialize(d).expect("rendered YAML parses");
+            (!v.is_null()).then_some(v)
+        })
+        .collect()
+}
+
+/// The two renderings the tests cover: the defaults, and every option on.
+fn renderings() -> Vec<(&'static str, String)> {
+    vec![
+        ("defaults", render("localpv", &[])),
+        ("all-on", render("t", &["-f", ALL_ON])),
+    ]
+}
+
+/// The header of `config/manifests/localpv.yaml`: the namespace the chart's defaults install into.
+fn manifests_header() -> String {
+    format!(
+        "# Plain manifests equal to `helm template localpv charts/localpv --namespace {NAMESPACE} --include-crds`,\n\
+         # generated, do not edit: LOCALPV_UPDATE_MANIFESTS=1 cargo test --test e2e packaging::plain rewrites them.\n\
+         # Install: kubectl apply --server-side -f {MANIFESTS}\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"
+    )
+}
+
+#[test]
+fn chart_lints_clean_with_defaults_and_with_every_option_on() {
+    let helm = tool("helm");
+    for extra in [
+        vec![],
+        vec!["-f", ALL_ON],
+        vec!["--set", "node.privileged=false"],
+        vec!["--set", "existingConfigMap=local-provisioner-config"],
+    ] {
+        let mut args = vec!["lint", "--strict", "charts/localpv"];
+        args.extend_from_slice(&extra);
+        run_ok(&helm, &args);
+    }
+}
+
+#[test]
+fn chart_refuses_values_outside_its_schema() {
+    for set in [
+        "classes[0].volumeMode=Blok",
+        "node.bogus=1",
+        "extender.scoreStrategy=random",
+        "minResyncPeriod=5 minutes",
+    ] {
+        let out = run(
+            &tool("helm"),
+            &["template", "x", "charts/localpv", "--set", set],
+        );
+        assert!(!out.status.success(), "--set {set} was accepted");
+    }
+}
+
+#[test]
+fn plain_manifests_are_the_chart_defaults() {
+    let expected = format!(
+        "{}{}",
+        manifests_header(),
+        render("localpv", &["--include-crds"])
+    );
+    let path = root().join(MANIFESTS);
+    if std::env::var_os("LOCALPV_UPDATE_MANIFESTS").is_some() {
+        fs::create_dir_all(path.parent().expect("has a parent")).expect("dir created");
+        fs::write(&path, &expected).expect("manifests written");
+    }
+    let committed = fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == expected,
+        "{MANIFESTS} is out of date with charts/localpv: run \
+         `LOCALPV_UPDATE_MANIFESTS=1 cargo test --test e2e packaging::plain` and commit the result"
+    );
+}
+
+#[test]
+fn rendered_config_maps_are_valid_node_agent_configuration() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (name, yaml) in renderings() {
+        let maps: Vec<Value> = documents(&yaml)
+            .into_iter()
+            .filter(|d| d["kind"] == "ConfigMap" && d["data"].get("storageClassMap").is_some())
+            .collect();
+        assert_eq!(maps.len(), 1, "{name}: one agent ConfigMap");
+        let file = dir.path().join(format!("{name}.yaml"));
+        fs::write(&file, serde_yaml::to_string(&maps[0]).expect("serialises")).expect("written");
+        let out = run_ok(
+            &localpv_bin(),
+            &[
+                "node",
+                "--check-config",
+                "--config",
+                file.to_str().expect("utf-8"),
+            ],
+        );
+        assert!(out.contains("is valid"), "{name}: {out}");
+    }
+}
+
+/// A stand-in for the Prometheus Operator's ServiceMonitor CRD, so the all-on rendering can be applied.
+const SERVICE_MONITOR_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: servicemonitors.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  names: {kind: ServiceMonitor, plural: servicemonitors, singular: servicemonitor, listKind: ServiceMonitorList}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+";
+
+/// Applies a file with server-side apply as the admin; returns kubectl's output lines.
+fn apply(cp: &ControlPlane, file: &Path) -> Vec<String> {
+    let kubeconfig = cp.admin_kubeconfig.display().to_string();
+    let out = run_ok(
+        &tool("kubectl"),
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "apply",
+            "--server-side",
+            "--field-manager=localpv-packaging-test",
+            "-f",
+            file.to_str().expect("utf-8"),
+        ],
+    );
+    out.lines().map(str::to_string).collect()
+}
+
+/// The chart's CRDs (and the ServiceMonitor stand-in), applied and Established.
+fn install_crds(cp: &ControlPlane) {
+    let stub = cp.dir.join("servicemonitor-crd.yaml");
+    fs::write(&stub, SERVICE_MONITOR_CRD).expect("written");
+    apply(cp, &stub);
+    apply(cp, &root().join("charts/localpv/crds"));
+    let kubeconfig = cp.admin_kubeconfig.display().to_string();
+    run_ok(
+        &tool("kubectl"),
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/localdisks.localpv.io",
+            "crd/servicemonitors.monitoring.coreos.com",
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_rendered_object_is_accepted_by_the_api_server() {
+    let cp = ControlPlane::start(Options::default()).await;
+    install_crds(&cp);
+    let ns: k8s_openapi::api::core::v1::Namespace = obj(json!({"metadata": {"name": NAMESPACE}}));
+    Api::all(cp.client())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace created");
+    for (name, yaml) in renderings() {
+        let docs = documents(&yaml);
+        let file = cp.dir.join(format!("{name}.yaml"));
+        fs::write(&file, &yaml).expect("written");
+        let applied = apply(&cp, &file);
+        let accepted = applied
+            .iter()
+            .filter(|l| l.ends_with("serverside-applied"))
+            .count();
+        assert_eq!(
+            accepted,
+            docs.len(),
+            "{name}: every object applied:\n{}",
+            applied.join("\n")
+        );
+    }
+    // The committed manifests too (their Namespace and CRD were applied above: re-applying is a no-op).
+    let applied = apply(&cp, &root().join(MANIFESTS));
+    assert!(applied.iter().all(|l| l.ends_with("serverside-applied")));
+}
+
+/// (component, API group, resource, verb) for every rule of every Role and ClusterRole in the renderings, plus
+/// ("component", "built-in role", name, "bind") for bindings to roles the chart does not render.
+fn granted() -> BTreeSet<[String; 4]> {
+    let mut grants = BTreeSet::new();
+    for (_, yaml) in renderings() {
+        let docs = documents(&yaml);
+        let rendered: BTreeSet<String> = docs
+            .iter()
+            .filter(|d| d["kind"] == "Role" || d["kind"] == "ClusterRole")
+            .map(|d| {
+                d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect();
+        for d in &docs {
+            let component = d["metadata"]["labels"]["app.kubernetes.io/component"]
+                .as_str()
+                .unwrap_or("none")
+                .to_string();
+            let kind = d["kind"].as_str().unwrap_or_default();
+            if kind == "Role" || kind == "ClusterRole" {
+                for rule in d["rules"].as_array().into_iter().flatten() {
+                    let strings = |k: &str| -> Vec<String> {
+                        rule[k]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(|v| v.as_str().unwrap_or_default().to_string())
+                            .collect()
+                    };
+                    for group in strings("apiGroups") {
+                        for resource in strings("resources") {
+                            for verb in strings("verbs") {
+                                let group = if group.is_empty() {
+                                    "core".into()
+                                } else {
+                                    group.clone()
+                                };
+                                grants.insert([component.clone(), group, resource.clone(), verb]);
+                            }
+                        }
+                    }
+                }
+            }
+            if kind == "RoleBinding" || kind == "ClusterRoleBinding" {
+                let role = d["roleRef"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                if !rendered.contains(&role) {
+                    grants.insert([component, "built-in role".into(), role, "bind".into()]);
+                }
+            }
+        }
+    }
+    grants
+}
+
+/// The rows of the RBAC table in docs/security.md, in the same shape as `granted`.
+fn documented() -> BTreeSet<[String; 4]> {
+    let text =
+        fs::read_to_string(root().join("docs/security.md")).expect("docs/security.md exists");
+    let table = text
+        .split("<!-- rbac-table -->")
+        .nth(1)
+        .expect("docs/security.md has the <!-- rbac-table --> marker");
+    let mut rows = BTreeSet::new();
+    for line in table.lines().skip_while(|l| l.trim().is_empty()).skip(2) {
+        if !line.starts_with('|') {
+            break;
+        }
+        let cells: Vec<String> = line
+            .trim_matches('|')
+            .split('|')
+            .map(|c| c.trim().trim_matches('`').to_string())
+            .collect();
+        for verb in cells[3].split(',') {
+            rows.insert([
+                cells[0].clone(),
+                cells[1].clone(),
+                cells[2].clone(),
+                verb.trim().trim_matches('`').to_string(),
+            ]);
+        }
+    }
+    rows
+}
+
+#[test]
+fn roles_grant_exactly_what_docs_security_md_lists() {
+    let granted = granted();
+    assert!(
+        granted.iter().all(|g| !g.iter().any(|s| s.contains('*'))),
+        "no wildcards: {granted:?}"
+    );
+    let documented = documented();
+    let undocumented: Vec<_> = granted.difference(&documented).collect();
+    let unused: Vec<_> = documented.difference(&granted).collect();
+    assert!(
+        undocumented.is_empty() && unused.is_empty(),
+        "granted but not in docs/security.md: {undocumented:?}\nin docs/security.md but not granted: {unused:?}"
+    );
+    assert!(
+        !granted.iter().any(|g| g[2] == "secrets"),
+        "no component reads Secrets"
+    );
+}
+
+/// A `localpv` process (node agent or extender) under a ServiceAccount's kubeconfig.
+fn spawn(cp: &ControlPlane, name: &str, args: &[String], kubeconfig: &Path) -> Component {
+    let env = [
+        ("KUBECONFIG", kubeconfig.to_str().expect("utf-8 path")),
+        ("RUST_LOG", "info,localpv=debug"),
+    ];
+    Component::spawn_with_env(name, &localpv_bin(), args, &env, &cp.log_dir(), cp.reaper())
+}
+
+async fn wait_ready(c: &mut Component, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(http_get(port, "/readyz"), Some((200, _))) {
+        assert!(c.running(), "{} exited:\n{}", c.name, c.tail(40));
+        assert!(
+            Instant::now() < deadline,
+            "{} not ready after 60s:\n{}",
+            c.name,
+            c.tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn agent_args(cp: &ControlPlane, node: &str, port: u16) -> Vec<String> {
+    let host = cp.dir.join("hosts").join(node);
+    let disks = host.join("disks");
+    fs::create_dir_all(&disks).expect("disks dir");
+    let config = host.join("config.yaml");
+    fs::write(
+        &config,
+        format!(
+            "storageClassMap:\n  local-storage:\n    hostDir: {}\n",
+            disks.display()
+        ),
+    )
+    .expect("config written");
+    vec![
+        "node".into(),
+        format!("--config={}", config.display()),
+        format!("--node-name={node}"),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--state-dir={}", host.join("state").display()),
+        "--config-poll=500ms".into(),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request() {
+    let extender_port = free_port();
+    let mut ext = Extender::new(&format!("http://127.0.0.1:{extender_port}"));
+    ext.node_cache_capable = true;
+    let cp = ControlPlane::start(Options {
+        controller_manager: true,
+        scheduler: true,
+        extenders: vec![ext],
+    })
+    .await;
+    let client = cp.client();
+    install_crds(&cp);
+    let ns: k8s_openapi::api::core::v1::Namespace = obj(json!({"metadata": {"name": NAMESPACE}}));
+    Api::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace created");
+    // The chart's defaults: ServiceAccounts, roles, bindings, and the StorageClass local-storage (Delete).
+    let rendered = cp.dir.join("defaults.yaml");
+    fs::write(&rendered, render("localpv", &[])).expect("written");
+    apply(&cp, &rendered);
+    let node_kc = sa::token_kubeconfig(&cp, NAMESPACE, "localpv-node").await;
+    let ext_kc = sa::token_kubeconfig(&cp, NAMESPACE, "localpv-extender").await;
+    let app_ns = cp.namespace("app").await;
+    for n in ["node-1", "node-2"] {
+        create_node(&client, n, &[]).await;
+    }
+
+    // Publish: two agents under the node agent's ServiceAccount, the extender under its own.
+    let mut agents = Vec::new();
+    let mut mounts = Vec::new();
+    for n in ["node-1", "node-2"] {
+        let port = free_port();
+        let args = agent_args(&cp, n, port);
+        let disks = cp.dir.join("hosts").join(n).join("disks");
+        mounts.push(Mount::tmpfs(&disks.join("vol1"), "1G", cp.reaper()));
+        agents.push((
+            spawn(&cp, &format!("localpv-node-{n}"), &args, &node_kc),
+            port,
+            disks,
+        ));
+    }
+    let mut extender = spawn(
+        &cp,
+        "localpv-extender",
+        &[
+            "extender".into(),
+            format!("--listen=127.0.0.1:{extender_port}"),
+        ],
+        &ext_kc,
+    );
+    for (c, port, _) in agents.iter_mut() {
+        wait_ready(c, *port).await;
+    }
+    wait_ready(&mut extender, extender_port).await;
+    let path = |i: usize| agents[i].2.join("vol1").display().to_string();
+    wait_pvs(&client, "node-1", &[path(0)], "Available").await;
+    let node2 = wait_pvs(&client, "node-2", &[path(1)], "Available").await;
+    let node2_pv = node2[&path(1)].metadata.name.clone().expect("named");
+
+    // Bind: a pod pinned to node-2 gets node-2's PV, through the extender.
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &app_ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &app_ns);
+    pvcs.create(
+        &PostParams::default(),
+        &obj(
+            json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+            "storageClassName": "local-storage", "resources": {"requests": {"storage": "100Mi"}}}}),
+        ),
+    )
+    .await
+    .expect("claim created");
+    pods.create(
+        &PostParams::default(),
+        &obj(json!({"metadata": {"name": "app"}, "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "node-2"},
+            "containers": [{"name": "app", "image": "nginx"}],
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}})),
+    )
+    .await
+    .expect("pod created");
+    eventually(
+        "the claim to bind to node-2's PV",
+        Duration::from_secs(60),
+        || async {
+            let c = pvcs.get("data").await.map_err(|e| e.to_string())?;
+            let to = c.spec.and_then(|s| s.volume_name);
+            (to.as_deref() == Some(node2_pv.as_str()))
+                .then_some(())
+                .ok_or(format!("{to:?}"))
+        },
+    )
+    .await;
+    let (_, metrics) = http_get(extender_port, "/metrics").expect("extender serves /metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("localpv_extender_requests_total") && !l.ends_with(" 0")),
+        "the scheduler consulted the extender:\n{metrics}"
+    );
+
+    // Release and wipe: the data goes, the disk comes back as a new Available PV.
+    fs::write(agents[1].2.join("vol1/index.html"), "hello").expect("pod data written");
+    pods.delete("app", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("pod deleted");
+    pvcs.delete("data", &DeleteParams::default())
+        .await
+        .expect("claim deleted");
+    eventually(
+        "node-2's disk to be wiped and republished",
+        Duration::from_secs(60),
+        || async {
+            let pvs = pvs_of(&client, "node-2").await;
+            match pvs.get(&path(1)) {
+                Some(pv)
+                    if pv.metadata.name.as_deref() == Some(node2_pv.as_str())
+                        && pv.metadata.uid != node2[&path(1)].metadata.uid
+                        && crate::node_agent::phase(pv) == "Available" =>
+                {
+                    Ok(())
+                }
+                other => Err(format!(
+                    "{:?}",
+                    other.map(|p| (&p.metadata.uid, crate::node_agent::phase(p)))
+                )),
+            }
+        },
+    )
+    .await;
+    assert!(
+        !agents[1].2.join("vol1/index.html").exists(),
+        "the wipe removed the pod's data"
+    );
+
+    // Node deleted: its agent keeps running and asks for nothing it may not have.
+    Api::<Node>::all(client.clone())
+        .delete("node-1", &DeleteParams::default())
+        .await
+        .expect("node deleted");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let audit = cp.log_dir().join("audit.log");
+    let prefix = format!("system:serviceaccount:{NAMESPACE}:");
+    assert!(
+        sa::request_count(&audit, &sa::username(NAMESPACE, "localpv-node")) > 0
+            && sa::request_count(&audit, &sa::username(NAMESPACE, "localpv-extender")) > 0,
+        "both components ran under the chart's ServiceAccounts"
+    );
+    let forbidden = sa::answered_with(&audit, &prefix, 403);
+    assert!(forbidden.is_empty(), "forbidden requests: {forbidden:#?}");
+    drop(mounts);
+}
+
+/// The demo example, which `cargo test` builds along with the tests (`cargo test --test e2e` alone does not).
+fn demo_bin() -> PathBuf {
+    let bin = localpv_bin();
+    let demo = bin
+        .parent()
+        .expect("the binary has a directory")
+        .join("examples/demo");
+    assert!(
+        demo.is_file(),
+        "missing prerequisite: {} not built; run `cargo build --example demo` (plain `cargo test` builds it)",
+        demo.display()
+    );
+    demo
+}
+
+fn mounted_under(dir: &str) -> Vec<String> {
+    let table = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo readable");
+    table
+        .lines()
+        .filter(|l| l.contains(dir))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn demo_walks_the_classic_scenario_and_cleans_up() {
+    let out = Command::new(demo_bin())
+        .env("LOCALPV_BIN", localpv_bin())
+        .env("LOCALPV_K8S_BIN_DIR", bin_dir())
+        .output()
+        .expect("the demo runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "the agents published one Available PV per disk",
+        "$ localpv disks",
+        "PVC example-local-claim is Pending",
+        "pod example-pv-pod is scheduled to node-2",
+        "is Available again",
+        "cleaned up",
+    ] {
+        assert!(text.contains(line), "the demo printed {line:?}:\n{text}");
+    }
+    let bound = text
+        .lines()
+        .find(|l| l.starts_with("PVC example-local-claim is Bound to "))
+        .unwrap_or_else(|| panic!("no Bound line:\n{text}"));
+    assert!(bound.contains("on node-2"), "{bound}");
+    let dir = text
+        .lines()
+        .find_map(|l| l.strip_prefix("control plane in "))
+        .expect("the demo names its plane dir");
+    assert!(!Path::new(dir).exists(), "{dir} removed");
+    assert_eq!(mounted_under(dir), Vec::<String>::new());
+}
+
+#[test]
+fn demo_cleans_up_on_ctrl_c() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(demo_bin())
+        .env("LOCALPV_BIN", localpv_bin())
+        .env("LOCALPV_K8S_BIN_DIR", bin_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the demo starts");
+    let stdout = child.stdout.take().expect("piped");
+    let mut dir = None;
+    let mut seen = Vec::new();
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        if let Some(d) = line.strip_prefix("control plane in ") {
+            dir = Some(d.to_string());
+        }
+        let pending = line.starts_with("PVC example-local-claim is Pending");
+        seen.push(line);
+        if pending {
+            break;
+        }
+    }
+    let dir = dir.unwrap_or_else(|| panic!("the demo did not start:\n{}", seen.join("\n")));
+    assert!(
+        !mounted_under(&dir).is_empty(),
+        "the disks are mounted mid-demo"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT sent");
+    let status = child.wait().expect("the demo exits");
+    assert_eq!(status.code(), Some(130), "exit status after Ctrl-C");
+    assert_eq!(mounted_under(&dir), Vec::<String>::new(), "disks unmounted");
+    assert!(!Path::new(&dir).exists(), "{dir} removed");
+}
+
+const BASE_IMAGE: &str = "localhost/debian:bookworm-debootstrap";
+
+fn buildah(args: &[&str]) -> String {
+    let buildah = Path::new("/usr/bin/buildah");
+    assert!(
+        buildah.is_file(),
+        "missing prerequisite: buildah (apt-get install buildah debootstrap)"
+    );
+    run_ok(buildah, args)
+}
+
+fn image_exists(name: &str) -> bool {
+    let out = run(Path::new("/usr/bin/buildah"), &["images", "-q", name]);
+    out.status.success() && !out.stdout.is_empty()
+}
+
+/// A Debian bookworm base made with debootstrap (no registry is reachable here), imported once and cached.
+fn ensure_base_image() {
+    if image_exists(BASE_IMAGE) {
+        return;
+    }
+    let debootstrap = Path::new("/usr/sbin/debootstrap");
+    assert!(
+        debootstrap.is_file(),
+        "missing prerequisite: debootstrap (apt-get install debootstrap)"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let rootfs = dir.path().join("rootfs");
+    run_ok(
+        debootstrap,
+        &[
+            "--variant=minbase",
+            "bookworm",
+            rootfs.to_str().expect("utf-8"),
+            "http://deb.debian.org/debian",
+        ],
+    );
+    let script = format!(
+        "tar -C {} -c . | buildah import - {BASE_IMAGE}",
+        rootfs.display()
+    );
+    run_ok(Path::new("/bin/sh"), &["-c", &script]);
+}
+
+/// The builder base: the Debian base plus this machine's Rust toolchain (the stand-in for the official rust
+/// image) and its CA bundle (egress here goes through a TLS-inspecting proxy). Cached per rustc version.
+fn ensure_builder_image() -> String {
+    let version = run_ok(Path::new("rustc"), &["--version"]);
+    let version = version
+        .split_whitespace()
+        .nth(1)
+        .expect("rustc prints a version");
+    let name = format!("localhost/localpv-rust-builder:{version}-bookworm");
+    if image_exists(&name) {
+        return name;
+    }
+    ensure_base_image();
+    let sysroot = run_ok(Path::new("rustc"), &["--print", "sysroot"]);
+    let sysroot = Path::new(sysroot.trim());
+    let c = buildah(&["from", BASE_IMAGE]).trim().to_string();
+    buildah(&[
+        "run",
+        "--isolation",
+        "chroot",
+        &c,
+        "--",
+        "mkdir",
+        "-p",
+        "/usr/local/rust",
+    ]);
+    for part in ["bin", "lib", "libexec"] {
+        let from = sysroot.join(part).display().to_string();
+        buildah(&["copy", &c, &from, &format!("/usr/local/rust/{part}")]);
+    }
+    buildah(&[
+        "copy",
+        &c,
+        "/etc/ssl/certs/ca-certificates.crt",
+        "/etc/ssl/certs/ca-certificates.crt",
+    ]);
+    buildah(&[
+        "config",
+        "--env",
+        "PATH=/usr/local/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "--env",
+        "CARGO_HOME=/usr/local/cargo",
+        "--env",
+        "CARGO_HTTP_CAINFO=/etc/ssl/certs/ca-certificates.crt",
+        "--env",
+        "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
+        &c,
+    ]);
+    buildah(&["commit", "-q", &c, &name]);
+    buildah(&["rm", &c]);
+    name
+}
+
+#[test]
+fn image_builds_and_runs_localpv_version() {
+    let builder = ensure_builder_image();
+    // NB: chroot isolation: this machine's crun may not set rlimits (`setrlimit RLIMIT_NOFILE: Operation not
+    // permitted`), so `podman run` and OCI isolation fail here; chroot needs neither.
+    buildah(&[
+        "build",
+        "--isolation",
+        "chroot",
+        "--layers",
+        "--build-arg",
+        &format!("BUILDER_IMAGE={builder}"),
+        "--build-arg",
+        &format!("RUNTIME_IMAGE={BASE_IMAGE}"),
+        "-t",
+        "localhost/localpv:test",
+        "-f",
+        "Dockerfile",
+        ".",
+    ]);
+    let c = buildah(&["from", "localhost/localpv:test"])
+        .trim()
+        .to_string();
+    let version = buildah(&[
+        "run",
+        "--isolation",
+        "chroot",
+        &c,
+        "--",
+        "/usr/local/bin/localpv",
+        "--version",
+    ]);
+    let tools = run(
+        Path::new("/usr/bin/buildah"),
+        &[
+            "run",
+            "--isolation",
+            "chroot",
+            &c,
+            "--",
+            "sh",
+            "-c",
+            "command -v cargo rustc clang",
+        ],
+    );
+    let user = buildah(&[
+        "inspect",
+        "--format",
+        "{{.OCIv1.Config.User}}",
+        "localhost/localpv:test",
+    ]);
+    buildah(&["rm", &c]);
+    assert_eq!(
+        version.trim(),
+        format!("localpv {}", env!("CARGO_PKG_VERSION"))
+    );
+    assert!(
+        tools.stdout.is_empty(),
+        "no build tools in the runtime image: {}",
+        String::from_utf8_lossy(&tools.stdout)
+    );
+    assert_eq!(
+        user.trim(),
+        "65532:65532",
+        "the image's default user is not root"
+    );
+}

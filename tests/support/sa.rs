@@ -1,0 +1,89 @@
+//! ServiceAccount identities for tests: a token from the TokenRequest API and a kubeconfig that presents it, so a
+//! component runs with exactly the RBAC a manifest grants its ServiceAccount (user
+//! `system:serviceaccount:<namespace>:<name>` in the audit log).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, PostParams};
+
+use super::cluster::ControlPlane;
+
+/// The user name the API server gives a ServiceAccount's tokens.
+pub fn username(namespace: &str, name: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{name}")
+}
+
+/// A kubeconfig for ServiceAccount `namespace/name` (which must exist), with a one-hour token.
+pub async fn token_kubeconfig(cp: &ControlPlane, namespace: &str, name: &str) -> PathBuf {
+    let api: Api<ServiceAccount> = Api::namespaced(cp.client(), namespace);
+    let request: TokenRequest = serde_json::from_value(serde_json::json!({
+        "spec": {"audiences": [], "expirationSeconds": 3600}
+    }))
+    .expect("token request literal is valid");
+    let issued = api
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("failed to request a token for {namespace}/{name}: {e}"));
+    let token = issued.status.and_then(|s| s.token).unwrap_or_default();
+    assert!(
+        !token.is_empty(),
+        "TokenRequest for {namespace}/{name} returned no token"
+    );
+    write(cp, &format!("sa-{namespace}-{name}"), &token)
+}
+
+fn write(cp: &ControlPlane, file: &str, token: &str) -> PathBuf {
+    let path = cp.dir.join(format!("{file}.kubeconfig"));
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    certificate-authority: {ca:?}\n\
+         users:\n- name: sa\n  user:\n    token: {token}\n\
+         contexts:\n- name: test\n  context:\n    cluster: test\n    user: sa\ncurrent-context: test\n",
+        server = cp.api_url,
+        ca = cp.certs.ca_cert.display().to_string(),
+    );
+    fs::write(&path, text).expect("kubeconfig written");
+    path
+}
+
+/// Requests by users whose name starts with `prefix` that the API server answered with `code`, as
+/// (user, verb, resource, namespace, name).
+pub fn answered_with(audit_log: &Path, prefix: &str, code: u64) -> Vec<[String; 5]> {
+    let text = fs::read_to_string(audit_log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .filter(|e| {
+            e["user"]["username"]
+                .as_str()
+                .is_some_and(|u| u.starts_with(prefix))
+        })
+        .filter(|e| e["responseStatus"]["code"].as_u64() == Some(code))
+        .map(|e| {
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            [
+                s(&e["user"]["username"]),
+                s(&e["verb"]),
+                s(&e["objectRef"]["resource"]),
+                s(&e["objectRef"]["namespace"]),
+                s(&e["objectRef"]["name"]),
+            ]
+        })
+        .collect()
+}
+
+/// How many requests users starting with `prefix` made (any answer).
+pub fn request_count(audit_log: &Path, prefix: &str) -> usize {
+    let text = fs::read_to_string(audit_log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .filter(|e| {
+            e["user"]["username"]
+                .as_str()
+                .is_some_and(|u| u.starts_with(prefix))
+        })
+        .count()
+}
