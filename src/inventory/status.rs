@@ -144,7 +144,9 @@ fn disk_verdict(
     wiping: bool,
     failures: Option<&WipeFailures>,
 ) -> Verdict {
-    if let Some(failures) = failures.filter(|f| f.consecutive >= inputs.settings.failing_after) {
+    let failing =
+        |f: &&WipeFailures| f.consecutive > 0 && f.consecutive >= inputs.settings.failing_after;
+    if let Some(failures) = failures.filter(failing) {
         let message = format!(
             "{} wipes in a row failed; fix the cause (the last error: {}) or replace the disk",
             failures.consecutive, failures.last_error
