@@ -112,7 +112,12 @@ fn chart_lints_clean_with_defaults_and_with_every_option_on() {
         vec![],
         vec!["-f", ALL_ON],
         vec!["--set", "node.privileged=false"],
-        vec!["--set", "existingConfigMap=local-provisioner-config"],
+        vec![
+            "--set",
+            "existingConfigMap=local-provisioner-config",
+            "--set",
+            "classes=null",
+        ],
     ] {
         let mut args = vec!["lint", "--strict", "charts/localpv"];
         args.extend_from_slice(&extra);
