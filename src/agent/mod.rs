@@ -13,6 +13,7 @@
 
 mod exec;
 mod http;
+mod inventory;
 mod ledger;
 mod metrics;
 mod pass;
@@ -34,6 +35,7 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::config::Config;
+use crate::inventory::LocalDisk;
 use crate::plan::pv::NODE_LABEL;
 
 /// Flags and environment of `localpv node`.
@@ -57,6 +59,11 @@ pub struct Options {
     /// How often the configuration is re-read for changes.
     #[arg(long, env = "LOCALPV_CONFIG_POLL", default_value = "2s", value_parser = parse_duration)]
     pub config_poll: Duration,
+}
+
+/// The label selector scoping a watch to this node's objects (PVs and LocalDisks carry the same label).
+fn own_pvs_like(node: &str) -> watcher::Config {
+    watcher::Config::default().labels(&format!("{NODE_LABEL}={node}"))
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -105,7 +112,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let pvs = watch::Store::<PersistentVolume>::new();
     let nodes = watch::Store::<Node>::new();
     let classes = watch::Store::<StorageClass>::new();
-    let own_pvs = watcher::Config::default().labels(&format!("{NODE_LABEL}={node}"));
+    let disks = watch::Store::<LocalDisk>::new();
+    let own_pvs = own_pvs_like(&node);
     let own_node = watcher::Config::default().fields(&format!("metadata.name={node}"));
 
     let agent = pass::Agent::new(pass::Setup {
@@ -116,6 +124,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         pvs: pvs.clone(),
         nodes: nodes.clone(),
         classes: classes.clone(),
+        disks: disks.clone(),
         changed: changed.clone(),
         metrics,
         http: state.clone(),
@@ -148,6 +157,13 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             client.clone(),
             watcher::Config::default(),
             classes,
+            changed.clone(),
+            shutdown.clone()
+        ),
+        watch::run(
+            client.clone(),
+            own_pvs_like(&node),
+            disks,
             changed.clone(),
             shutdown.clone()
         ),

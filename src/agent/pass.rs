@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 use super::exec::Writer;
 use super::http::State as HttpState;
+use super::inventory::{self as inv, InventoryWriter};
 use super::ledger::LedgerFile;
 use super::metrics::{Metrics, Outcome, OutcomeLabels, PhaseLabels, ReasonLabels, WipeLabels};
 use super::watch::Store;
@@ -31,6 +32,7 @@ use crate::disk::Discovery;
 use crate::host::Host;
 use crate::host::linux::LinuxHost;
 use crate::host::watch::MountWatcher;
+use crate::inventory::{self, LocalDisk, WipeFailures};
 use crate::plan::pv::{ANN_PROVISIONED_BY, NODE_LABEL};
 use crate::plan::{
     self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, StorageClassFacts,
@@ -51,6 +53,7 @@ pub struct Setup {
     pub pvs: Arc<Store<PersistentVolume>>,
     pub nodes: Arc<Store<Node>>,
     pub classes: Arc<Store<StorageClass>>,
+    pub disks: Arc<Store<LocalDisk>>,
     pub changed: Arc<Notify>,
     pub metrics: Metrics,
     pub http: HttpState,
@@ -59,12 +62,19 @@ pub struct Setup {
 struct Running {
     ctl: Arc<Control>,
     task: JoinHandle<()>,
+    host_path: PathBuf,
+    started: SystemTime,
 }
 
 struct Backoff {
     failures: u32,
     not_before: Instant,
+    host_path: PathBuf,
+    last_error: String,
 }
+
+/// While a wipe runs, plan again this often so its progress reaches the inventory.
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
 type WipeResult = (WipeOrder, Result<Done, Failed>);
 
@@ -72,6 +82,7 @@ pub struct Agent {
     s: Setup,
     host: Arc<dyn Host>,
     writer: Writer,
+    inventory: InventoryWriter,
     ledger: DiskLedger,
     ledger_file: LedgerFile,
     memory: Memory,
@@ -98,10 +109,12 @@ impl Agent {
             metrics: s.metrics.clone(),
         };
         let (done_tx, done_rx) = mpsc::channel(16);
+        let inventory = InventoryWriter::new(s.client.clone(), s.metrics.clone(), &s.node);
         Ok(Agent {
             s,
             host: Arc::new(LinuxHost::default()),
             writer,
+            inventory,
             ledger,
             ledger_file,
             memory: Memory::default(),
@@ -150,7 +163,10 @@ impl Agent {
     async fn start(&mut self, shutdown: &mut tokio_watch::Receiver<bool>) -> bool {
         let mut delay = Duration::from_millis(200);
         loop {
-            let synced = self.s.pvs.synced() && self.s.nodes.synced() && self.s.classes.synced();
+            let synced = self.s.pvs.synced()
+                && self.s.nodes.synced()
+                && self.s.classes.synced()
+                && self.s.disks.synced();
             if synced && self.s.nodes.get(&self.s.node).is_some() {
                 match self.list_adoptable().await {
                     Ok(found) => {
@@ -161,6 +177,15 @@ impl Agent {
                         warn!(error = %format!("{error:#}"), "failed to list PVs for adoption; retrying")
                     }
                 }
+            }
+            if delay >= Duration::from_secs(3) {
+                info!(
+                    pvs = self.s.pvs.synced(),
+                    node = self.s.nodes.get(&self.s.node).is_some(),
+                    storage_classes = self.s.classes.synced(),
+                    local_disks = self.s.disks.synced(),
+                    "waiting for caches"
+                );
             }
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
@@ -338,6 +363,9 @@ impl Agent {
             retry |= !self.execute(action).await;
         }
         self.memory = plan.memory;
+        let inventory_after = self
+            .sync_inventory(&found, &plan.unpublished, &existing, &mut retry)
+            .await;
         self.publish_state(&found, &plan.unpublished, &existing);
         self.s.metrics.discovery_passes.inc();
         self.s
@@ -349,10 +377,58 @@ impl Agent {
             .values()
             .map(|b| b.not_before.saturating_duration_since(Instant::now()))
             .min();
-        [plan.requeue_after, backoff, retry.then_some(FIRST_BACKOFF)]
-            .into_iter()
-            .flatten()
-            .min()
+        let progress = (!self.running.is_empty()).then_some(PROGRESS_EVERY);
+        [
+            plan.requeue_after,
+            inventory_after,
+            backoff,
+            progress,
+            retry.then_some(FIRST_BACKOFF),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Brings this node's LocalDisks in line with the pass; returns when to look again.
+    async fn sync_inventory(
+        &self,
+        found: &Discovery,
+        unpublished: &[plan::Unpublished],
+        pvs: &[PersistentVolume],
+        retry: &mut bool,
+    ) -> Option<Duration> {
+        let existing = self.s.disks.all();
+        let wanted = inventory::names_to_look_up(&self.s.node, found, &existing);
+        let others = self.inventory.fetch(&wanted).await;
+        let mut wipes = inv::WipeFacts::default();
+        for r in self.running.values() {
+            wipes
+                .running
+                .insert(r.host_path.clone(), inv::sample(r.started, &r.ctl));
+        }
+        for b in self.backoff.values() {
+            let f = WipeFailures {
+                consecutive: b.failures,
+                last_error: b.last_error.clone(),
+            };
+            wipes.failures.insert(b.host_path.clone(), f);
+        }
+        let changes = inventory::build(&inventory::Inputs {
+            node: &self.s.node,
+            found,
+            unpublished,
+            pvs,
+            ledger: &self.ledger,
+            wipes: &wipes.running,
+            wipe_failures: &wipes.failures,
+            existing: &existing,
+            others: &others,
+            settings: &inventory::Settings::default(),
+            now: SystemTime::now(),
+        });
+        *retry |= !self.inventory.apply(changes.changes).await;
+        changes.requeue_after
     }
 
     fn publish_state(
@@ -454,6 +530,7 @@ impl Agent {
         self.s.metrics.wipes_running.inc();
         let ctl = Arc::new(Control::default());
         let (host, tx, key) = (self.host.clone(), self.done_tx.clone(), order.key.clone());
+        let host_path = order.host_path.clone();
         let ctl2 = ctl.clone();
         let task = tokio::spawn(async move {
             let order2 = order.clone();
@@ -463,7 +540,15 @@ impl Agent {
                     .unwrap_or_else(|e| Err(Failed::Error(format!("wipe task failed: {e}"))));
             let _ = tx.send((order, result)).await;
         });
-        self.running.insert(key, Running { ctl, task });
+        self.running.insert(
+            key,
+            Running {
+                ctl,
+                task,
+                host_path,
+                started: SystemTime::now(),
+            },
+        );
         true
     }
 
@@ -523,19 +608,22 @@ impl Agent {
                         outcome: Outcome::Error,
                     })
                     .inc();
-                let b = self.backoff.entry(order.key.clone()).or_insert(Backoff {
-                    failures: 0,
-                    not_before: Instant::now(),
-                });
-                b.failures += 1;
-                let delay = FIRST_BACKOFF
-                    .saturating_mul(1 << b.failures.min(8))
-                    .min(MAX_BACKOFF);
-                b.not_before = Instant::now() + delay;
                 let (reason, message) = match failure {
                     Failed::Refused(m) => ("WipeRefused", m),
                     Failed::Error(m) => ("WipeFailed", m),
                 };
+                let b = self.backoff.entry(order.key.clone()).or_insert(Backoff {
+                    failures: 0,
+                    not_before: Instant::now(),
+                    host_path: order.host_path.clone(),
+                    last_error: String::new(),
+                });
+                b.failures += 1;
+                b.last_error = message.clone();
+                let delay = FIRST_BACKOFF
+                    .saturating_mul(1 << b.failures.min(8))
+                    .min(MAX_BACKOFF);
+                b.not_before = Instant::now() + delay;
                 warn!(disk = %order.key, reason, message, retry_in = ?delay, "wipe did not complete");
                 if let Some(r) = &pv_ref {
                     self.writer

@@ -107,6 +107,7 @@ async fn agents_publish_bind_follow_mounts_adopt_and_restart_quietly() {
     let cp = ControlPlane::start(Options::full()).await;
     let client = cp.client();
     let ns = cp.namespace("agent").await;
+    crate::support::agent::install_crd(&cp).await;
     local_storage_class(&client, "local-storage", "Delete").await;
     create_node(&client, "node-1", &[]).await;
     create_node(&client, "node-2", &[]).await;

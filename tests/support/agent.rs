@@ -29,18 +29,25 @@ pub fn localpv_bin() -> PathBuf {
 impl Agent {
     /// Prepares (does not start) an agent for `node` whose only class is `class` over `<plane>/hosts/<node>/disks`.
     pub fn new(cp: &ControlPlane, node: &str, class: &str) -> Agent {
+        Self::with_classes(cp, node, &[(class, "disks", "")])
+    }
+
+    /// An agent with several classes: (class, sub-directory of `<plane>/hosts/<node>`, extra YAML lines for the
+    /// class, each indented by four spaces). The first class's directory is `disks_dir`.
+    pub fn with_classes(cp: &ControlPlane, node: &str, classes: &[(&str, &str, &str)]) -> Agent {
         let root = cp.dir.join("hosts").join(node);
-        let disks_dir = root.join("disks");
-        fs::create_dir_all(&disks_dir).expect("disks dir can be created");
+        let mut text = String::from("storageClassMap:\n");
+        for (class, sub, extra) in classes {
+            let dir = root.join(sub);
+            fs::create_dir_all(&dir).expect("disks dir can be created");
+            text.push_str(&format!(
+                "  {class}:\n    hostDir: {d}\n    mountDir: {d}\n{extra}",
+                d = dir.display()
+            ));
+        }
+        let disks_dir = root.join(classes[0].1);
         let config = root.join("config.yaml");
-        fs::write(
-            &config,
-            format!(
-                "storageClassMap:\n  {class}:\n    hostDir: {dir}\n    mountDir: {dir}\n",
-                dir = disks_dir.display()
-            ),
-        )
-        .expect("agent config written");
+        fs::write(&config, text).expect("agent config written");
         let user = format!("localpv-test-agent-{node}");
         let kubeconfig = cp.kubeconfig_for(&format!("agent-{node}"), &user, &["system:masters"]);
         Agent {
@@ -96,8 +103,9 @@ impl Agent {
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "agent {} not ready after 60s",
-                self.node
+                "agent {} not ready after 60s:\n{}",
+                self.node,
+                self.log()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -141,10 +149,47 @@ pub fn audited(audit_log: &Path, user: &str, verbs: &[&str]) -> Vec<(String, Str
         .map(|e| {
             let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
             (
-                s(&e["verb"]),
+                format!("{} {}", s(&e["verb"]), e["responseStatus"]["code"]),
                 s(&e["objectRef"]["resource"]),
                 s(&e["objectRef"]["name"]),
             )
         })
         .collect()
+}
+
+/// Creates the LocalDisk CRD from `config/crd/localdisk.yaml` (the checked-in copy of `localpv crd`) and waits
+/// until it is established: agents wait for their LocalDisk watch before they turn ready.
+pub async fn install_crd(cp: &ControlPlane) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, PostParams};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/crd/localdisk.yaml");
+    let text = fs::read_to_string(&path).expect("config/crd/localdisk.yaml is readable");
+    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("the CRD copy parses");
+    let api: Api<CustomResourceDefinition> = Api::all(cp.client());
+    let name = crd.metadata.name.clone().expect("CRD has a name");
+    if let Err(e) = api.create(&PostParams::default(), &crd).await {
+        assert!(
+            matches!(&e, kube::Error::Api(s) if s.code == 409),
+            "failed to create the LocalDisk CRD: {e}"
+        );
+    }
+    super::eventually(
+        "the LocalDisk CRD to be established",
+        Duration::from_secs(30),
+        || async {
+            let c = api.get(&name).await.map_err(|e| e.to_string())?;
+            let established = c
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                Ok(())
+            } else {
+                Err("not established".into())
+            }
+        },
+    )
+    .await;
 }

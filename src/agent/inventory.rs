@@ -1,0 +1,134 @@
+//! Writes the LocalDisk inventory the pure `inventory::build` decides: create, server-side apply of spec and
+//! status with one field manager, delete. A steady state produces no change, hence no request.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use tracing::{debug, warn};
+
+use super::metrics::{ApiOutcome, ApiVerb, Metrics};
+use crate::inventory::{Change, LocalDisk, WipeFailures, WipeSample};
+
+pub struct InventoryWriter {
+    pub api: Api<LocalDisk>,
+    pub metrics: Metrics,
+    /// One field manager per node: a node's applies never silently take over another node's object.
+    field_manager: String,
+}
+
+/// What the agent knows about wipes, in the inventory's terms (keyed by host path).
+#[derive(Default)]
+pub struct WipeFacts {
+    pub running: BTreeMap<PathBuf, WipeSample>,
+    pub failures: BTreeMap<PathBuf, WipeFailures>,
+}
+
+impl InventoryWriter {
+    pub fn new(client: Client, metrics: Metrics, node: &str) -> InventoryWriter {
+        let field_manager: String = format!("localpv-node-{node}").chars().take(128).collect();
+        InventoryWriter {
+            api: Api::all(client),
+            metrics,
+            field_manager,
+        }
+    }
+
+    /// Other nodes' objects under names this node would use (cloned disks): fetched by name, `NotFound` skipped.
+    pub async fn fetch(&self, names: &[String]) -> Vec<LocalDisk> {
+        let mut out = Vec::new();
+        for name in names {
+            match self.api.get_opt(name).await {
+                Ok(Some(d)) => out.push(d),
+                Ok(None) => {}
+                Err(error) => warn!(localdisk = %name, %error, "failed to read LocalDisk"),
+            }
+        }
+        out
+    }
+
+    /// Applies the changes; false when one failed in a way worth retrying soon.
+    pub async fn apply(&self, changes: Vec<Change>) -> bool {
+        let mut ok = true;
+        for change in changes {
+            ok &= match change {
+                Change::Create(d) => self.create(&d).await,
+                Change::Apply(d) | Change::MarkMissing(d) => {
+                    self.server_side_apply(&d, false).await
+                }
+                Change::Delete(name) => self.delete(&name).await,
+            };
+        }
+        ok
+    }
+
+    fn count(&self, verb: ApiVerb, result: &Result<(), kube::Error>) -> bool {
+        let outcome = match result {
+            Ok(()) => ApiOutcome::Ok,
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => ApiOutcome::Moot,
+            Err(_) => ApiOutcome::Error,
+        };
+        self.metrics.api(verb, outcome);
+        if let Err(error) = result {
+            debug!(%error, "LocalDisk write not applied");
+        }
+        !matches!(outcome, ApiOutcome::Error)
+    }
+
+    /// Creates through server-side apply, so later applies own (and can drop) every field it set. Without
+    /// `force`, another node's object under the same `fs-<uuid>` name is a conflict (409), never a takeover.
+    async fn create(&self, disk: &LocalDisk) -> bool {
+        self.server_side_apply(disk, false).await
+    }
+
+    /// One server-side apply of the whole object: the CRD has no status subresource (the agent is its only
+    /// writer), so spec and status go in one request.
+    async fn server_side_apply(&self, disk: &LocalDisk, force: bool) -> bool {
+        let name = disk.metadata.name.clone().unwrap_or_default();
+        let mut pp = PatchParams::apply(&self.field_manager);
+        pp.force = force;
+        let result = self
+            .api
+            .patch(&name, &pp, &Patch::Apply(&owned(disk)))
+            .await
+            .map(drop);
+        self.count(ApiVerb::Patch, &result)
+    }
+
+    async fn delete(&self, name: &str) -> bool {
+        let result = self
+            .api
+            .delete(name, &DeleteParams::default())
+            .await
+            .map(drop);
+        self.count(ApiVerb::Delete, &result)
+    }
+}
+
+/// The object as we own it: name, labels, annotations, spec and status; no server-set metadata.
+fn owned(disk: &LocalDisk) -> LocalDisk {
+    let meta = ObjectMeta {
+        name: disk.metadata.name.clone(),
+        labels: disk.metadata.labels.clone(),
+        annotations: disk.metadata.annotations.clone(),
+        ..Default::default()
+    };
+    let mut d = LocalDisk::new(meta.name.as_deref().unwrap_or_default(), disk.spec.clone());
+    d.metadata = meta;
+    d.status = disk.status.clone();
+    d
+}
+
+/// A running wipe's sample for the inventory.
+pub fn sample(started: SystemTime, ctl: &crate::wipe::Control) -> WipeSample {
+    let total = ctl.progress.total_bytes();
+    WipeSample {
+        started,
+        bytes_done: ctl.progress.bytes(),
+        entries_done: ctl.progress.entries(),
+        bytes_total: (total > 0).then_some(total),
+    }
+}
