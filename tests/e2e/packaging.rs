@@ -381,6 +381,26 @@ fn roles_grant_exactly_what_docs_security_md_lists() {
     );
 }
 
+/// Every metric family the components expose is described in docs/metrics.md.
+fn assert_metrics_documented(scrapes: &[&str]) {
+    let docs = fs::read_to_string(root().join("docs/metrics.md")).expect("docs/metrics.md exists");
+    let families: Vec<&str> = scrapes
+        .iter()
+        .flat_map(|s| s.lines())
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(!families.is_empty(), "no metric families scraped");
+    let missing: Vec<&&str> = families
+        .iter()
+        .filter(|f| !docs.contains(&format!("`{f}")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "metric families missing from docs/metrics.md: {missing:?}"
+    );
+}
+
 /// A `localpv` process (node agent or extender) under a ServiceAccount's kubeconfig.
 fn spawn(cp: &ControlPlane, name: &str, args: &[String], kubeconfig: &Path) -> Component {
     let env = [
@@ -529,6 +549,9 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
         "the scheduler consulted the extender:\n{metrics}"
     );
 
+    let (_, agent_metrics) = http_get(agents[0].1, "/metrics").expect("agent serves /metrics");
+    assert_metrics_documented(&[&metrics, &agent_metrics]);
+
     // Release and wipe: the data goes, the disk comes back as a new Available PV.
     fs::write(agents[1].2.join("vol1/index.html"), "hello").expect("pod data written");
     pods.delete("app", &DeleteParams::default().grace_period(0))
@@ -577,6 +600,24 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
             && sa::request_count(&audit, &sa::username(NAMESPACE, "localpv-extender")) > 0,
         "both components ran under the chart's ServiceAccounts"
     );
+    // The scenario exercised the writes the roles exist for (else "no 403" would prove little).
+    let used = sa::verbs_used(&audit, &sa::username(NAMESPACE, "localpv-node"));
+    for (verb, resource) in [
+        ("list", "persistentvolumes"),
+        ("watch", "persistentvolumes"),
+        ("create", "persistentvolumes"),
+        ("patch", "persistentvolumes"),
+        ("delete", "persistentvolumes"),
+        ("watch", "nodes"),
+        ("watch", "storageclasses"),
+        ("create", "events"),
+        ("patch", "localdisks"),
+    ] {
+        assert!(
+            used.contains(&(verb.to_string(), resource.to_string())),
+            "the node agent never did {verb} {resource}: {used:?}"
+        );
+    }
     let forbidden = sa::answered_with(&audit, &prefix, 403);
     assert!(forbidden.is_empty(), "forbidden requests: {forbidden:#?}");
     drop(mounts);

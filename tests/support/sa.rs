@@ -87,3 +87,16 @@ pub fn request_count(audit_log: &Path, prefix: &str) -> usize {
         })
         .count()
 }
+
+/// The distinct (verb, resource) pairs `user` requested, whatever the answer (watches still open count too).
+pub fn verbs_used(audit_log: &Path, user: &str) -> std::collections::BTreeSet<(String, String)> {
+    let text = fs::read_to_string(audit_log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["user"]["username"] == user)
+        .map(|e| {
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            (s(&e["verb"]), s(&e["objectRef"]["resource"]))
+        })
+        .collect()
+}
