@@ -16,6 +16,7 @@
 #![deny(unsafe_code)]
 
 pub mod agent;
+pub mod cleanup;
 pub mod config;
 pub mod discover;
 pub mod disk;

@@ -17,7 +17,7 @@ mod inventory;
 mod ledger;
 mod metrics;
 mod pass;
-mod watch;
+pub(crate) mod watch;
 mod wiper;
 
 use std::net::SocketAddr;

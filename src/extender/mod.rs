@@ -75,6 +75,25 @@ pub struct Options {
     /// PEM CA bundle; when set, clients must present a certificate it signed (mTLS).
     #[arg(long, env = "LOCALPV_EXTENDER_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Clean up after deleted nodes (on the replica holding the `localpv-cleanup` Lease).
+    #[arg(long, env = "LOCALPV_NODE_CLEANUP", default_value_t = true, action = clap::ArgAction::Set)]
+    pub node_cleanup: bool,
+    /// How long a Node must stay deleted before its Available PVs and LocalDisks are removed.
+    #[arg(long, env = "LOCALPV_NODE_CLEANUP_GRACE", default_value = "10m", value_parser = parse_duration)]
+    pub node_cleanup_grace: Duration,
+    /// Also delete claims bound to a deleted node's PVs this long after the grace period (off when unset).
+    #[arg(long, env = "LOCALPV_DELETE_CLAIMS_AFTER", value_parser = parse_duration)]
+    pub delete_claims_after: Option<Duration>,
+    /// Namespace of the clean-up Lease (the chart passes its own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    pub lease_namespace: String,
+    /// This replica's identity in the Lease (the chart passes the pod name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    crate::config::values::go_duration(text)
 }
 
 impl Options {
@@ -121,6 +140,24 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         registry: Arc::new(registry),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let cleanup = opts.node_cleanup.then(|| {
+        let cfg = crate::cleanup::run::Cleanup {
+            settings: crate::cleanup::Settings {
+                grace: opts.node_cleanup_grace,
+                delete_claims_after: opts.delete_claims_after,
+            },
+            lease_namespace: opts.lease_namespace.clone(),
+            identity: opts
+                .identity
+                .clone()
+                .unwrap_or_else(|| format!("localpv-extender-{}", std::process::id())),
+        };
+        tokio::spawn(crate::cleanup::run::run(
+            client.clone(),
+            cfg,
+            stop_rx.clone(),
+        ))
+    });
     let watches = tokio::spawn(watch::run(client, cache.clone(), metrics, stop_rx.clone()));
     let app = server::app(state);
     let mut serve_stop = stop_rx.clone();
@@ -164,5 +201,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     cache.set_stopping();
     let _ = stop_tx.send(true);
     watches.await.context("failed to join the watch tasks")?;
+    if let Some(c) = cleanup {
+        c.await.context("failed to join the clean-up task")?;
+    }
     result
 }

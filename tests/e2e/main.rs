@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod cleanup;
 mod node_agent;
 mod packaging;
 mod reclaim;

@@ -1,0 +1,332 @@
+//! Cluster-level clean-up after deleted nodes, run by the elected leader among `localpv extender` replicas.
+//!
+//! ```text
+//!  Nodes, our PVs (label localpv.io/node), PVCs, LocalDisks ──> plan (pure) ──> Actions ──> run.rs executes
+//!  gone_since (node -> first seen missing), kept by the shell ─┘            └──> new gone_since
+//! ```
+//!
+//! A node must stay gone for the grace period before anything happens, so a node re-created under the same name
+//! (a reboot of a cloud instance, a re-registration) keeps its PVs. After the grace period: its Available PVs
+//! are deleted (UID and resourceVersion preconditions: a PV bound meanwhile survives), its LocalDisks are deleted,
+//! each claim bound to one of its PVs gets one Warning Event, and, only when the operator opted in, such claims are
+//! deleted after a further delay. Released and Bound PVs are never deleted here: a bound PV stays bound.
+
+pub mod lease;
+pub mod run;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+
+use crate::plan::PvRef;
+use crate::plan::pv::NODE_LABEL;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// How long a node must be gone before its PVs and LocalDisks are cleaned up.
+    pub grace: Duration,
+    /// When set, claims bound to a gone node's PVs are deleted this long after the grace period ended.
+    pub delete_claims_after: Option<Duration>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    /// Names of the Nodes that exist.
+    pub nodes: &'a BTreeSet<String>,
+    /// PVs labelled `localpv.io/node`.
+    pub pvs: &'a [PersistentVolume],
+    /// LocalDisks as (name, node).
+    pub disks: &'a [(String, String)],
+    /// When each missing node was first seen missing; kept by the shell between passes.
+    pub gone_since: &'a BTreeMap<String, SystemTime>,
+    /// Claims already told about their gone node (namespace/name), kept by the shell.
+    pub warned: &'a BTreeSet<String>,
+    pub settings: &'a Settings,
+    pub now: SystemTime,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    DeletePv(PvRef),
+    DeleteLocalDisk(String),
+    /// A Warning Event on the claim: its volume's node is gone.
+    WarnClaim {
+        namespace: String,
+        name: String,
+        uid: Option<String>,
+        pv: String,
+        node: String,
+    },
+    DeleteClaim {
+        namespace: String,
+        name: String,
+        uid: Option<String>,
+    },
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    pub gone_since: BTreeMap<String, SystemTime>,
+    pub warned: BTreeSet<String>,
+}
+
+fn node_of(pv: &PersistentVolume) -> Option<&str> {
+    pv.metadata
+        .labels
+        .as_ref()?
+        .get(NODE_LABEL)
+        .map(String::as_str)
+}
+
+/// Decides one pass. Pure: same inputs, same plan.
+pub fn plan(inputs: &Inputs<'_>) -> Plan {
+    let mut out = Plan::default();
+    let referenced: BTreeSet<&str> = inputs
+        .pvs
+        .iter()
+        .filter_map(node_of)
+        .chain(inputs.disks.iter().map(|(_, n)| n.as_str()))
+        .collect();
+    for node in referenced
+        .into_iter()
+        .filter(|n| !inputs.nodes.contains(*n))
+    {
+        let since = inputs.gone_since.get(node).copied().unwrap_or(inputs.now);
+        out.gone_since.insert(node.to_string(), since);
+        let gone_for = inputs.now.duration_since(since).unwrap_or_default();
+        if gone_for < inputs.settings.grace {
+            continue;
+        }
+        let delete_claims = inputs
+            .settings
+            .delete_claims_after
+            .is_some_and(|d| gone_for >= inputs.settings.grace + d);
+        for pv in inputs.pvs.iter().filter(|pv| node_of(pv) == Some(node)) {
+            plan_pv(pv, node, delete_claims, inputs.warned, &mut out);
+        }
+        for (name, _) in inputs.disks.iter().filter(|(_, n)| n == node) {
+            out.actions.push(Action::DeleteLocalDisk(name.clone()));
+        }
+    }
+    out
+}
+
+/// `warned` holds the claims told in earlier passes; `out.warned` keeps only those still concerned, so a claim
+/// whose node came back is told again if it goes again.
+fn plan_pv(
+    pv: &PersistentVolume,
+    node: &str,
+    delete_claims: bool,
+    warned: &BTreeSet<String>,
+    out: &mut Plan,
+) {
+    let name = pv.metadata.name.clone().unwrap_or_default();
+    let phase = pv
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending");
+    let claim = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+    if pv.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    match (phase, claim) {
+        ("Available" | "Pending", None) => out.actions.push(Action::DeletePv(PvRef {
+            name,
+            uid: pv.metadata.uid.clone().unwrap_or_default(),
+            resource_version: pv.metadata.resource_version.clone().unwrap_or_default(),
+        })),
+        ("Bound", Some(c)) => {
+            let (Some(namespace), Some(claim_name)) = (c.namespace.clone(), c.name.clone()) else {
+                return;
+            };
+            let key = format!("{namespace}/{claim_name}");
+            if !warned.contains(&key) {
+                out.actions.push(Action::WarnClaim {
+                    namespace: namespace.clone(),
+                    name: claim_name.clone(),
+                    uid: c.uid.clone(),
+                    pv: name,
+                    node: node.to_string(),
+                });
+            }
+            out.warned.insert(key);
+            if delete_claims {
+                out.actions.push(Action::DeleteClaim {
+                    namespace,
+                    name: claim_name,
+                    uid: c.uid.clone(),
+                });
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pv(name: &str, node: &str, phase: &str, claim: Option<&str>) -> PersistentVolume {
+        let mut v = json!({
+            "metadata": {"name": name, "uid": format!("uid-{name}"), "resourceVersion": "7",
+                         "labels": {NODE_LABEL: node}},
+            "spec": {},
+            "status": {"phase": phase},
+        });
+        if let Some(c) = claim {
+            v["spec"]["claimRef"] =
+                json!({"namespace": "ns", "name": c, "uid": format!("uid-{c}")});
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn settings(grace: u64, claims: Option<u64>) -> Settings {
+        Settings {
+            grace: Duration::from_secs(grace),
+            delete_claims_after: claims.map(Duration::from_secs),
+        }
+    }
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs)
+    }
+
+    struct Case {
+        nodes: BTreeSet<String>,
+        pvs: Vec<PersistentVolume>,
+        disks: Vec<(String, String)>,
+        gone_since: BTreeMap<String, SystemTime>,
+        warned: BTreeSet<String>,
+        settings: Settings,
+    }
+
+    impl Case {
+        fn new(nodes: &[&str], pvs: Vec<PersistentVolume>, settings: Settings) -> Case {
+            Case {
+                nodes: nodes.iter().map(|n| n.to_string()).collect(),
+                pvs,
+                disks: vec![
+                    ("fs-1".into(), "gone".into()),
+                    ("fs-2".into(), "here".into()),
+                ],
+                gone_since: BTreeMap::new(),
+                warned: BTreeSet::new(),
+                settings,
+            }
+        }
+
+        fn run(&mut self, now: SystemTime) -> Vec<Action> {
+            let p = plan(&Inputs {
+                nodes: &self.nodes,
+                pvs: &self.pvs,
+                disks: &self.disks,
+                gone_since: &self.gone_since,
+                warned: &self.warned,
+                settings: &self.settings,
+                now,
+            });
+            self.gone_since = p.gone_since;
+            self.warned = p.warned;
+            p.actions
+        }
+    }
+
+    #[test]
+    fn nothing_happens_while_the_node_is_gone_for_less_than_the_grace_period() {
+        let mut c = Case::new(
+            &["here"],
+            vec![pv("a", "gone", "Available", None)],
+            settings(60, None),
+        );
+        assert_eq!(c.run(at(0)), vec![]);
+        assert_eq!(c.run(at(59)), vec![]);
+        assert_eq!(c.gone_since["gone"], at(0));
+    }
+
+    #[test]
+    fn after_the_grace_period_available_pvs_and_local_disks_go_and_bound_claims_are_warned_once() {
+        let pvs = vec![
+            pv("a", "gone", "Available", None),
+            pv("b", "gone", "Bound", Some("data")),
+            pv("c", "gone", "Released", Some("old")),
+            pv("d", "here", "Available", None),
+        ];
+        let mut c = Case::new(&["here"], pvs, settings(60, None));
+        c.run(at(0));
+        let actions = c.run(at(60));
+        assert_eq!(
+            actions,
+            vec![
+                Action::DeletePv(PvRef {
+                    name: "a".into(),
+                    uid: "uid-a".into(),
+                    resource_version: "7".into()
+                }),
+                Action::WarnClaim {
+                    namespace: "ns".into(),
+                    name: "data".into(),
+                    uid: Some("uid-data".into()),
+                    pv: "b".into(),
+                    node: "gone".into()
+                },
+                Action::DeleteLocalDisk("fs-1".into()),
+            ]
+        );
+        let again = c.run(at(61));
+        assert!(
+            !again.iter().any(|a| matches!(a, Action::WarnClaim { .. })),
+            "warned once: {again:?}"
+        );
+    }
+
+    #[test]
+    fn a_node_recreated_within_the_grace_period_keeps_its_pvs() {
+        let mut c = Case::new(
+            &["here"],
+            vec![pv("a", "gone", "Available", None)],
+            settings(60, None),
+        );
+        c.run(at(0));
+        c.nodes.insert("gone".into());
+        assert_eq!(c.run(at(30)), vec![]);
+        assert!(c.gone_since.is_empty());
+        c.nodes.remove("gone");
+        assert_eq!(c.run(at(100)), vec![], "the grace period starts again");
+    }
+
+    #[test]
+    fn claims_are_deleted_only_when_opted_in_and_after_the_extra_delay() {
+        let mut c = Case::new(
+            &[],
+            vec![pv("b", "gone", "Bound", Some("data"))],
+            settings(60, Some(30)),
+        );
+        c.run(at(0));
+        assert!(
+            !c.run(at(60))
+                .iter()
+                .any(|a| matches!(a, Action::DeleteClaim { .. }))
+        );
+        let later = c.run(at(90));
+        assert!(later.contains(&Action::DeleteClaim {
+            namespace: "ns".into(),
+            name: "data".into(),
+            uid: Some("uid-data".into())
+        }));
+    }
+
+    #[test]
+    fn a_pv_being_deleted_is_left_alone() {
+        let mut p = pv("a", "gone", "Available", None);
+        p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        let mut c = Case::new(&[], vec![p], settings(0, None));
+        c.disks.clear();
+        assert_eq!(c.run(at(0)), vec![]);
+    }
+}
