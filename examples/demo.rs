@@ -231,7 +231,10 @@ async fn get_ok(port: u16) -> bool {
     let sent = s
         .write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")
         .await;
-    sent.is_ok() && s.read_to_end(&mut buf).await.is_ok() && buf.starts_with(b"HTTP/1.1 200")
+    sent.is_ok()
+        && s.read_to_end(&mut buf).await.is_ok()
+        && buf.starts_with(b"HTTP/1.")
+        && buf.get(8..13) == Some(b" 200 ")
 }
 
 async fn node_pv(client: &kube::Client, path: &str) -> Option<PersistentVolume> {
@@ -382,15 +385,16 @@ async fn scenario(bin: &Path) -> anyhow::Result<()> {
         .await
         .context("node-2's PV")?;
     let node2_name = node2.metadata.name.clone().unwrap_or_default();
-    let bound = wait_for("the claim to bind", || async {
+    let (bound, scheduled) = wait_for("the claim to bind and the pod to be scheduled", || async {
         let c = pvcs.get(CLAIM).await.ok()?;
         let volume = c.spec.and_then(|s| s.volume_name)?;
-        (c.status.and_then(|s| s.phase).as_deref() == Some("Bound")).then_some(volume)
+        let node = pods.get(POD).await.ok()?.spec.and_then(|s| s.node_name)?;
+        let bound = c.status.and_then(|s| s.phase).as_deref() == Some("Bound");
+        bound.then_some((volume, node))
     })
     .await?;
-    let scheduled = pods.get(POD).await?.spec.and_then(|s| s.node_name);
-    if bound != node2_name || scheduled.as_deref() != Some("node-2") {
-        bail!("expected {CLAIM} on node-2's PV {node2_name}, got {bound} on {scheduled:?}");
+    if bound != node2_name || scheduled != "node-2" {
+        bail!("expected {CLAIM} on node-2's PV {node2_name}, got {bound} on {scheduled}");
     }
     println!(
         "PVC {CLAIM} is Bound to {bound} on node-2; pod {POD} is scheduled to node-2 \

@@ -696,7 +696,8 @@ fn demo_cleans_up_on_ctrl_c() {
     let stdout = child.stdout.take().expect("piped");
     let mut dir = None;
     let mut seen = Vec::new();
-    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+    let mut lines = BufReader::new(stdout).lines();
+    for line in lines.by_ref().map_while(Result::ok) {
         if let Some(d) = line.strip_prefix("control plane in ") {
             dir = Some(d.to_string());
         }
@@ -706,6 +707,8 @@ fn demo_cleans_up_on_ctrl_c() {
             break;
         }
     }
+    // Keep draining: a closed pipe would make the demo's next print fail, which is not what is tested here.
+    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
     let dir = dir.unwrap_or_else(|| panic!("the demo did not start:\n{}", seen.join("\n")));
     assert!(
         !mounted_under(&dir).is_empty(),
@@ -717,7 +720,14 @@ fn demo_cleans_up_on_ctrl_c() {
     )
     .expect("SIGINT sent");
     let status = child.wait().expect("the demo exits");
-    assert_eq!(status.code(), Some(130), "exit status after Ctrl-C");
+    let rest = drain.join().expect("drain thread");
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "exit status after Ctrl-C:\n{}",
+        rest.join("\n")
+    );
+    assert!(rest.iter().any(|l| l.contains("interrupted")), "{rest:?}");
     assert_eq!(mounted_under(&dir), Vec::<String>::new(), "disks unmounted");
     assert!(!Path::new(&dir).exists(), "{dir} removed");
 }
