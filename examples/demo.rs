@@ -147,11 +147,10 @@ async fn print_tables(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await?;
-    let _ = writeln!(
-        out,
-        "\n{:<24} {:<10} {:<44} {}",
+    out.push_str(&format!(
+        "\n{:<24} {:<10} {:<44} {}\n",
         "PVC", "STATUS", "VOLUME", "REQUEST"
-    );
+    ));
     for c in &pvcs.items {
         let spec = c.spec.clone().unwrap_or_default();
         let request = spec
