@@ -5,6 +5,7 @@
 mod support;
 
 mod cleanup;
+mod extender;
 mod node_agent;
 mod packaging;
 mod reclaim;
