@@ -496,6 +496,10 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
         &[
             "extender".into(),
             format!("--listen=127.0.0.1:{extender_port}"),
+            // What the chart passes from the downward API; a short grace so the clean-up runs in the test.
+            format!("--lease-namespace={NAMESPACE}"),
+            "--identity=localpv-extender-0".into(),
+            "--node-cleanup-grace=2s".into(),
         ],
         &ext_kc,
     );
@@ -586,12 +590,23 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
         "the wipe removed the pod's data"
     );
 
-    // Node deleted: its agent keeps running and asks for nothing it may not have.
+    // Node deleted: the extender's clean-up removes its Available PV; its agent asks for nothing it may not have.
     Api::<Node>::all(client.clone())
         .delete("node-1", &DeleteParams::default())
         .await
         .expect("node deleted");
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    eventually(
+        "the deleted node's PV to be cleaned up",
+        Duration::from_secs(60),
+        || async {
+            let left = pvs_of(&client, "node-1").await;
+            left.is_empty()
+                .then_some(())
+                .ok_or(format!("{:?}", left.keys()))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
 
     let audit = cp.log_dir().join("audit.log");
     let prefix = format!("system:serviceaccount:{NAMESPACE}:");
