@@ -6,6 +6,7 @@ mod support;
 
 mod cleanup;
 mod extender;
+mod inventory;
 mod node_agent;
 mod packaging;
 mod reclaim;
