@@ -14,7 +14,8 @@ command -v cargo >/dev/null || die "cargo is not installed (Rust toolchain neede
 command -v go >/dev/null || die "go is not installed (needed to build the Kubernetes control plane)"
 
 # Debian packages: build-time libraries for libblkid/libudev bindings, and the tools the tests drive.
-apt_packages=(pkg-config libudev-dev libblkid-dev libclang-dev clang e2fsprogs xfsprogs util-linux mount openssl)
+apt_packages=(pkg-config libudev-dev libblkid-dev libclang-dev clang e2fsprogs xfsprogs util-linux mount openssl
+  buildah debootstrap)
 missing=()
 for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
