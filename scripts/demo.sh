@@ -6,14 +6,9 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-die() { printf 'demo.sh: error: %s\n' "$*" >&2; exit 1; }
 
-[ "$(id -u)" = 0 ] || die "run as root: the demo mounts tmpfs disks"
-command -v cargo >/dev/null || die "cargo is not installed (Rust toolchain needed)"
-command -v go >/dev/null || die "go is not installed (needed to build the Kubernetes control plane once)"
-for p in pkg-config libudev-dev libblkid-dev libclang-dev; do
-  dpkg -s "$p" >/dev/null 2>&1 || die "Debian package $p is missing (scripts/test.sh installs it)"
-done
+# shellcheck source=prereqs.sh
+. scripts/prereqs.sh
 
 echo "==> building the pinned control plane (cached after the first run)"
 LOCALPV_K8S_BIN_DIR=$(scripts/k8s-bins.sh | tail -n 1)

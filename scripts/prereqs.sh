@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine of this kind lacks for building and running localpv's tests and demo:
+# Debian packages (libblkid/libudev bindings need their -dev packages and libclang; the disk tests need mkfs,
+# losetup and chattr; the image test needs buildah and debootstrap). Fails loudly when something cannot be had.
+# Sourced by scripts/test.sh and scripts/demo.sh.
+
+prereqs_die() { printf 'prereqs: error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || prereqs_die "run as root: the tests and the demo mount tmpfs and attach loop devices"
+command -v cargo >/dev/null || prereqs_die "cargo is not installed (Rust toolchain needed)"
+command -v go >/dev/null || prereqs_die "go is not installed (needed to build the Kubernetes control plane)"
+
+apt_packages=(pkg-config libudev-dev libblkid-dev libclang-dev clang e2fsprogs xfsprogs util-linux mount openssl
+  buildah debootstrap)
+missing=()
+for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  printf '\n==> installing Debian packages: %s\n' "${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || prereqs_die "apt-get update failed"
+  apt-get install -y -qq "${missing[@]}" >/dev/null || prereqs_die "apt-get install ${missing[*]} failed"
+fi
+for tool in losetup mkfs.ext4 mkfs.xfs mount umount chattr buildah debootstrap; do
+  command -v "$tool" >/dev/null || prereqs_die "$tool is missing after installing packages"
+done
+[ -e /dev/loop-control ] || prereqs_die "/dev/loop-control is missing: loop devices are needed for the disk tests"
