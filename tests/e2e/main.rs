@@ -5,6 +5,7 @@
 mod support;
 
 mod cleanup;
+mod config_reload;
 mod extender;
 mod inventory;
 mod node_agent;
