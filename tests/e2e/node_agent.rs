@@ -260,3 +260,42 @@ async fn agents_publish_bind_follow_mounts_adopt_and_restart_quietly() {
     );
     drop(mounts);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_rides_out_an_api_server_outage_without_crashing_or_duplicating() {
+    let mut cp = ControlPlane::start(Options::default()).await;
+    let client = cp.client();
+    crate::support::agent::install_crd(&cp).await;
+    local_storage_class(&client, "local-storage", "Delete").await;
+    create_node(&client, "node-1", &[]).await;
+    let mut agent = Agent::new(&cp, "node-1", "local-storage");
+    let _m1 = Mount::tmpfs(&agent.disk("vol1"), "1G", cp.reaper());
+
+    // Down at start: the agent waits and retries instead of exiting.
+    cp.stop_apiserver();
+    agent.start(&cp);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        agent.process.as_mut().expect("started").running(),
+        "exited while the API server was down:\n{}",
+        agent.log()
+    );
+    cp.start_apiserver().await;
+    agent.wait_ready().await;
+    let vol1 = agent.disk("vol1").display().to_string();
+    wait_pvs(&client, "node-1", std::slice::from_ref(&vol1), "Pending").await;
+
+    // Down mid-run while a disk appears: picked up once the API server is back, exactly once.
+    cp.stop_apiserver();
+    let _m2 = Mount::tmpfs(&agent.disk("vol2"), "1G", cp.reaper());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        agent.process.as_mut().expect("started").running(),
+        "exited mid-outage:\n{}",
+        agent.log()
+    );
+    cp.start_apiserver().await;
+    let both = vec![vol1, agent.disk("vol2").display().to_string()];
+    let pvs = wait_pvs(&client, "node-1", &both, "Pending").await;
+    assert_eq!(pvs.len(), 2, "one PV per disk");
+}

@@ -144,6 +144,7 @@ pub struct ControlPlane {
     pub admin_kubeconfig: PathBuf,
     client: Client,
     components: Vec<Component>,
+    api_args: Vec<String>,
     // Declared last: dropped after the components, so the watchdog is still there while they stop.
     reaper: Reaper,
 }
@@ -168,6 +169,7 @@ impl ControlPlane {
             api_url,
             admin_kubeconfig,
             components: Vec::new(),
+            api_args: Vec::new(),
             reaper,
         };
         plane.start_etcd_and_apiserver(api_port).await;
@@ -308,6 +310,19 @@ impl ControlPlane {
             "--v=1".into(),
         ];
         self.spawn("kube-apiserver", "kube-apiserver", &api_args);
+        self.api_args = api_args;
+        self.wait_ready("kube-apiserver", "/readyz").await;
+    }
+
+    /// Stops kube-apiserver (clients see connection errors until `start_apiserver`).
+    pub fn stop_apiserver(&mut self) {
+        self.stop_component("kube-apiserver");
+    }
+
+    /// Starts kube-apiserver again with the same flags, port and etcd, and waits until it is ready.
+    pub async fn start_apiserver(&mut self) {
+        let args = self.api_args.clone();
+        self.spawn("kube-apiserver", "kube-apiserver", &args);
         self.wait_ready("kube-apiserver", "/readyz").await;
     }
 
