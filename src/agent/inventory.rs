@@ -56,9 +56,10 @@ impl InventoryWriter {
         for change in changes {
             ok &= match change {
                 Change::Create(d) => self.create(&d).await,
-                Change::Apply(d) | Change::MarkMissing(d) => {
-                    self.server_side_apply(&d, false).await
-                }
+                // NB: forced. These objects are this node's (`spec.node`), and the agent is their only writer: a
+                // field someone else set (`kubectl edit`, a merge patch) would otherwise make every apply a 409
+                // conflict, and the object would stay wrong for good.
+                Change::Apply(d) | Change::MarkMissing(d) => self.server_side_apply(&d, true).await,
                 Change::Delete(name) => self.delete(&name).await,
             };
         }
@@ -93,6 +94,27 @@ impl InventoryWriter {
         let result = self
             .api
             .patch(&name, &pp, &Patch::Apply(&owned(disk)))
+            .await;
+        let leftovers = result
+            .as_ref()
+            .ok()
+            .and_then(|applied| leftovers(disk, applied));
+        let applied = self.count(ApiVerb::Patch, &result.map(drop));
+        match leftovers {
+            Some(patch) if applied => self.clear(&name, &patch).await,
+            _ => applied,
+        }
+    }
+
+    /// Removes fields another writer set that the agent's object leaves out (a JSON merge patch of nulls).
+    async fn clear(&self, name: &str, patch: &serde_json::Value) -> bool {
+        let pp = PatchParams {
+            field_manager: Some(self.field_manager.clone()),
+            ..PatchParams::default()
+        };
+        let result = self
+            .api
+            .patch(name, &pp, &Patch::Merge(patch))
             .await
             .map(drop);
         self.count(ApiVerb::Patch, &result)
@@ -122,6 +144,51 @@ fn owned(disk: &LocalDisk) -> LocalDisk {
     d
 }
 
+/// A merge patch nulling what `applied` holds under `spec` and `status` that `desired` leaves out, or `None` when
+/// there is nothing.
+///
+/// NB: server-side apply leaves alone fields another manager owns (a `kubectl edit` of `status.reason`, say) and
+/// a forced apply only takes over the fields it sends; the agent's objects leave unset fields out (they cannot be
+/// sent as null: `conditions` and the `volumeMode` enum reject it). Without this, such a field would stay and make
+/// every later pass apply again.
+fn leftovers(desired: &LocalDisk, applied: &LocalDisk) -> Option<serde_json::Value> {
+    fn json<T: serde::Serialize>(value: &T) -> serde_json::Value {
+        serde_json::to_value(value).unwrap_or_default()
+    }
+    let mut patch = serde_json::Map::new();
+    let sections = [
+        ("spec", json(&desired.spec), json(&applied.spec)),
+        ("status", json(&desired.status), json(&applied.status)),
+    ];
+    for (section, want, have) in sections {
+        if let Some(nulls) = nulls(&want, &have) {
+            patch.insert(section.to_string(), nulls);
+        }
+    }
+    (!patch.is_empty()).then_some(serde_json::Value::Object(patch))
+}
+
+/// Nulls for the keys of `have` missing from `want`, descending into objects both hold.
+fn nulls(want: &serde_json::Value, have: &serde_json::Value) -> Option<serde_json::Value> {
+    let (serde_json::Value::Object(want), serde_json::Value::Object(have)) = (want, have) else {
+        return None;
+    };
+    let mut out = serde_json::Map::new();
+    for (key, value) in have {
+        match want.get(key) {
+            None => {
+                out.insert(key.clone(), serde_json::Value::Null);
+            }
+            Some(wanted) => {
+                if let Some(inner) = nulls(wanted, value) {
+                    out.insert(key.clone(), inner);
+                }
+            }
+        }
+    }
+    (!out.is_empty()).then_some(serde_json::Value::Object(out))
+}
+
 /// A running wipe's sample for the inventory.
 pub fn sample(started: SystemTime, ctl: &crate::wipe::Control) -> WipeSample {
     let total = ctl.progress.total_bytes();
@@ -130,5 +197,39 @@ pub fn sample(started: SystemTime, ctl: &crate::wipe::Control) -> WipeSample {
         bytes_done: ctl.progress.bytes(),
         entries_done: ctl.progress.entries(),
         bytes_total: (total > 0).then_some(total),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+    use serde_json::{Value, json};
+
+    use super::nulls;
+
+    #[rstest]
+    #[case::nothing_extra(json!({"phase": "Available"}), json!({"phase": "Bound"}), None)]
+    #[case::a_foreign_key_is_nulled(
+        json!({"phase": "Available"}),
+        json!({"phase": "Failing", "reason": "EditedByHand"}),
+        Some(json!({"reason": null}))
+    )]
+    #[case::nested_objects_are_descended(
+        json!({"wipe": {"bytesDone": 1}}),
+        json!({"wipe": {"bytesDone": 2, "bytesPerSecond": 9}}),
+        Some(json!({"wipe": {"bytesPerSecond": null}}))
+    )]
+    #[case::a_whole_foreign_object_is_nulled(
+        json!({"phase": "Available"}),
+        json!({"phase": "Available", "duplicateUuid": {"node": "n2"}}),
+        Some(json!({"duplicateUuid": null}))
+    )]
+    #[case::arrays_are_not_merged(json!({"conditions": []}), json!({"conditions": [{"type": "X"}]}), None)]
+    fn fields_left_by_another_writer_are_nulled(
+        #[case] want: Value,
+        #[case] have: Value,
+        #[case] expected: Option<Value>,
+    ) {
+        assert_eq!(nulls(&want, &have), expected);
     }
 }

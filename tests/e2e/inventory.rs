@@ -144,6 +144,7 @@ async fn local_disks_describe_every_entry_follow_a_volume_through_its_life_and_s
     );
     localpv_disks_lists_them(&cp, &[&ext4, &xfs], &blk1, &summary);
 
+    a_hand_edit_is_put_right(&api, &xfs).await;
     steady_state_writes_nothing(&cp, &agent, &pvs).await;
 
     a_volume_is_followed_through_its_life(&cp, &ns, &ext4, &pvs[&ext4.path.display().to_string()])
@@ -223,6 +224,28 @@ async fn a_volume_is_followed_through_its_life(
         after.metadata.uid, before.metadata.uid,
         "the disk kept its LocalDisk through the reclaim"
     );
+}
+
+/// The agent is the objects' only writer: a status an operator edits by hand (another field manager) is put back.
+async fn a_hand_edit_is_put_right(api: &Api<LocalDisk>, fs: &FsDisk) {
+    let edit = json!({"status": {"phase": "Failing", "reason": "EditedByHand"}});
+    api.patch(&fs.name, &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .expect("LocalDisk edited");
+    wait_disks(
+        api,
+        "the agent to put the edited LocalDisk right",
+        |disks| {
+            let d = named(disks, &fs.name)?;
+            let status = d.status.clone().unwrap_or_default();
+            if status.phase == LocalDiskPhase::Available && status.reason.is_none() {
+                Ok(())
+            } else {
+                Err(format!("{:?} {:?}", status.phase, status.reason))
+            }
+        },
+    )
+    .await;
 }
 
 /// After things settle, passes over the unchanged node (woken by PV events) write no LocalDisk.
