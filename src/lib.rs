@@ -26,5 +26,6 @@ pub mod host;
 pub mod inventory;
 pub mod plan;
 pub mod pvname;
+pub mod serve;
 pub mod sys;
 pub mod wipe;

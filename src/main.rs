@@ -30,26 +30,6 @@ enum Command {
     Disks(localpv::inventory::cli::Options),
 }
 
-fn run_extender(opts: localpv::extender::Options) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(error) => {
-            eprintln!("error: failed to start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(localpv::extender::run(opts)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// Runs one async component to completion on a multi-threaded runtime.
 fn run_async(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -138,7 +118,7 @@ fn main() -> ExitCode {
     init_tracing();
     match cli.command {
         Command::Node(opts) => run_async(localpv::agent::run(opts)),
-        Command::Extender(opts) => run_extender(opts),
+        Command::Extender(opts) => run_async(localpv::extender::run(opts)),
         Command::Explain(opts) => run_explain(opts),
         Command::Crd => run_crd(),
         Command::Disks(opts) => run_disks(opts),

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use anyhow::Context;
 use axum::Router;
 use axum::extract::State as Extract;
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus_client::registry::Registry;
@@ -56,22 +56,7 @@ async fn readyz(Extract(state): Extract<State>) -> Response {
 }
 
 async fn metrics(Extract(state): Extract<State>) -> Response {
-    let mut text = String::new();
-    match prometheus_client::encoding::text::encode(&mut text, &state.registry) {
-        Ok(()) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        Err(_) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "failed to encode metrics",
-        )
-            .into_response(),
-    }
+    crate::serve::metrics_response(&state.registry)
 }
 
 async fn disks(Extract(state): Extract<State>) -> Response {
@@ -96,18 +81,4 @@ pub async fn serve(
         })
         .await
         .context("HTTP server failed")
-}
-
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term =
-        signal(SignalKind::terminate()).context("failed to install the SIGTERM handler")?;
-    let mut int =
-        signal(SignalKind::interrupt()).context("failed to install the SIGINT handler")?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
 }

@@ -131,7 +131,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     })?;
 
     let signals = async {
-        let r = crate::agent::http::shutdown_signal().await;
+        let r = crate::serve::shutdown_signal().await;
         info!("shutdown requested");
         let _ = shutdown_tx.send(true);
         r

@@ -108,25 +108,8 @@ impl Options {
     }
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
-async fn shutdown_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term =
-        signal(SignalKind::terminate()).context("failed to install the SIGTERM handler")?;
-    let mut int =
-        signal(SignalKind::interrupt()).context("failed to install the SIGINT handler")?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
-}
-
 /// Serves until SIGTERM/SIGINT: watches feed the cache, the app answers the scheduler.
 pub async fn run(opts: Options) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .try_init();
     let client = kube::Client::try_default()
         .await
         .context("failed to build a Kubernetes client")?;
@@ -190,7 +173,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     // NB: the server returns on its own only when it fails (bind error...); then stop the watches and report it.
     let result = tokio::select! {
         served = &mut serving => served,
-        signalled = shutdown_signal() => {
+        signalled = crate::serve::shutdown_signal() => {
             info!("shutting down");
             cache.set_stopping();
             let _ = stop_tx.send(true);
