@@ -25,7 +25,10 @@ use support::disks::Mount;
 use support::nodes::create_node;
 
 fn env(key: &str, default: usize) -> usize {
-    std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// First time each local path was seen with a PV, and with an Available PV.
@@ -39,9 +42,19 @@ fn watch_pvs(client: kube::Client, seen: Arc<Mutex<Seen>>) {
     tokio::spawn(async move {
         let api: Api<PersistentVolume> = Api::all(client);
         let cfg = watcher::Config::default().labels("localpv.io/node=bench-node");
-        let mut stream = watcher(api, cfg).default_backoff().applied_objects().boxed();
+        let mut stream = watcher(api, cfg)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
         while let Ok(Some(pv)) = stream.try_next().await {
-            let Some(path) = pv.spec.as_ref().and_then(|s| s.local.as_ref()).map(|l| l.path.clone()) else { continue };
+            let Some(path) = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.local.as_ref())
+                .map(|l| l.path.clone())
+            else {
+                continue;
+            };
             let now = Instant::now();
             let mut s = seen.lock().expect("lock");
             s.created.entry(path.clone()).or_insert(now);
@@ -62,7 +75,12 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
-async fn wait_all(seen: &Arc<Mutex<Seen>>, paths: &[String], available: bool, timeout: Duration) -> Instant {
+async fn wait_all(
+    seen: &Arc<Mutex<Seen>>,
+    paths: &[String],
+    available: bool,
+    timeout: Duration,
+) -> Instant {
     let deadline = Instant::now() + timeout;
     loop {
         {
@@ -72,7 +90,11 @@ async fn wait_all(seen: &Arc<Mutex<Seen>>, paths: &[String], available: bool, ti
                 return paths.iter().map(|p| map[p]).max().expect("paths");
             }
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {} PVs", paths.len());
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {} PVs",
+            paths.len()
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
@@ -117,7 +139,11 @@ async fn main() {
         env("LOCALPV_BENCH_OTHER_PVS", 10000),
         env("LOCALPV_BENCH_STEADY_SECS", 60),
     );
-    let cp = ControlPlane::start(Options { controller_manager: true, ..Default::default() }).await;
+    let cp = ControlPlane::start(Options {
+        controller_manager: true,
+        ..Default::default()
+    })
+    .await;
     let client = cp.client();
     install_crd(&cp).await;
     let sc: k8s_openapi::api::storage::v1::StorageClass = serde_json::from_value(json!({
@@ -160,7 +186,9 @@ async fn main() {
     }
 
     // 3. A burst of mounts at once.
-    let burst: Vec<String> = (0..mounts_n).map(|i| agent.disk(&format!("burst{i:04}")).display().to_string()).collect();
+    let burst: Vec<String> = (0..mounts_n)
+        .map(|i| agent.disk(&format!("burst{i:04}")).display().to_string())
+        .collect();
     let start = Instant::now();
     for p in &burst {
         mounts.push(Mount::tmpfs(std::path::Path::new(p), "16M", cp.reaper()));
@@ -171,12 +199,34 @@ async fn main() {
     // 4. Write requests at steady state, then memory with many PVs of other nodes.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let audit = cp.dir.join("logs/audit.log");
-    let before = audited(&audit, &agent.user, &["create", "update", "patch", "delete", "get", "list", "watch"]).len();
+    let before = audited(
+        &audit,
+        &agent.user,
+        &[
+            "create", "update", "patch", "delete", "get", "list", "watch",
+        ],
+    )
+    .len();
     tokio::time::sleep(Duration::from_secs(steady as u64)).await;
-    let during: Vec<_> = audited(&audit, &agent.user, &["create", "update", "patch", "delete", "get", "list", "watch"])
-        .split_off(before);
-    let writes = during.iter().filter(|(v, ..)| !v.starts_with("get") && !v.starts_with("list") && !v.starts_with("watch")).count();
-    let pid = agent.process.as_ref().and_then(|p| p.pid()).expect("agent pid");
+    let during: Vec<_> = audited(
+        &audit,
+        &agent.user,
+        &[
+            "create", "update", "patch", "delete", "get", "list", "watch",
+        ],
+    )
+    .split_off(before);
+    let writes = during
+        .iter()
+        .filter(|(v, ..)| {
+            !v.starts_with("get") && !v.starts_with("list") && !v.starts_with("watch")
+        })
+        .count();
+    let pid = agent
+        .process
+        .as_ref()
+        .and_then(|p| p.pid())
+        .expect("agent pid");
     let rss_own = rss_kib(pid);
     other_pvs(&client, others_n).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -187,12 +237,41 @@ async fn main() {
     let hour = 3600.0 / steady as f64;
     println!("| measurement | result |");
     println!("| --- | --- |");
-    println!("| mount to PV created, one by one ({mounts_n} mounts) | p50 {} / p99 {} / max {} |", ms(p50), ms(p99), ms(max));
-    println!("| mount to PV Available (PV controller included), one by one | p50 {} / p99 {} / max {} |", ms(a50), ms(a99), ms(amax));
-    println!("| burst of {mounts_n} mounts: all PVs created / all Available | {} / {} |", ms(burst_pv), ms(burst_available));
-    println!("| {disks_n} disks present at start: all PVs created / all Available | {} / {} |", ms(published), ms(all_available));
-    println!("| requests at steady state ({steady} s): writes / all, per hour | {:.0} / {:.0} |", writes as f64 * hour, during.len() as f64 * hour);
-    println!("| agent RSS with {} own PVs | {} MiB |", disks_n + 2 * mounts_n, rss_own / 1024);
-    println!("| agent RSS after {others_n} PVs of 100 other nodes were added | {} MiB |", rss_others / 1024);
+    println!(
+        "| mount to PV created, one by one ({mounts_n} mounts) | p50 {} / p99 {} / max {} |",
+        ms(p50),
+        ms(p99),
+        ms(max)
+    );
+    println!(
+        "| mount to PV Available (PV controller included), one by one | p50 {} / p99 {} / max {} |",
+        ms(a50),
+        ms(a99),
+        ms(amax)
+    );
+    println!(
+        "| burst of {mounts_n} mounts: all PVs created / all Available | {} / {} |",
+        ms(burst_pv),
+        ms(burst_available)
+    );
+    println!(
+        "| {disks_n} disks present at start: all PVs created / all Available | {} / {} |",
+        ms(published),
+        ms(all_available)
+    );
+    println!(
+        "| requests at steady state ({steady} s): writes / all, per hour | {:.0} / {:.0} |",
+        writes as f64 * hour,
+        during.len() as f64 * hour
+    );
+    println!(
+        "| agent RSS with {} own PVs | {} MiB |",
+        disks_n + 2 * mounts_n,
+        rss_own / 1024
+    );
+    println!(
+        "| agent RSS after {others_n} PVs of 100 other nodes were added | {} MiB |",
+        rss_others / 1024
+    );
     drop(mounts);
 }
