@@ -6,7 +6,7 @@
 //! LOCALPV_BENCH_DISKS (1000), LOCALPV_BENCH_OTHER_PVS (10000), LOCALPV_BENCH_STEADY_SECS (60).
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod support;
 
 use std::collections::BTreeMap;
