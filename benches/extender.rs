@@ -476,7 +476,7 @@ fn memory() {
         for j in 0..per_node {
             let name = format!("pv-{node}-{j}");
             // Half of the PVs are bound: one claim each.
-            let bound = (i * per_node + j) % 2 == 0;
+            let bound = (i * per_node + j).is_multiple_of(2);
             let c = format!("claim-{i}-{j}");
             if bound {
                 claims.push(claim(pvc_json(&c, 5, Some(&name))));
