@@ -137,10 +137,16 @@ impl Reader {
                 }
                 set(&mut config.min_resync_period, period)
             }
-            "removeNodeNotReadyTaint" => set(
-                &mut config.remove_node_not_ready_taint,
-                self.bool(key, value),
-            ),
+            "removeNodeNotReadyTaint" => {
+                let remove = self.bool(key, value);
+                if remove == Some(true) {
+                    self.warn(
+                        key,
+                        "accepted but not acted on yet: the agent does not remove Node taints",
+                    );
+                }
+                set(&mut config.remove_node_not_ready_taint, remove)
+            }
             "provisionerNotReadyNodeTaintKey" => {
                 config.provisioner_not_ready_node_taint_key = self.string(key, value);
             }
