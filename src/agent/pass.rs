@@ -532,12 +532,17 @@ impl Agent {
         let (host, tx, key) = (self.host.clone(), self.done_tx.clone(), order.key.clone());
         let host_path = order.host_path.clone();
         let ctl2 = ctl.clone();
+        let share = wiper::Share {
+            concurrency: self.s.config.wipe_concurrency,
+            idle_io_priority: self.s.config.wipe_idle_io_priority,
+        };
         let task = tokio::spawn(async move {
             let order2 = order.clone();
-            let result =
-                tokio::task::spawn_blocking(move || wiper::run(&host, &class, &order2, &ctl2))
-                    .await
-                    .unwrap_or_else(|e| Err(Failed::Error(format!("wipe task failed: {e}"))));
+            let result = tokio::task::spawn_blocking(move || {
+                wiper::run(&host, &class, &order2, share, &ctl2)
+            })
+            .await
+            .unwrap_or_else(|e| Err(Failed::Error(format!("wipe task failed: {e}"))));
             let _ = tx.send((order, result)).await;
         });
         self.running.insert(

@@ -34,16 +34,24 @@ pub enum Failed {
 }
 
 /// Verifies and wipes. Blocks for the whole wipe: call from `spawn_blocking`.
+/// How hard a wipe may use the machine (from the global configuration).
+#[derive(Clone, Copy, Debug)]
+pub struct Share {
+    pub concurrency: usize,
+    pub idle_io_priority: bool,
+}
+
 pub fn run(
     host: &Arc<dyn Host>,
     class: &DiscoveryClass,
     order: &WipeOrder,
+    share: Share,
     ctl: &Control,
 ) -> Result<Done, Failed> {
     verify(host.as_ref(), class, order)?;
     match order.mode {
-        VolumeMode::Filesystem => wipe_filesystem(order, ctl),
-        VolumeMode::Block => wipe_block(order, ctl),
+        VolumeMode::Filesystem => wipe_filesystem(order, share, ctl),
+        VolumeMode::Block => wipe_block(order, share, ctl),
     }
 }
 
@@ -78,14 +86,15 @@ fn verify(host: &dyn Host, class: &DiscoveryClass, order: &WipeOrder) -> Result<
     }
 }
 
-fn wipe_filesystem(order: &WipeOrder, ctl: &Control) -> Result<Done, Failed> {
+fn wipe_filesystem(order: &WipeOrder, share: Share, ctl: &Control) -> Result<Done, Failed> {
     let dev = order.expected.dev_id.as_deref().and_then(DevId::parse);
     let opts = FsOptions {
         command: match &order.method {
             ClassWipe::Command(argv) => Some(argv.clone()),
             _ => None,
         },
-        ..FsOptions::default()
+        concurrency: share.concurrency,
+        idle_io_priority: share.idle_io_priority,
     };
     let report = wipe::wipe_filesystem(&order.path, &Expected { dev, check: None }, &opts, ctl)
         .map_err(|e| Failed::Error(crate::host::error_chain(&e)))?;
@@ -110,7 +119,7 @@ fn wipe_filesystem(order: &WipeOrder, ctl: &Control) -> Result<Done, Failed> {
     })
 }
 
-fn wipe_block(order: &WipeOrder, ctl: &Control) -> Result<Done, Failed> {
+fn wipe_block(order: &WipeOrder, share: Share, ctl: &Control) -> Result<Done, Failed> {
     let (method, command) = match &order.method {
         ClassWipe::ZeroOut | ClassWipe::RemoveContents => (wipe::WipeMethod::ZeroOut, None),
         ClassWipe::Discard => (wipe::WipeMethod::Discard, None),
@@ -122,6 +131,7 @@ fn wipe_block(order: &WipeOrder, ctl: &Control) -> Result<Done, Failed> {
     let opts = BlockOptions {
         method,
         command,
+        idle_io_priority: share.idle_io_priority,
         ..BlockOptions::default()
     };
     let dev = order.expected.dev_id.as_deref().and_then(DevId::parse);

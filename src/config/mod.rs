@@ -52,6 +52,10 @@ pub struct Config {
     pub wipe_on_first_discovery: bool,
     /// `missingDiskGracePeriod` (ours): how long an Available PV outlives its vanished disk.
     pub missing_disk_grace_period: Duration,
+    /// `wipeConcurrency` (ours): worker threads of one filesystem wipe.
+    pub wipe_concurrency: usize,
+    /// `wipeIdleIoPriority` (ours): wipe in the idle I/O class, so a wipe only uses the disk when nothing else does.
+    pub wipe_idle_io_priority: bool,
 }
 
 impl Default for Config {
@@ -69,6 +73,8 @@ impl Default for Config {
             capacity_rounding: false,
             wipe_on_first_discovery: false,
             missing_disk_grace_period: Duration::ZERO,
+            wipe_concurrency: 2,
+            wipe_idle_io_priority: true,
         }
     }
 }

@@ -155,6 +155,11 @@ impl Reader {
             "wipeOnFirstDiscovery" => {
                 set(&mut config.wipe_on_first_discovery, self.bool(key, value))
             }
+            "wipeConcurrency" => set(
+                &mut config.wipe_concurrency,
+                self.count(key, value, 1, 64).map(|n| n as usize),
+            ),
+            "wipeIdleIoPriority" => set(&mut config.wipe_idle_io_priority, self.bool(key, value)),
             "missingDiskGracePeriod" => set(
                 &mut config.missing_disk_grace_period,
                 self.duration(key, value),

@@ -554,3 +554,29 @@ fn an_empty_config_is_valid_but_warned_about() {
 fn the_reserved_label_is_the_one_plan_puts_on_pvs() {
     assert_eq!(parse::NODE_LABEL, crate::plan::pv::NODE_LABEL);
 }
+
+#[rstest]
+#[case::default("", 2, true)]
+#[case::set("wipeConcurrency: 4\nwipeIdleIoPriority: \"no\"\n", 4, false)]
+fn wipe_share_keys_are_read_with_defaults(
+    #[case] extra: &str,
+    #[case] workers: usize,
+    #[case] idle: bool,
+) {
+    let text = format!("storageClassMap:\n  local:\n    hostDir: /mnt/disks\n{extra}");
+    let config = Config::from_yaml(&text, "test").unwrap().config;
+    assert_eq!(
+        (config.wipe_concurrency, config.wipe_idle_io_priority),
+        (workers, idle)
+    );
+}
+
+#[test]
+fn wipe_concurrency_out_of_range_names_the_key() {
+    let text = "storageClassMap:\n  local:\n    hostDir: /mnt/disks\nwipeConcurrency: 0\n";
+    let err = Config::from_yaml(text, "test").unwrap_err().to_string();
+    assert!(
+        err.contains("wipeConcurrency") && err.contains("from 1 to 64"),
+        "{err}"
+    );
+}

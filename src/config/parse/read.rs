@@ -65,6 +65,25 @@ impl Reader {
         }
     }
 
+    /// A whole number in `min..=max` (YAML 1.1 style: quoted numbers are accepted too).
+    pub(super) fn count(&mut self, key: &str, value: &Value, min: u64, max: u64) -> Option<u64> {
+        let n = match plain(value) {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.trim().parse().ok(),
+            _ => None,
+        };
+        match n {
+            Some(n) if (min..=max).contains(&n) => Some(n),
+            _ => {
+                self.problem(
+                    key,
+                    format!("{} is not a whole number from {min} to {max}", show(value)),
+                );
+                None
+            }
+        }
+    }
+
     pub(super) fn duration(&mut self, key: &str, value: &Value) -> Option<Duration> {
         let Value::String(text) = plain(value) else {
             let message = format!(
