@@ -18,7 +18,7 @@ use rstest::rstest;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::support::agent::{http_get, localpv_bin};
+use crate::support::agent::{http_get, install_crd, localpv_bin};
 use crate::support::cluster::{ControlPlane, Extender, Options, bin_dir, free_port};
 use crate::support::eventually;
 use crate::support::nodes::create_node;
@@ -115,12 +115,21 @@ impl ExtenderProcess {
     }
 }
 
+impl Drop for ExtenderProcess {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("----- localpv extender (last lines) -----\n{}", self.log());
+        }
+    }
+}
+
 /// One plane with the PV binder, an extender, and a scheduler that pods select with `schedulerName`.
 struct Ctx {
+    // Declared first: dropped (and its log printed on failure) before the plane removes its directory.
+    extender: ExtenderProcess,
     cp: ControlPlane,
     client: kube::Client,
     ns: String,
-    extender: ExtenderProcess,
 }
 
 impl Ctx {
@@ -132,6 +141,8 @@ impl Ctx {
         .await;
         let client = cp.client();
         let ns = cp.namespace("extender").await;
+        // As installed: the extender's node clean-up also watches LocalDisks.
+        install_crd(&cp).await;
         let mut extender = ExtenderProcess::new(&cp);
         extender.start(&cp).await;
         // As config/scheduler/default-scheduler.yaml: weight 2 (binpack must outweigh VolumeBinding's own
@@ -254,20 +265,15 @@ impl Ctx {
 
     /// Waits until `pod` is on `node` and each claim is bound to its PV (the PV controller completes binding).
     async fn expect_placed(&self, pod: &str, node: &str, claims: &[(&str, &str)]) {
-        eventually(
-            &format!("{pod} to be placed on {node}"),
-            PLACE_TIMEOUT,
-            || async {
-                match self.node_of(pod).await {
-                    Some(n) if n == node => Ok(()),
-                    other => Err(format!(
-                        "nodeName {other:?}; events: {:?}",
-                        self.events(pod).await
-                    )),
-                }
-            },
-        )
+        // A placement is final: wait for any node, then compare.
+        let placed = eventually(&format!("{pod} to be placed"), PLACE_TIMEOUT, || async {
+            match self.node_of(pod).await {
+                Some(n) => Ok(n),
+                None => Err(format!("events: {:?}", self.events(pod).await)),
+            }
+        })
         .await;
+        assert_eq!(placed, node, "{pod} landed on the wrong node");
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &self.ns);
         for (claim, pv) in claims {
             eventually(
