@@ -371,6 +371,10 @@ impl<'s> PodClaims<'s> {
                 "claim {key}: no free PV of class {class} has volume mode {}",
                 d.claim.mode.as_str()
             ),
+            Check::Attributes => format!(
+                "claim {key}: no free PV of class {class} has volume attributes class {:?}",
+                d.claim.attributes_class
+            ),
             Check::Access => format!(
                 "claim {key}: no free PV of class {class} offers access modes {}",
                 d.claim.access.names().join(",")
@@ -407,6 +411,7 @@ struct ClaimView {
 enum Check {
     #[default]
     Mode,
+    Attributes,
     Access,
     Selector,
     TooSmall,
@@ -418,11 +423,14 @@ fn on_node(v: &Volume, labels: &Labels) -> bool {
     v.affinity.implied_by_hostname() || v.affinity.matches(labels)
 }
 
-/// The claim-specific rules (volume mode, access modes, selector, capacity); class, claimRef, phase, deletion
+/// The claim-specific rules (volume mode, volume attributes class, access modes, selector, capacity); class,
+/// claimRef, phase, deletion
 /// and node affinity are the caller's.
 fn check(v: &Volume, c: &Claim) -> Check {
     if v.mode != c.mode {
         Check::Mode
+    } else if v.attributes_class != c.attributes_class {
+        Check::Attributes
     } else if !v.access.contains(c.access) {
         Check::Access
     } else if c.selector.as_ref().is_some_and(|s| !s.matches(&v.labels)) {

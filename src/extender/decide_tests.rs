@@ -149,6 +149,16 @@ fn failed(reason: &str) -> Verdict {
     pvc("data"),
     Some(unresolvable("claim default/data: all 1 PVs of class local are bound"))
 )]
+#[case::volume_attributes_class_must_be_equal(
+    pv("p").on_node("n1").attributes_class("gold"),
+    pvc("data"),
+    Some(unresolvable("claim default/data: no free PV of class local has volume attributes class \"\""))
+)]
+#[case::equal_volume_attributes_classes_fit(
+    pv("p").on_node("n1").attributes_class("gold"),
+    pvc("data").attributes_class("gold"),
+    None
+)]
 #[case::released_but_too_small_never_helps(
     pv("p").on_node("n1").released().capacity("512Mi"),
     pvc("data"),

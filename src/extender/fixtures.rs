@@ -156,6 +156,11 @@ impl PvBuilder {
         self
     }
 
+    pub fn attributes_class(mut self, name: &str) -> Self {
+        self.spec().volume_attributes_class_name = Some(name.into());
+        self
+    }
+
     pub fn wiping(mut self) -> Self {
         self.0
             .metadata
@@ -265,6 +270,11 @@ impl PvcBuilder {
 
     pub fn volume_name(mut self, pv: &str) -> Self {
         self.spec().volume_name = Some(pv.into());
+        self
+    }
+
+    pub fn attributes_class(mut self, name: &str) -> Self {
+        self.spec().volume_attributes_class_name = Some(name.into());
         self
     }
 

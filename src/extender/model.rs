@@ -112,6 +112,8 @@ pub struct Volume {
     pub reclaim_delete: bool,
     /// The node agent is wiping it (annotation `localpv.io/wipe-phase`).
     pub wiping: bool,
+    /// `spec.volumeAttributesClassName` ("" when unset): must equal the claim's, as in the in-tree binder.
+    pub attributes_class: String,
 }
 
 impl Volume {
@@ -151,6 +153,7 @@ impl Volume {
             wiping: annotations
                 .and_then(|a| a.get(WIPE_PHASE_ANNOTATION))
                 .is_some_and(|v| !v.is_empty()),
+            attributes_class: spec.volume_attributes_class_name.unwrap_or_default(),
         })
     }
 
@@ -184,6 +187,8 @@ pub struct Claim {
     /// `spec.volumeName`: the claim is bound (or pre-bound by the user) to this PV.
     pub volume_name: Option<String>,
     pub deleting: bool,
+    /// `spec.volumeAttributesClassName` ("" when unset).
+    pub attributes_class: String,
 }
 
 impl Claim {
@@ -215,6 +220,10 @@ impl Claim {
             selector: spec.selector.as_ref().map(Selector::compile),
             volume_name: spec.volume_name.filter(|v| !v.is_empty()),
             deleting: meta.deletion_timestamp.is_some(),
+            attributes_class: spec
+                .volume_attributes_class_name
+                .clone()
+                .unwrap_or_default(),
         })
     }
 
