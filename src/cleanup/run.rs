@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{
+    Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -16,6 +18,8 @@ use tracing::{info, warn};
 use super::lease::Elector;
 use super::{Action, Inputs, Settings, plan};
 use crate::agent::watch::{Store, run as watch_run};
+use crate::extender::server::Cache;
+use crate::extender::wire::Pod as WirePod;
 use crate::inventory::LocalDisk;
 use crate::plan::pv::NODE_LABEL;
 
@@ -23,51 +27,79 @@ const TICK: Duration = Duration::from_secs(5);
 const LEASE: Duration = Duration::from_secs(15);
 
 pub struct Cleanup {
+    /// Clean up after deleted nodes.
+    pub node_cleanup: bool,
     pub settings: Settings,
+    /// Explain pending pods with our reasons (needs the extender's snapshot).
+    pub explain_pending: Option<Arc<Cache>>,
     pub lease_namespace: String,
     pub identity: String,
 }
 
+/// A pod pending at least this long is looked at (the scheduler usually places a pod well within it).
+const PENDING_AFTER: Duration = Duration::from_secs(5);
+
 pub async fn run(client: Client, cfg: Cleanup, shutdown: tokio_watch::Receiver<bool>) {
     let changed = Arc::new(Notify::new());
-    let nodes = Store::<Node>::new();
-    let pvs = Store::<PersistentVolume>::new();
-    let disks = Store::<LocalDisk>::new();
+    let st = Stores {
+        nodes: Store::<Node>::new(),
+        pvs: Store::<PersistentVolume>::new(),
+        disks: Store::<LocalDisk>::new(),
+        pods: Store::<Pod>::new(),
+    };
     let ours = watcher::Config::default().labels(NODE_LABEL);
+    let unscheduled = watcher::Config::default().fields("spec.nodeName=");
+    let watch_pods = cfg.explain_pending.is_some();
+    let (c, n, s) = (&client, &changed, &shutdown);
     tokio::join!(
         watch_run(
-            client.clone(),
+            c.clone(),
             watcher::Config::default(),
-            nodes.clone(),
-            changed.clone(),
-            shutdown.clone()
+            st.nodes.clone(),
+            n.clone(),
+            s.clone()
         ),
         watch_run(
-            client.clone(),
+            c.clone(),
             ours.clone(),
-            pvs.clone(),
-            changed.clone(),
-            shutdown.clone()
+            st.pvs.clone(),
+            n.clone(),
+            s.clone()
         ),
-        watch_run(
-            client.clone(),
-            ours,
-            disks.clone(),
-            changed.clone(),
-            shutdown.clone()
-        ),
-        lead(client, cfg, nodes, pvs, disks, shutdown.clone()),
+        watch_run(c.clone(), ours, st.disks.clone(), n.clone(), s.clone()),
+        async {
+            if watch_pods {
+                watch_run(
+                    c.clone(),
+                    unscheduled,
+                    st.pods.clone(),
+                    n.clone(),
+                    s.clone(),
+                )
+                .await;
+            }
+        },
+        lead(c.clone(), cfg, st.clone(), s.clone()),
     );
 }
 
-async fn lead(
-    client: Client,
-    cfg: Cleanup,
+#[derive(Clone)]
+struct Stores {
     nodes: Arc<Store<Node>>,
     pvs: Arc<Store<PersistentVolume>>,
     disks: Arc<Store<LocalDisk>>,
-    mut shutdown: tokio_watch::Receiver<bool>,
-) {
+    pods: Arc<Store<Pod>>,
+}
+
+async fn lead(client: Client, cfg: Cleanup, st: Stores, mut shutdown: tokio_watch::Receiver<bool>) {
+    let Stores {
+        nodes,
+        pvs,
+        disks,
+        pods,
+    } = st;
+    // Pod UID -> the explanation already published for it.
+    let mut explained: BTreeMap<String, String> = BTreeMap::new();
     let elector = Elector::new(
         client.clone(),
         &cfg.lease_namespace,
@@ -95,7 +127,10 @@ async fn lead(
                 leader = false;
             }
         }
-        if leader && nodes.synced() && pvs.synced() && disks.synced() {
+        if let (true, Some(cache)) = (leader && pods.synced(), &cfg.explain_pending) {
+            explain_pending(&recorder, cache, &pods.all(), &mut explained).await;
+        }
+        if cfg.node_cleanup && leader && nodes.synced() && pvs.synced() && disks.synced() {
             let names: BTreeSet<String> = nodes
                 .all()
                 .into_iter()
@@ -127,6 +162,66 @@ async fn lead(
             _ = shutdown.changed() => return,
         }
     }
+}
+
+/// One Warning Event per pending pod and distinct explanation, on pods pending for a while whose delayed local
+/// claims fit no node.
+async fn explain_pending(
+    recorder: &Recorder,
+    cache: &Cache,
+    pods: &[Pod],
+    explained: &mut BTreeMap<String, String>,
+) {
+    let snap = cache.load();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let mut seen = BTreeMap::new();
+    for pod in pods {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            continue;
+        };
+        let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let old_enough = created
+            .is_some_and(|t| now.duration_since(t).as_secs() >= PENDING_AFTER.as_secs() as i64);
+        let has_claims = pod.spec.as_ref().is_some_and(|s| {
+            s.volumes
+                .iter()
+                .flatten()
+                .any(|v| v.persistent_volume_claim.is_some())
+        });
+        if !old_enough || !has_claims {
+            continue;
+        }
+        let wire = serde_json::to_value(pod)
+            .ok()
+            .and_then(|v| serde_json::from_value::<WirePod>(v).ok());
+        let Some(message) = wire.and_then(|w| crate::extender::pending::explain_pending(&snap, w))
+        else {
+            continue;
+        };
+        if explained.get(&uid) != Some(&message) {
+            let reference = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: pod.metadata.namespace.clone(),
+                name: pod.metadata.name.clone(),
+                uid: Some(uid.clone()),
+                ..Default::default()
+            };
+            let ev = Event {
+                type_: EventType::Warning,
+                reason: "NoLocalVolume".into(),
+                note: Some(message.chars().take(1000).collect()),
+                action: "Explain".into(),
+                secondary: None,
+            };
+            if let Err(error) = recorder.publish(&ev, &reference).await {
+                warn!(%error, pod = ?pod.metadata.name, "failed to publish the pending pod's explanation");
+                continue;
+            }
+        }
+        seen.insert(uid, message);
+    }
+    *explained = seen;
 }
 
 async fn execute(client: &Client, recorder: &Recorder, action: Action) {

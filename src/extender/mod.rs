@@ -16,6 +16,7 @@ pub mod decide;
 pub mod labels;
 pub mod metrics;
 pub mod model;
+pub mod pending;
 pub mod score;
 pub mod server;
 pub mod snapshot;
@@ -84,6 +85,10 @@ pub struct Options {
     /// Also delete claims bound to a deleted node's PVs this long after the grace period (off when unset).
     #[arg(long, env = "LOCALPV_DELETE_CLAIMS_AFTER", value_parser = parse_duration)]
     pub delete_claims_after: Option<Duration>,
+    /// Add a `NoLocalVolume` Event with our per-node reasons to pods whose local claims fit no node (on the
+    /// replica holding the `localpv-cleanup` Lease): kube-scheduler's own FailedScheduling message cannot carry them.
+    #[arg(long, env = "LOCALPV_EXPLAIN_PENDING", default_value_t = true, action = clap::ArgAction::Set)]
+    pub explain_pending: bool,
     /// Namespace of the clean-up Lease (the chart passes its own namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
     pub lease_namespace: String,
@@ -123,8 +128,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         registry: Arc::new(registry),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let cleanup = opts.node_cleanup.then(|| {
+    let cleanup = (opts.node_cleanup || opts.explain_pending).then(|| {
         let cfg = crate::cleanup::run::Cleanup {
+            node_cleanup: opts.node_cleanup,
+            explain_pending: opts.explain_pending.then(|| cache.clone()),
             settings: crate::cleanup::Settings {
                 grace: opts.node_cleanup_grace,
                 delete_claims_after: opts.delete_claims_after,

@@ -519,6 +519,26 @@ async fn no_fit_stays_pending_and_explain_names_our_reason_per_node(ctx: &Ctx) {
         node_c.contains("Unresolvable") && node_c.contains("all 1 PVs of class fit are bound"),
         "the table gives node-c's verdict and reason:\n{table}"
     );
+
+    // The same reasons reach the pod itself: the extender's Lease holder adds a NoLocalVolume event.
+    let api: Api<Event> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let note = eventually("a NoLocalVolume event on huge", PLACE_TIMEOUT, || async {
+        let fields = "involvedObject.name=huge,reason=NoLocalVolume";
+        let list = api
+            .list(&ListParams::default().fields(fields))
+            .await
+            .map_err(|e| e.to_string())?;
+        list.items
+            .into_iter()
+            .find_map(|e| e.message)
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+    assert!(
+        note.contains("largest free PV is 5Gi, claim asks 50Gi")
+            && note.contains("all 1 PVs of class fit are bound"),
+        "the pod's own event carries our per-node reasons: {note}"
+    );
     ctx.delete_pod("huge").await;
 }
 
