@@ -24,4 +24,13 @@ cargo fmt --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --all-targets -- -D warnings
 step "cargo test (unit, host, end-to-end)"
-cargo test --no-fail-fast -- --test-threads=2
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line over every test binary, so the total is not read off the last binary alone.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
