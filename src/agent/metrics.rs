@@ -27,6 +27,8 @@ pub enum ApiOutcome {
 pub enum Outcome {
     Ok,
     Error,
+    /// The disk at the path was not the one expected: nothing was touched.
+    Refused,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

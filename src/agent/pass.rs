@@ -605,18 +605,15 @@ impl Agent {
                 }
             }
             Err(failure) => {
+                let (reason, message, outcome) = match failure {
+                    Failed::Refused(m) => ("WipeRefused", m, Outcome::Refused),
+                    Failed::Error(m) => ("WipeFailed", m, Outcome::Error),
+                };
                 self.s
                     .metrics
                     .wipes
-                    .get_or_create(&WipeLabels {
-                        method,
-                        outcome: Outcome::Error,
-                    })
+                    .get_or_create(&WipeLabels { method, outcome })
                     .inc();
-                let (reason, message) = match failure {
-                    Failed::Refused(m) => ("WipeRefused", m),
-                    Failed::Error(m) => ("WipeFailed", m),
-                };
                 let b = self.backoff.entry(order.key.clone()).or_insert(Backoff {
                     failures: 0,
                     not_before: Instant::now(),
