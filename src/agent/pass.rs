@@ -15,16 +15,18 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::{EventType as KubeEventType, Recorder, Reporter};
 use tokio::sync::{Notify, mpsc, watch as tokio_watch};
-use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+mod wipes;
+
+use self::wipes::{Backoff, Running};
 use super::exec::Writer;
 use super::http::State as HttpState;
 use super::inventory::{self as inv, InventoryWriter};
 use super::ledger::LedgerFile;
-use super::metrics::{Metrics, Outcome, OutcomeLabels, PhaseLabels, ReasonLabels, WipeLabels};
+use super::metrics::{Metrics, Outcome, OutcomeLabels, PhaseLabels, ReasonLabels};
 use super::watch::Store;
-use super::wiper::{self, Done, Failed};
+use super::wiper::{Done, Failed};
 use super::{Options, load_config};
 use crate::config::Config;
 use crate::discover::discover;
@@ -38,7 +40,6 @@ use crate::plan::{
     self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, StorageClassFacts,
     WipeOrder,
 };
-use crate::wipe::Control;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(600);
 const FIRST_BACKOFF: Duration = Duration::from_secs(5);
@@ -57,20 +58,6 @@ pub struct Setup {
     pub changed: Arc<Notify>,
     pub metrics: Metrics,
     pub http: HttpState,
-}
-
-struct Running {
-    ctl: Arc<Control>,
-    task: JoinHandle<()>,
-    host_path: PathBuf,
-    started: SystemTime,
-}
-
-struct Backoff {
-    failures: u32,
-    not_before: Instant,
-    host_path: PathBuf,
-    last_error: String,
 }
 
 /// While a wipe runs, plan again this often so its progress reaches the inventory.
@@ -498,151 +485,5 @@ impl Agent {
             return false;
         }
         true
-    }
-
-    async fn start_wipe(&mut self, order: WipeOrder) -> bool {
-        if self.running.contains_key(&order.key) {
-            return true;
-        }
-        if self
-            .backoff
-            .get(&order.key)
-            .is_some_and(|b| Instant::now() < b.not_before)
-        {
-            return true;
-        }
-        if let (Some(pv), Some(patch)) = (&order.pv, &order.on_start) {
-            match self.writer.patch(&pv.name, patch).await {
-                Ok(true) => {}
-                Ok(false) => return true, // the PV changed meanwhile: the next pass decides again
-                Err(()) => return false,
-            }
-        }
-        let Some(class) = self
-            .s
-            .config
-            .class(&order.class)
-            .map(|c| c.discovery_class())
-        else {
-            return true;
-        };
-        info!(disk = %order.key, path = %order.host_path.display(), method = order.method.as_str(), "wipe started");
-        self.s.metrics.wipes_running.inc();
-        let ctl = Arc::new(Control::default());
-        let (host, tx, key) = (self.host.clone(), self.done_tx.clone(), order.key.clone());
-        let host_path = order.host_path.clone();
-        let ctl2 = ctl.clone();
-        let share = wiper::Share {
-            concurrency: self.s.config.wipe_concurrency,
-            idle_io_priority: self.s.config.wipe_idle_io_priority,
-        };
-        let task = tokio::spawn(async move {
-            let order2 = order.clone();
-            let result = tokio::task::spawn_blocking(move || {
-                wiper::run(&host, &class, &order2, share, &ctl2)
-            })
-            .await
-            .unwrap_or_else(|e| Err(Failed::Error(format!("wipe task failed: {e}"))));
-            let _ = tx.send((order, result)).await;
-        });
-        self.running.insert(
-            key,
-            Running {
-                ctl,
-                task,
-                host_path,
-                started: SystemTime::now(),
-            },
-        );
-        true
-    }
-
-    async fn finish_wipe(&mut self, (order, result): WipeResult) {
-        self.running.remove(&order.key);
-        self.s.metrics.wipes_running.dec();
-        let method = order.method.as_str().to_string();
-        let pv_ref = order.pv.as_ref().map(|p| ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("PersistentVolume".into()),
-            name: Some(p.name.clone()),
-            uid: Some(p.uid.clone()),
-            ..Default::default()
-        });
-        match result {
-            Ok(done) => {
-                self.s
-                    .metrics
-                    .wipes
-                    .get_or_create(&WipeLabels {
-                        method,
-                        outcome: Outcome::Ok,
-                    })
-                    .inc();
-                self.s.metrics.wipe_bytes.inc_by(done.bytes);
-                self.s.metrics.wipe_entries.inc_by(done.entries);
-                self.backoff.remove(&order.key);
-                info!(disk = %order.key, method = done.method, bytes = done.bytes, entries = done.entries, "wipe completed");
-                if !self.set_disk_state(&order.key, DiskState::Clean) {
-                    return;
-                }
-                if let (Some(pv), Some(patch)) = (&order.pv, &order.on_success) {
-                    let _ = self.writer.patch(&pv.name, patch).await;
-                }
-                if let Some(r) = &pv_ref {
-                    let msg = format!("wiped {} with {}", order.host_path.display(), done.method);
-                    self.writer
-                        .publish(KubeEventType::Normal, "WipeCompleted", &msg, r)
-                        .await;
-                    if !done.nested_mounts.is_empty() {
-                        let msg = format!(
-                            "mounts inside the volume were left in place: {:?}",
-                            done.nested_mounts
-                        );
-                        self.writer
-                            .publish(KubeEventType::Warning, "WipeLeftMounts", &msg, r)
-                            .await;
-                    }
-                }
-            }
-            Err(failure) => {
-                let (reason, message, outcome) = match failure {
-                    Failed::Refused(m) => ("WipeRefused", m, Outcome::Refused),
-                    Failed::Error(m) => ("WipeFailed", m, Outcome::Error),
-                };
-                self.s
-                    .metrics
-                    .wipes
-                    .get_or_create(&WipeLabels { method, outcome })
-                    .inc();
-                let b = self.backoff.entry(order.key.clone()).or_insert(Backoff {
-                    failures: 0,
-                    not_before: Instant::now(),
-                    host_path: order.host_path.clone(),
-                    last_error: String::new(),
-                });
-                b.failures += 1;
-                b.last_error = message.clone();
-                let delay = FIRST_BACKOFF
-                    .saturating_mul(1 << b.failures.min(8))
-                    .min(MAX_BACKOFF);
-                b.not_before = Instant::now() + delay;
-                warn!(disk = %order.key, reason, message, retry_in = ?delay, "wipe did not complete");
-                if let Some(r) = &pv_ref {
-                    self.writer
-                        .publish(KubeEventType::Warning, reason, &message, r)
-                        .await;
-                }
-            }
-        }
-    }
-
-    /// Cancels running wipes and joins their tasks (a cancelled wipe is incomplete: it runs again after restart).
-    async fn stop_wipes(&mut self) {
-        for r in self.running.values() {
-            r.ctl.cancel();
-        }
-        for (_, r) in self.running.drain() {
-            let _ = tokio::time::timeout(Duration::from_secs(3), r.task).await;
-        }
     }
 }
