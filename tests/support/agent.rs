@@ -141,17 +141,16 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 
 /// Requests by `user` in the audit log whose verb is one of `verbs`, as (verb, resource, name).
 pub fn audited(audit_log: &Path, user: &str, verbs: &[&str]) -> Vec<(String, String, String)> {
-    let text = fs::read_to_string(audit_log).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["stage"] == "ResponseComplete" && e["user"]["username"] == user)
-        .filter(|e| verbs.iter().any(|v| e["verb"] == *v))
+    use super::audit::{completed, text};
+    completed(audit_log)
+        .into_iter()
+        .filter(|e| super::audit::user(e) == user && verbs.iter().any(|v| e["verb"] == *v))
         .map(|e| {
-            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            let verb = format!("{} {}", text(&e["verb"]), e["responseStatus"]["code"]);
             (
-                format!("{} {}", s(&e["verb"]), e["responseStatus"]["code"]),
-                s(&e["objectRef"]["resource"]),
-                s(&e["objectRef"]["name"]),
+                verb,
+                text(&e["objectRef"]["resource"]),
+                text(&e["objectRef"]["name"]),
             )
         })
         .collect()

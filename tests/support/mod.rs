@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod audit;
 pub mod certs;
 pub mod cluster;
 pub mod disks;

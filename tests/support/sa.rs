@@ -9,6 +9,7 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 
+use super::audit::{completed, entries, text, user};
 use super::cluster::ControlPlane;
 
 /// The user name the API server gives a ServiceAccount's tokens.
@@ -51,24 +52,19 @@ fn write(cp: &ControlPlane, file: &str, token: &str) -> PathBuf {
 /// Requests by users whose name starts with `prefix` that the API server answered with `code`, as
 /// (user, verb, resource, namespace, name).
 pub fn answered_with(audit_log: &Path, prefix: &str, code: u64) -> Vec<[String; 5]> {
-    let text = fs::read_to_string(audit_log).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["stage"] == "ResponseComplete")
+    completed(audit_log)
+        .into_iter()
         .filter(|e| {
-            e["user"]["username"]
-                .as_str()
-                .is_some_and(|u| u.starts_with(prefix))
+            user(e).starts_with(prefix) && e["responseStatus"]["code"].as_u64() == Some(code)
         })
-        .filter(|e| e["responseStatus"]["code"].as_u64() == Some(code))
         .map(|e| {
-            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            let o = &e["objectRef"];
             [
-                s(&e["user"]["username"]),
-                s(&e["verb"]),
-                s(&e["objectRef"]["resource"]),
-                s(&e["objectRef"]["namespace"]),
-                s(&e["objectRef"]["name"]),
+                user(&e).to_string(),
+                text(&e["verb"]),
+                text(&o["resource"]),
+                text(&o["namespace"]),
+                text(&o["name"]),
             ]
         })
         .collect()
@@ -76,27 +72,17 @@ pub fn answered_with(audit_log: &Path, prefix: &str, code: u64) -> Vec<[String; 
 
 /// How many requests users starting with `prefix` made (any answer).
 pub fn request_count(audit_log: &Path, prefix: &str) -> usize {
-    let text = fs::read_to_string(audit_log).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["stage"] == "ResponseComplete")
-        .filter(|e| {
-            e["user"]["username"]
-                .as_str()
-                .is_some_and(|u| u.starts_with(prefix))
-        })
+    completed(audit_log)
+        .iter()
+        .filter(|e| user(e).starts_with(prefix))
         .count()
 }
 
 /// The distinct (verb, resource) pairs `user` requested, whatever the answer (watches still open count too).
-pub fn verbs_used(audit_log: &Path, user: &str) -> std::collections::BTreeSet<(String, String)> {
-    let text = fs::read_to_string(audit_log).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["user"]["username"] == user)
-        .map(|e| {
-            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-            (s(&e["verb"]), s(&e["objectRef"]["resource"]))
-        })
+pub fn verbs_used(audit_log: &Path, who: &str) -> std::collections::BTreeSet<(String, String)> {
+    entries(audit_log)
+        .into_iter()
+        .filter(|e| user(e) == who)
+        .map(|e| (text(&e["verb"]), text(&e["objectRef"]["resource"])))
         .collect()
 }
