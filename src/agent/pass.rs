@@ -35,7 +35,7 @@ use crate::host::Host;
 use crate::host::linux::LinuxHost;
 use crate::host::watch::MountWatcher;
 use crate::inventory::{self, LocalDisk, WipeFailures};
-use crate::plan::pv::{ANN_PROVISIONED_BY, NODE_LABEL};
+use crate::plan::pv::adoptable;
 use crate::plan::{
     self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, StorageClassFacts,
     WipeOrder,
@@ -185,7 +185,6 @@ impl Agent {
     /// One paginated list of all PVs at start: the reference provisioner's PVs of this node carry no label of ours.
     async fn list_adoptable(&self) -> anyhow::Result<Vec<PersistentVolume>> {
         let api: Api<PersistentVolume> = Api::all(self.s.client.clone());
-        let prefix = format!("local-volume-provisioner-{}", self.s.node);
         let mut found = Vec::new();
         let mut lp = ListParams::default().limit(500);
         loop {
@@ -193,23 +192,11 @@ impl Agent {
                 .list(&lp)
                 .await
                 .context("failed to list PersistentVolumes")?;
-            for pv in page.items {
-                let ours = pv
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .is_some_and(|l| l.contains_key(NODE_LABEL));
-                let by = pv
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(ANN_PROVISIONED_BY));
-                let theirs =
-                    by.is_some_and(|b| *b == prefix || b.starts_with(&format!("{prefix}-")));
-                if theirs && !ours {
-                    found.push(pv);
-                }
-            }
+            found.extend(
+                page.items
+                    .into_iter()
+                    .filter(|pv| adoptable(pv, &self.s.node)),
+            );
             match page.metadata.continue_ {
                 Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
                 _ => break,

@@ -177,15 +177,35 @@ fn origin(pv: &PersistentVolume, node: &NodeFacts) -> Option<Origin> {
     if meta.labels.as_ref().and_then(|l| l.get(NODE_LABEL)) == Some(&node.name) {
         return Some(Origin::Ours);
     }
-    let by = meta.annotations.as_ref()?.get(ANN_PROVISIONED_BY)?;
-    let rest = by
-        .strip_prefix(REFERENCE_PROVISIONER)?
-        .strip_prefix(node.name.as_str())?;
+    provisioned_by_reference_for(pv, &node.name).then_some(Origin::Reference)
+}
+
+/// Whether the reference provisioner made `pv` for node `node`, by its `provisioned-by` text.
+fn provisioned_by_reference_for(pv: &PersistentVolume, node: &str) -> bool {
+    let by = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_PROVISIONED_BY));
+    let Some(rest) = by.and_then(|b| b.strip_prefix(REFERENCE_PROVISIONER)?.strip_prefix(node))
+    else {
+        return false;
+    };
     match rest.strip_prefix('-') {
-        None if rest.is_empty() => Some(Origin::Reference),
-        Some(uid) if is_uid(uid) => Some(Origin::Reference),
-        _ => None,
+        None => rest.is_empty(),
+        Some(uid) => is_uid(uid),
     }
+}
+
+/// A reference-provisioner PV of `node` that carries no label of ours yet: what the agent's one start-up list
+/// looks for, since its label-scoped watch cannot see such PVs.
+pub fn adoptable(pv: &PersistentVolume, node: &str) -> bool {
+    let labelled = pv
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(NODE_LABEL));
+    !labelled && provisioned_by_reference_for(pv, node)
 }
 
 /// A Kubernetes UID: 8-4-4-4-12 hex digits.
@@ -412,5 +432,38 @@ mod tests {
         };
         let expected = serde_json::json!({"metadata": {"uid": "u", "resourceVersion": "7", "labels": {"a": "b"}}});
         assert_eq!(patch.to_merge_patch(), expected);
+    }
+}
+
+#[cfg(test)]
+mod adoptable_tests {
+    use super::*;
+
+    fn by(text: &str, labelled: bool) -> PersistentVolume {
+        let mut pv = PersistentVolume::default();
+        pv.metadata.annotations = Some([(ANN_PROVISIONED_BY.to_string(), text.to_string())].into());
+        if labelled {
+            pv.metadata.labels = Some([(NODE_LABEL.to_string(), "node-1".to_string())].into());
+        }
+        pv
+    }
+
+    #[rstest::rstest]
+    #[case::plain("local-volume-provisioner-node-1", false, true)]
+    #[case::with_node_uid(
+        "local-volume-provisioner-node-1-8f1c2f4e-1b2a-4c3d-9e8f-0a1b2c3d4e5f",
+        false,
+        true
+    )]
+    #[case::another_node_sharing_the_prefix("local-volume-provisioner-node-1-a", false, false)]
+    #[case::another_node("local-volume-provisioner-node-10", false, false)]
+    #[case::already_ours("local-volume-provisioner-node-1", true, false)]
+    #[case::someone_else("example.com/csi", false, false)]
+    fn only_unlabelled_reference_pvs_of_this_node_are_adoptable(
+        #[case] text: &str,
+        #[case] labelled: bool,
+        #[case] want: bool,
+    ) {
+        assert_eq!(adoptable(&by(text, labelled), "node-1"), want);
     }
 }
