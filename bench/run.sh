@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The one benchmark command (issue 8): builds what it needs, runs every benchmark on the test harness's real
+# control plane and real disks, and regenerates docs/benchmarks.md from what they print (never edit that page by
+# hand). Run it as root from a clone where the README's test command has run once (Kubernetes binaries cached).
+#
+#   bench/run.sh                 everything at the sizes the issues name (about an hour on 2 cores)
+#   LOCALPV_BENCH_QUICK=1 bench/run.sh   small sizes, for checking the pipeline (writes to $LOCALPV_BENCH_OUT only)
+#
+# Order: peers probe, node agent, scheduler throughput, extender, wipe. Each benchmark's markdown goes to
+# $OUT/<name>.md, its log to $OUT/<name>.log, its headline figures to $OUT/figures.jsonl; bench/report.py
+# assembles the page (summary with ratios and targets first, then every absolute figure with its command).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+[ "$(id -u)" = 0 ] || { echo "bench/run.sh: needs root (tmpfs mounts, loop devices)" >&2; exit 1; }
+for tool in go python3 cargo bc losetup mkfs.ext4; do
+  command -v "$tool" >/dev/null || { echo "bench/run.sh: '$tool' is missing; run scripts/prereqs.sh" >&2; exit 1; }
+done
+
+OUT=${LOCALPV_BENCH_OUT:-$(mktemp -d /tmp/localpv-bench.XXXXXX)}
+mkdir -p "$OUT"
+export LOCALPV_BENCH_FIGURES=$OUT/figures.jsonl
+: >"$LOCALPV_BENCH_FIGURES"
+LOCALPV_K8S_BIN_DIR=$(scripts/k8s-bins.sh | tail -n 1)
+export LOCALPV_K8S_BIN_DIR
+
+if [ "${LOCALPV_BENCH_QUICK:-0}" = 1 ]; then
+  export LOCALPV_BENCH_MOUNTS=10 LOCALPV_BENCH_DISKS=50 LOCALPV_BENCH_OTHER_PVS=500 LOCALPV_BENCH_STEADY_SECS=10
+  export LOCALPV_BENCH_WIPE_FILES=5000 LOCALPV_BENCH_REPEATS=1 LOCALPV_BENCH_PODS=100 LOCALPV_BENCH_NODES=10
+  export LOCALPV_BENCH_SCALE=0.05 LOCALPV_BENCH_LOAD_SECS=1
+  export SIZES=5000 EXT4_SIZES=5000 REPS=1 BLOCK_MIB=64
+fi
+# The wipe comparison at the sizes issue 4 names; ext4 on a loop device only at 100k files (1M there adds ~15 min).
+export REPS=${REPS:-3} EXT4=${EXT4:-1} EXT4_SIZES=${EXT4_SIZES:-100000}
+env | grep -E '^(LOCALPV_BENCH_[A-Z_]+|SIZES|EXT4|EXT4_SIZES|REPS|PER_DIR|CONCURRENCY|BLOCK_MIB|BLOCK_DIR)=' |
+  grep -v '^LOCALPV_BENCH_\(FIGURES\|OUT\)=' | sort >"$OUT/knobs.env" || true
+
+started=$(date -u +%FT%TZ)
+{
+  echo "started=$started"
+  echo "commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src benches bench || echo ' (with local changes)')"
+  echo "cpu=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
+  echo "cores=$(nproc)"
+  echo "memory_gib=$(awk '/MemTotal/ {printf "%.0f", $2 / 1048576}' /proc/meminfo)"
+  echo "kernel=$(uname -sr)"
+  echo "os=$(. /etc/os-release && echo "$PRETTY_NAME")"
+  echo "rustc=$(rustc --version)"
+  echo "go=$(go version | cut -d' ' -f3)"
+  echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
+  grep -E '^(K8S_VERSION|ETCD_VERSION)=' scripts/versions.env
+} >"$OUT/machine.env"
+
+cargo build --release --quiet --bin localpv
+
+run() {
+  local name=$1 t0
+  shift
+  t0=$(date +%s)
+  echo "== $name: $* (log: $OUT/$name.log)" >&2
+  if ! "$@" >"$OUT/$name.md" 2>"$OUT/$name.log"; then
+    echo "bench/run.sh: $name failed; last lines of $OUT/$name.log:" >&2
+    tail -n 30 "$OUT/$name.log" >&2
+    exit 1
+  fi
+  echo "${name}_seconds=$(($(date +%s) - t0))" >>"$OUT/machine.env"
+}
+
+run peers bench/peers.sh
+mv "$OUT/peers.md" "$OUT/peers.jsonl"
+run agent bench/agent.sh
+run scheduler bench/scheduler.sh
+run extender bench/extender.sh
+run wipe bench/wipe.sh
+echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.env"
+echo "finished=$(date -u +%FT%TZ)" >>"$OUT/machine.env"
+
+if [ "${LOCALPV_BENCH_QUICK:-0}" = 1 ]; then
+  python3 bench/report.py "$OUT" >"$OUT/benchmarks.md"
+  echo "quick run: report in $OUT/benchmarks.md (docs/benchmarks.md left alone)" >&2
+else
+  # Keep the page's inputs beside it: a test re-renders docs/benchmarks.md from bench/results and compares, so
+  # the page cannot drift from what this command measured.
+  rm -rf bench/results && mkdir -p bench/results
+  cp "$OUT"/{machine.env,knobs.env,peers.jsonl,figures.jsonl,agent.md,scheduler.md,extender.md,wipe.md} bench/results/
+  python3 bench/report.py bench/results >docs/benchmarks.md
+  echo "wrote docs/benchmarks.md and bench/results/ (logs in $OUT)" >&2
+fi
