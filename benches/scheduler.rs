@@ -1,0 +1,731 @@
+//! kube-scheduler throughput with delayed local claims, on the real control plane (a benchmark, not a timed test):
+//! pods placed per second over stand-in Nodes with in-tree rules only, and with the localpv extender in both
+//! `nodeCacheCapable` modes. Prints markdown tables; `bench/scheduler.sh` runs it.
+//!
+//! ```text
+//!  round r:  mode A ─ mode B ─ mode C      (order rotated each round, so machine drift hits every mode)
+//!  one run:  fresh plane (etcd, apiserver, PV binder) ─ [extender] ─ kube-scheduler
+//!            ─ Nodes, PVs pinned by hostname, claims ─ PVs Available ─ caches caught up
+//!            ─ watches on pods and claims ─ t0: first pod created ─ last pod has spec.nodeName ─ last claim Bound
+//! ```
+//!
+//! The three modes share one scheduler configuration; only the `extenders:` stanza differs. Sizes come from the
+//! environment: LOCALPV_BENCH_PODS (1000), LOCALPV_BENCH_NODES (100), LOCALPV_BENCH_REPEATS (3). With
+//! LOCALPV_BENCH_FIGURES set, headline figures are appended to that file as JSON lines.
+
+#[path = "../tests/support/mod.rs"]
+#[allow(unused_imports)]
+mod support;
+
+use std::io::Write as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::watcher;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use support::agent::{http_get, install_crd, localpv_bin};
+use support::cluster::{ControlPlane, Extender, Options, free_port};
+use support::nodes::create_node;
+use support::proc::Component;
+
+const SCHEDULER: &str = "localpv-bench-scheduler";
+const CLASS: &str = "local-bench";
+const PVS_PER_NODE: usize = 12;
+/// Every claim fits every PV, so placement never depends on which PVs earlier pods took; the sizes only give
+/// the binpack score something to choose between.
+const PV_SIZES: [&str; 4] = ["10Gi", "20Gi", "50Gi", "100Gi"];
+const CLAIM_SIZES: [&str; 3] = ["1Gi", "5Gi", "10Gi"];
+/// Pod creates in flight at once: fast enough that the scheduler, not the creator, sets the pace.
+const IN_FLIGHT: usize = 8;
+const PLACE_TIMEOUT: Duration = Duration::from_secs(900);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    InTree,
+    NodeNames,
+    Nodes,
+}
+
+impl Mode {
+    const ALL: [Mode; 3] = [Mode::InTree, Mode::NodeNames, Mode::Nodes];
+
+    fn key(self) -> &'static str {
+        match self {
+            Mode::InTree => "intree",
+            Mode::NodeNames => "nodenames",
+            Mode::Nodes => "nodes",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Mode::InTree => "in-tree rules only (no extender)",
+            Mode::NodeNames => "extender, nodeCacheCapable: true (NodeNames)",
+            Mode::Nodes => "extender, nodeCacheCapable: false (Nodes)",
+        }
+    }
+
+    fn node_cache_capable(self) -> Option<bool> {
+        match self {
+            Mode::InTree => None,
+            Mode::NodeNames => Some(true),
+            Mode::Nodes => Some(false),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Sizes {
+    pods: usize,
+    nodes: usize,
+    repeats: usize,
+}
+
+impl Sizes {
+    fn from_env() -> Sizes {
+        let s = Sizes {
+            pods: env("LOCALPV_BENCH_PODS", 1000),
+            nodes: env("LOCALPV_BENCH_NODES", 100),
+            repeats: env("LOCALPV_BENCH_REPEATS", 3),
+        };
+        assert!(
+            s.pods <= s.nodes * PVS_PER_NODE && s.pods > 0 && s.repeats > 0,
+            "LOCALPV_BENCH_PODS must be 1..={} for {} nodes ({PVS_PER_NODE} PVs each), repeats at least 1",
+            s.nodes * PVS_PER_NODE,
+            s.nodes
+        );
+        s
+    }
+}
+
+fn env(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn obj<T: DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("bench object literal is valid")
+}
+
+/// What one run measured. Times are seconds from the first pod create; CPU seconds cover the same window.
+struct Run {
+    round: usize,
+    mode: Mode,
+    pods_per_second: f64,
+    placed: f64,
+    bound: f64,
+    scheduler_cpu: f64,
+    apiserver_cpu: f64,
+    /// Lines of the scheduler log saying a pod could not be placed and will be retried.
+    retries: usize,
+    extender: Option<ExtenderStats>,
+}
+
+#[derive(Default)]
+struct ExtenderStats {
+    filter_calls: f64,
+    filter_mean_ms: f64,
+    prioritize_calls: f64,
+    prioritize_mean_ms: f64,
+    /// Answers other than Ok (deadline, not ready...).
+    errors: f64,
+    cpu: f64,
+}
+
+/// A `localpv extender` process on loopback, logging as deployed (`RUST_LOG=info`).
+struct ExtenderProcess {
+    port: u16,
+    process: Component,
+}
+
+impl ExtenderProcess {
+    async fn start(cp: &ControlPlane) -> ExtenderProcess {
+        let port = free_port();
+        let args = vec!["extender".to_string(), format!("--listen=127.0.0.1:{port}")];
+        let kubeconfig = cp.admin_kubeconfig.display().to_string();
+        let env = [("KUBECONFIG", kubeconfig.as_str()), ("RUST_LOG", "info")];
+        let mut process = Component::spawn_with_env(
+            "localpv-extender",
+            &localpv_bin(),
+            &args,
+            &env,
+            &cp.log_dir(),
+            cp.reaper(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !matches!(http_get(port, "/readyz"), Some((200, _))) {
+            assert!(
+                process.running(),
+                "the extender exited:\n{}",
+                process.tail(40)
+            );
+            assert!(
+                Instant::now() < deadline,
+                "the extender is not ready after 60s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ExtenderProcess { port, process }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Samples of `name{labels...}` whose labels contain every one of `having`, summed.
+    fn metric(&self, name: &str, having: &[&str]) -> f64 {
+        let (_, text) = http_get(self.port, "/metrics").expect("the extender serves /metrics");
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter(|l| having.iter().all(|h| l.contains(h)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Waits until the extender's caches hold every PV and claim, so no mode starts on a cold cache.
+    async fn wait_cached(&self, pvs: usize, claims: usize) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let cached = |kind: &str| {
+            self.metric(
+                "localpv_extender_cached_objects",
+                &[&format!("kind=\"{kind}\"")],
+            ) as usize
+        };
+        while cached("PersistentVolumes") < pvs || cached("PersistentVolumeClaims") < claims {
+            assert!(
+                Instant::now() < deadline,
+                "the extender's caches did not fill in 120s"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn stats(&self) -> ExtenderStats {
+        let verb = |v: &str| {
+            let label = format!("verb=\"{v}\"");
+            let sum = self.metric("localpv_extender_request_duration_seconds_sum", &[&label]);
+            let count = self.metric("localpv_extender_request_duration_seconds_count", &[&label]);
+            let calls = self.metric("localpv_extender_requests_total", &[&label]);
+            (
+                calls,
+                if count > 0.0 {
+                    sum / count * 1000.0
+                } else {
+                    0.0
+                },
+            )
+        };
+        let (filter_calls, filter_mean_ms) = verb("Filter");
+        let (prioritize_calls, prioritize_mean_ms) = verb("Prioritize");
+        let ok = self.metric("localpv_extender_requests_total", &["outcome=\"Ok\""]);
+        ExtenderStats {
+            filter_calls,
+            filter_mean_ms,
+            prioritize_calls,
+            prioritize_mean_ms,
+            errors: filter_calls + prioritize_calls - ok,
+            cpu: self.process.pid().map(cpu_seconds).unwrap_or(0.0),
+        }
+    }
+}
+
+/// User + system CPU seconds of a process so far (0 when it is gone).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // NB: the command name (field 2) may hold spaces; count fields after its closing parenthesis.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
+        .sum();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100);
+    ticks / hz as f64
+}
+
+/// The process whose command line has `arg` (the harness keeps component handles private).
+fn pid_with_arg(arg: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        cmdline
+            .split(|b| *b == 0)
+            .any(|a| a == arg.as_bytes())
+            .then_some(pid)
+    })
+}
+
+fn log_lines_containing(path: &Path, needles: &[&str]) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| needles.iter().any(|n| l.contains(n)))
+        .count()
+}
+
+/// Runs `make(i)` for `0..count` with `in_flight` requests at a time.
+async fn each<F, Fut>(count: usize, in_flight: usize, make: F)
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    futures::stream::iter(0..count)
+        .map(make)
+        .buffer_unordered(in_flight)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+/// Nodes, PVs pinned to them as the node agent publishes them, and one unbound claim per pod.
+async fn populate(client: &kube::Client, ns: &str, sizes: Sizes) {
+    let sc: StorageClass = obj(json!({
+        "metadata": {"name": CLASS},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "reclaimPolicy": "Delete",
+    }));
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &sc)
+        .await
+        .expect("class created");
+    each(sizes.nodes, 8, |i| async move {
+        create_node(client, &format!("node-{i:03}"), &[]).await;
+    })
+    .await;
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    each(sizes.nodes * PVS_PER_NODE, 16, |i| {
+        let pvs = pvs.clone();
+        async move {
+            let node = format!("node-{:03}", i / PVS_PER_NODE);
+            let name = format!("local-{node}-{:02}", i % PVS_PER_NODE);
+            let pv: PersistentVolume = obj(json!({
+                "metadata": {"name": name, "labels": {"localpv.io/node": node},
+                             "annotations": {"pv.kubernetes.io/provisioned-by": "localpv"}},
+                "spec": {
+                    "capacity": {"storage": PV_SIZES[i % PV_SIZES.len()]},
+                    "volumeMode": "Filesystem",
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Delete",
+                    "storageClassName": CLASS,
+                    "local": {"path": format!("/mnt/disks/{name}")},
+                    "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+                },
+            }));
+            pvs.create(&PostParams::default(), &pv)
+                .await
+                .expect("PV created");
+        }
+    })
+    .await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    each(sizes.pods, 16, |i| {
+        let claims = claims.clone();
+        async move {
+            let pvc: PersistentVolumeClaim = obj(json!({
+                "metadata": {"name": format!("data-{i:04}")},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": CLASS,
+                         "resources": {"requests": {"storage": CLAIM_SIZES[i % CLAIM_SIZES.len()]}}},
+            }));
+            claims
+                .create(&PostParams::default(), &pvc)
+                .await
+                .expect("claim created");
+        }
+    })
+    .await;
+}
+
+/// VolumeBinding only takes Available PVs: wait until the PV controller has marked every one.
+async fn wait_available(client: &kube::Client, want: usize) {
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let list = pvs.list(&ListParams::default()).await.expect("PVs listed");
+        let available = list
+            .items
+            .iter()
+            .filter(|pv| pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available"))
+            .count();
+        if available >= want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {available}/{want} PVs Available after 300s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Watches `api` until `want` objects satisfy `done`; signals `synced` once the initial list is in. Returns when
+/// the last of them was seen, or how far it got by the deadline.
+async fn watch_until<K>(
+    api: Api<K>,
+    want: usize,
+    done: fn(&K) -> bool,
+    synced: tokio::sync::oneshot::Sender<()>,
+) -> Result<Instant, String>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut synced = Some(synced);
+    let mut seen = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + PLACE_TIMEOUT;
+    loop {
+        let event = match tokio::time::timeout_at(deadline, stream.next()).await {
+            Err(_) => return Err(format!("{}/{want} after {PLACE_TIMEOUT:?}", seen.len())),
+            Ok(None) => return Err(format!("watch ended at {}/{want}", seen.len())),
+            // The backoff retries the watch; the next event carries on.
+            Ok(Some(Err(_))) => continue,
+            Ok(Some(Ok(e))) => e,
+        };
+        match event {
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) if done(&o) => {
+                seen.insert(o.meta().name.clone().unwrap_or_default());
+                if seen.len() >= want {
+                    return Ok(Instant::now());
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(tx) = synced.take() {
+                    let _ = tx.send(());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn is_placed(pod: &Pod) -> bool {
+    pod.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+}
+
+fn is_bound(claim: &PersistentVolumeClaim) -> bool {
+    claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+}
+
+/// Creates one pod per claim, `IN_FLIGHT` at a time, with both watches already synced. Returns seconds from the
+/// first create until every pod had a node, and until every claim was Bound.
+async fn measure(client: &kube::Client, ns: &str, count: usize) -> (f64, f64) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let (pods_synced, pods_ready) = tokio::sync::oneshot::channel();
+    let (claims_synced, claims_ready) = tokio::sync::oneshot::channel();
+    let placed = watch_until(pods.clone(), count, is_placed, pods_synced);
+    let bound = watch_until(claims, count, is_bound, claims_synced);
+    let create = async {
+        let _ = pods_ready.await;
+        let _ = claims_ready.await;
+        let t0 = Instant::now();
+        each(count, IN_FLIGHT, |i| {
+            let pods = pods.clone();
+            async move {
+                let pod: Pod = obj(json!({
+                    "metadata": {"name": format!("app-{i:04}")},
+                    "spec": {
+                        "schedulerName": SCHEDULER,
+                        "containers": [{"name": "app", "image": "busybox",
+                                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                        "volumes": [{"name": "data",
+                                     "persistentVolumeClaim": {"claimName": format!("data-{i:04}")}}],
+                    },
+                }));
+                pods.create(&PostParams::default(), &pod)
+                    .await
+                    .expect("pod created");
+            }
+        })
+        .await;
+        t0
+    };
+    let (placed, bound, t0) = tokio::join!(placed, bound, create);
+    let placed = placed.unwrap_or_else(|e| panic!("pods placed: {e}"));
+    let bound = bound.unwrap_or_else(|e| panic!("claims Bound: {e}"));
+    ((placed - t0).as_secs_f64(), (bound - t0).as_secs_f64())
+}
+
+/// One run on a fresh control plane: nothing of an earlier run (informer caches, assumed PVs, backoff queues)
+/// carries over.
+async fn run_once(round: usize, mode: Mode, sizes: Sizes) -> Run {
+    let mut cp = ControlPlane::start(Options {
+        controller_manager: true,
+        ..Options::default()
+    })
+    .await;
+    let client = cp.client();
+    let ns = cp.namespace("bench").await;
+    // In every mode, so the modes differ in the extender alone: its node clean-up watches LocalDisks.
+    install_crd(&cp).await;
+    let extender = match mode.node_cache_capable() {
+        Some(_) => Some(ExtenderProcess::start(&cp).await),
+        None => None,
+    };
+    // As config/scheduler/default-scheduler.yaml, but plain HTTP on loopback.
+    let entries: Vec<Extender> = extender
+        .iter()
+        .map(|e| {
+            let mut entry = Extender::new(&e.url());
+            entry.weight = 2;
+            entry.node_cache_capable = mode.node_cache_capable() == Some(true);
+            entry.ignorable = false;
+            entry
+        })
+        .collect();
+    cp.start_scheduler(SCHEDULER, &entries).await;
+    populate(&client, &ns, sizes).await;
+    let pvs = sizes.nodes * PVS_PER_NODE;
+    wait_available(&client, pvs).await;
+    if let Some(e) = &extender {
+        e.wait_cached(pvs, sizes.pods).await;
+    }
+    // Same pause in every mode: the PV controller's last status writes reach the scheduler's informers.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let scheduler_log = cp.log_dir().join(format!("kube-scheduler-{SCHEDULER}.log"));
+    let scheduler_cfg = cp.dir.join(format!("scheduler-{SCHEDULER}.yaml"));
+    let scheduler = pid_with_arg(&format!("--config={}", scheduler_cfg.display()));
+    let apiserver = pid_with_arg(&format!(
+        "--cert-dir={}",
+        cp.dir.join("apiserver-certs").display()
+    ));
+    let cpu = |pid: Option<u32>| pid.map(cpu_seconds).unwrap_or(0.0);
+    let (scheduler0, apiserver0) = (cpu(scheduler), cpu(apiserver));
+    let extender0 = extender.as_ref().map(|e| e.stats().cpu).unwrap_or(0.0);
+
+    let (placed, bound) = measure(&client, &ns, sizes.pods).await;
+
+    let extender = extender.map(|e| {
+        let mut s = e.stats();
+        s.cpu -= extender0;
+        s
+    });
+    Run {
+        round,
+        mode,
+        pods_per_second: sizes.pods as f64 / placed,
+        placed,
+        bound,
+        scheduler_cpu: cpu(scheduler) - scheduler0,
+        apiserver_cpu: cpu(apiserver) - apiserver0,
+        retries: log_lines_containing(
+            &scheduler_log,
+            &["Unable to schedule pod", "Error scheduling pod"],
+        ),
+        extender,
+    }
+}
+
+/// (median, min, max); the median of an even count is the mean of the middle two.
+fn spread(samples: &[f64]) -> (f64, f64, f64) {
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    let median = if v.len() % 2 == 0 {
+        (v[mid - 1] + v[mid]) / 2.0
+    } else {
+        v[mid]
+    };
+    (median, v[0], v[v.len() - 1])
+}
+
+/// Appends one headline figure to `$LOCALPV_BENCH_FIGURES` (see the figures contract of bench/run.sh).
+fn figure(key: &str, label: &str, unit: &str, samples: &[f64]) {
+    let (median, min, max) = spread(samples);
+    figure_values(key, label, unit, (median, min, max), samples.len());
+}
+
+fn figure_values(
+    key: &str,
+    label: &str,
+    unit: &str,
+    (median, min, max): (f64, f64, f64),
+    n: usize,
+) {
+    let Some(path) = std::env::var_os("LOCALPV_BENCH_FIGURES") else {
+        return;
+    };
+    let line = json!({"key": key, "label": label, "unit": unit, "median": round2(median),
+                      "min": round2(min), "max": round2(max), "n": n});
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .expect("the figures file opens for appending");
+    writeln!(f, "{line}").expect("the figures file is writable");
+}
+
+fn round2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
+fn overhead(intree: f64, ext: f64) -> f64 {
+    (intree - ext) / intree * 100.0
+}
+
+fn of(runs: &[Run], mode: Mode, value: fn(&Run) -> f64) -> Vec<f64> {
+    runs.iter().filter(|r| r.mode == mode).map(value).collect()
+}
+
+/// Overhead of `mode` against in-tree: the median from the two medians, the spread from the rounds (modes
+/// alternate within a round, so each round pairs runs that saw the same machine).
+fn overhead_spread(runs: &[Run], mode: Mode) -> (f64, f64, f64) {
+    let tput = |m: Mode| spread(&of(runs, m, |r| r.pods_per_second)).0;
+    let median = overhead(tput(Mode::InTree), tput(mode));
+    let rounds = runs.iter().map(|r| r.round).max().unwrap_or(0) + 1;
+    let paired: Vec<f64> = (0..rounds)
+        .filter_map(|round| {
+            let find = |m: Mode| runs.iter().find(|r| r.round == round && r.mode == m);
+            Some(overhead(
+                find(Mode::InTree)?.pods_per_second,
+                find(mode)?.pods_per_second,
+            ))
+        })
+        .collect();
+    let (_, min, max) = spread(&paired);
+    // NB: a ratio of medians may fall outside the per-round ratios; widen so min <= median <= max holds.
+    (median, min.min(median), max.max(median))
+}
+
+fn report(runs: &[Run], sizes: Sizes) {
+    println!("### kube-scheduler throughput with delayed local claims\n");
+    println!(
+        "command: `LOCALPV_BENCH_PODS={} LOCALPV_BENCH_NODES={} LOCALPV_BENCH_REPEATS={} bench/scheduler.sh`\n",
+        sizes.pods, sizes.nodes, sizes.repeats
+    );
+    println!(
+        "{} pods, each with one claim of a `kubernetes.io/no-provisioner` WaitForFirstConsumer class, over {} \
+         stand-in Nodes with {PVS_PER_NODE} PVs each ({}) pinned by `kubernetes.io/hostname`; claims of {}. \
+         Pods created {IN_FLIGHT} at a time; pods/s = pods / (first create .. last `spec.nodeName` seen). A fresh \
+         control plane per run, {} rounds with the mode order rotated each round. Extender: plain HTTP on \
+         loopback, filter + prioritize, weight 2, `ignorable: false`, `httpTimeout: 5s`, `RUST_LOG=info`; \
+         otherwise the same scheduler configuration in every mode.\n",
+        sizes.pods,
+        sizes.nodes,
+        PV_SIZES.join(", "),
+        CLAIM_SIZES.join(", "),
+        sizes.repeats
+    );
+    println!(
+        "| mode | pods/s median | pods/s min-max | all pods placed, median | all claims Bound, median | overhead vs in-tree |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for mode in Mode::ALL {
+        let (tput, min, max) = spread(&of(runs, mode, |r| r.pods_per_second));
+        let placed = spread(&of(runs, mode, |r| r.placed)).0;
+        let bound = spread(&of(runs, mode, |r| r.bound)).0;
+        let over = match mode {
+            Mode::InTree => "-".to_string(),
+            _ => {
+                let (median, lo, hi) = overhead_spread(runs, mode);
+                format!("{median:.1}% (rounds {lo:.1}% .. {hi:.1}%)")
+            }
+        };
+        println!(
+            "| {} | {tput:.1} | {min:.1}-{max:.1} | {placed:.1} s | {bound:.1} s | {over} |",
+            mode.label()
+        );
+    }
+    println!(
+        "\n| round | mode | pods/s | placed | Bound | scheduler CPU | apiserver CPU | extender CPU | filter calls, mean | prioritize calls, mean | extender errors | scheduler retry lines |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for r in runs {
+        let e = r.extender.as_ref();
+        let ext = |f: fn(&ExtenderStats) -> String| e.map(f).unwrap_or_else(|| "-".into());
+        println!(
+            "| {} | {} | {:.1} | {:.1} s | {:.1} s | {:.1} s | {:.1} s | {} | {} | {} | {} | {} |",
+            r.round + 1,
+            r.mode.key(),
+            r.pods_per_second,
+            r.placed,
+            r.bound,
+            r.scheduler_cpu,
+            r.apiserver_cpu,
+            ext(|e| format!("{:.1} s", e.cpu)),
+            ext(|e| format!("{:.0}, {:.2} ms", e.filter_calls, e.filter_mean_ms)),
+            ext(|e| format!("{:.0}, {:.2} ms", e.prioritize_calls, e.prioritize_mean_ms)),
+            ext(|e| format!("{:.0}", e.errors)),
+            r.retries
+        );
+    }
+    figures(runs, sizes);
+}
+
+fn figures(runs: &[Run], sizes: Sizes) {
+    let (pods, nodes) = (sizes.pods, sizes.nodes);
+    for mode in Mode::ALL {
+        let label = match mode {
+            Mode::InTree => "in-tree rules only",
+            Mode::NodeNames => "with the extender, nodeCacheCapable: true",
+            Mode::Nodes => "with the extender, nodeCacheCapable: false",
+        };
+        figure(
+            &format!("scheduler.pods_per_second.{}", mode.key()),
+            &format!(
+                "kube-scheduler throughput, {label} ({pods} pods with local claims, {nodes} nodes)"
+            ),
+            "pods/s",
+            &of(runs, mode, |r| r.pods_per_second),
+        );
+        figure(
+            &format!("scheduler.claims_bound_seconds.{}", mode.key()),
+            &format!("first pod created to all {pods} claims Bound, {label}"),
+            "s",
+            &of(runs, mode, |r| r.bound),
+        );
+    }
+    for mode in [Mode::NodeNames, Mode::Nodes] {
+        let label = match mode {
+            Mode::NodeNames => "nodeCacheCapable: true",
+            _ => "nodeCacheCapable: false",
+        };
+        figure_values(
+            &format!("scheduler.overhead_percent.{}", mode.key()),
+            &format!("extender overhead on scheduler throughput, {label} (target <= 5%)"),
+            "%",
+            overhead_spread(runs, mode),
+            sizes.repeats,
+        );
+    }
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let sizes = Sizes::from_env();
+    let mut runs = Vec::new();
+    for round in 0..sizes.repeats {
+        for k in 0..Mode::ALL.len() {
+            let mode = Mode::ALL[(round + k) % Mode::ALL.len()];
+            let run = run_once(round, mode, sizes).await;
+            eprintln!(
+                "round {}/{} {}: {:.1} pods/s, placed in {:.1} s, claims Bound in {:.1} s",
+                round + 1,
+                sizes.repeats,
+                mode.key(),
+                run.pods_per_second,
+                run.placed,
+                run.bound
+            );
+            runs.push(run);
+        }
+    }
+    report(&runs, sizes);
+}
