@@ -18,9 +18,16 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use self::matching::{maximum_matching, merged};
+use self::scan::{Check, ClaimView};
 use super::labels::Labels;
-use super::model::{Claim, Phase, Volume, format_bytes};
-use super::snapshot::{ClassIndex, Snapshot, VolId};
+use super::model::Claim;
+use super::snapshot::{ClassIndex, NodeRef, Slot, Snapshot, VolId};
+
+#[path = "decide_matching.rs"]
+mod matching;
+#[path = "decide_scan.rs"]
+mod scan;
 
 /// One delayed claim served by one PV on a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,6 +66,8 @@ struct Delayed<'s> {
     key: Arc<str>,
     class: Arc<str>,
     index: Option<&'s ClassIndex>,
+    /// The claim's volume attributes class as `Slot::attributes` ids it.
+    attributes: u32,
     /// A PV whose claimRef names this claim and that passes capacity, mode and deletion: it wins outright.
     prebound: Option<VolId>,
 }
@@ -71,6 +80,8 @@ pub struct PodClaims<'s> {
     delayed: Vec<Delayed<'s>>,
     /// Whether fits carry assignments and spare counts (prioritize, explain) or only the verdict (filter).
     detail: bool,
+    /// Whether the allocation-free shortcuts may answer (off only in tests comparing them with the general path).
+    fast: bool,
     /// A pod-wide reason no node can pass (missing claim or class, ...).
     /// kube-scheduler checked these objects exist before calling us, so a miss is our watch lagging: `Failed`
     /// (retried). A claim being deleted is `Unresolvable`, as in-tree.
@@ -86,6 +97,7 @@ impl<'s> PodClaims<'s> {
             bound: Vec::new(),
             delayed: Vec::new(),
             detail: true,
+            fast: true,
             problem: None,
         };
         let mut seen = HashSet::new();
@@ -134,6 +146,7 @@ impl<'s> PodClaims<'s> {
                         key: key.into(),
                         class: claim.class.as_str().into(),
                         index: snap.class_index(&claim.class),
+                        attributes: snap.attributes_id(&claim.attributes_class),
                         prebound,
                     });
                 }
@@ -159,6 +172,13 @@ impl<'s> PodClaims<'s> {
         self
     }
 
+    /// Only the general path (views and maximum matching) decides: tests compare the shortcuts with it.
+    #[cfg(test)]
+    pub fn without_shortcuts(mut self) -> Self {
+        self.fast = false;
+        self
+    }
+
     /// The pod refers to a claim, class or bound PV the snapshot does not have (yet).
     pub fn cache_miss(&self) -> bool {
         matches!(self.problem, Some(Verdict::Failed(_)))
@@ -175,18 +195,24 @@ impl<'s> PodClaims<'s> {
 
     /// The verdict for one node; `None` labels mean the node is unknown to the cache.
     pub fn decide(&self, labels: Option<&Labels>) -> Verdict {
+        self.decide_node(labels.map(|l| self.snap.node_from_labels(l)))
+    }
+
+    /// The verdict for one node (`Snapshot::node` or `Snapshot::node_from_labels`); `None` means the node is
+    /// unknown to the cache.
+    pub fn decide_node(&self, node: Option<NodeRef>) -> Verdict {
         if let Some(problem) = &self.problem {
             return problem.clone();
         }
         if self.is_trivial() {
             return Verdict::Fit(Fit::default());
         }
-        let Some(labels) = labels else {
+        let Some(node) = node else {
             return Verdict::Failed("node not in extender cache".into());
         };
         for (key, id) in &self.bound {
             let v = self.snap.volume(*id);
-            if !v.affinity.matches(labels) {
+            if !v.affinity.matches(node.labels) {
                 return Verdict::Unresolvable(format!(
                     "claim {key}: bound PV {} has node affinity for other nodes",
                     v.name
@@ -196,12 +222,19 @@ impl<'s> PodClaims<'s> {
         if self.delayed.is_empty() {
             return Verdict::Fit(Fit::default());
         }
-        if !self.detail && self.fits_one_claim(labels) {
-            return Verdict::Fit(Fit::default());
+        if self.fast {
+            if !self.detail && self.fits_greedily(node) {
+                return Verdict::Fit(Fit::default());
+            }
+            if let [d] = self.delayed.as_slice()
+                && d.prebound.is_none()
+            {
+                return self.decide_one(d, node);
+            }
         }
         let mut views = Vec::with_capacity(self.delayed.len());
         for d in &self.delayed {
-            match self.view(d, labels) {
+            match self.view(d, node, true) {
                 Ok(view) => views.push(view),
                 Err(reason) => return Verdict::Unresolvable(reason),
             }
@@ -209,22 +242,54 @@ impl<'s> PodClaims<'s> {
         self.verdict(&views)
     }
 
-    /// Allocation-free answer for the common single-claim pod when only the verdict is wanted.
-    fn fits_one_claim(&self, labels: &Labels) -> bool {
-        let [d] = self.delayed.as_slice() else {
-            return false;
-        };
-        if d.prebound.is_some() {
+    /// Allocation-free proof that the in-tree greedy order places every claim on the node, enough for a filter
+    /// verdict. `false` proves nothing: the full decision then runs (and finds the reason).
+    fn fits_greedily(&self, node: NodeRef) -> bool {
+        const MOST_CLAIMS: usize = 8;
+        if self.delayed.len() > MOST_CLAIMS {
             return false;
         }
-        ClassIndex::candidates(d.index, labels).any(|id| {
-            let v = self.snap.volume(id);
-            v.claim_ref.is_none()
-                && !v.deleting
-                && v.phase == Phase::Available
-                && check(v, d.claim) == Check::Fits
-                && on_node(v, labels)
-        })
+        let mut taken = [VolId::MAX; MOST_CLAIMS];
+        for (i, d) in self.delayed.iter().enumerate() {
+            let free = |id: &VolId| !taken[..i].contains(id);
+            let found = match d.prebound {
+                Some(id) => Some(id)
+                    .filter(free)
+                    .filter(|&id| self.snap.volume(id).affinity.matches(node.labels)),
+                None => ClassIndex::candidates(d.index, node.host)
+                    .find(|s| {
+                        s.is_free()
+                            && free(&s.id())
+                            && self.check(s, d) == Check::Fits
+                            && self.on_node(s, node)
+                    })
+                    .map(Slot::id),
+            };
+            match found {
+                Some(id) => taken[i] = id,
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// The common single-claim pod without a pre-bound PV: one counting scan, no lists and no matching. Agrees
+    /// with the general path (`verdict`), which for one claim reduces to "the smallest fitting PV, else why not".
+    fn decide_one(&self, d: &Delayed, node: NodeRef) -> Verdict {
+        let view = match self.view(d, node, false) {
+            Ok(view) => view,
+            Err(reason) => return Verdict::Unresolvable(reason),
+        };
+        match view.first_now {
+            Some(_) if !self.detail => Verdict::Fit(Fit::default()),
+            Some(id) => Verdict::Fit(Fit {
+                assignments: vec![assignment(d, id)],
+                spare: BTreeMap::from([(Arc::clone(&d.class), view.now_count - 1)]),
+                greedy_misses: false,
+            }),
+            None if view.later_count > 0 => Verdict::Failed(self.why(d, &view)),
+            None => Verdict::Unresolvable(self.why(d, &view)),
+        }
     }
 
     fn verdict(&self, views: &[ClaimView]) -> Verdict {
@@ -274,13 +339,9 @@ impl<'s> PodClaims<'s> {
     fn fit(&self, views: &[ClaimView], chosen: &[Option<VolId>]) -> Fit {
         let mut fit = Fit::default();
         for (i, d) in self.delayed.iter().enumerate() {
-            fit.assignments.push(Assignment {
-                claim: d.key.clone(),
-                class: d.class.clone(),
-                request: d.claim.request,
-                // NB: only called on a complete matching, where every claim has a PV.
-                volume: chosen[i].unwrap_or_default(),
-            });
+            // NB: only called on a complete matching, where every claim has a PV.
+            fit.assignments
+                .push(assignment(d, chosen[i].unwrap_or_default()));
         }
         let mut pool: Vec<(&Arc<str>, VolId)> = Vec::new();
         for (d, view) in self.delayed.iter().zip(views) {
@@ -298,200 +359,15 @@ impl<'s> PodClaims<'s> {
         }
         fit
     }
+}
 
-    /// Which PVs of the node could serve `d`, now and once wiped; `Err` when a pre-bound PV rules the node out.
-    fn view(&self, d: &Delayed, labels: &Labels) -> Result<ClaimView, String> {
-        if let Some(id) = d.prebound {
-            let v = self.snap.volume(id);
-            if !v.affinity.matches(labels) {
-                return Err(format!(
-                    "claim {}: pre-bound PV {} has node affinity for other nodes",
-                    d.key, v.name
-                ));
-            }
-            return Ok(ClaimView {
-                now: vec![id],
-                ..ClaimView::default()
-            });
-        }
-        let mut view = ClaimView::default();
-        for id in ClassIndex::candidates(d.index, labels) {
-            let v = self.snap.volume(id);
-            if !on_node(v, labels) {
-                continue;
-            }
-            view.on_node += 1;
-            let free = v.claim_ref.is_none() && !v.deleting && v.phase == Phase::Available;
-            if !free {
-                view.bound += usize::from(v.claim_ref.is_some());
-                if v.coming_back() && check(v, d.claim) == Check::Fits {
-                    view.later.push(id);
-                }
-                continue;
-            }
-            view.free += 1;
-            match check(v, d.claim) {
-                Check::Fits => view.now.push(id),
-                Check::TooSmall => {
-                    view.furthest = view.furthest.max(Check::TooSmall);
-                    view.largest_free = view.largest_free.max(v.capacity);
-                }
-                other => view.furthest = view.furthest.max(other),
-            }
-        }
-        Ok(view)
+fn assignment(d: &Delayed, volume: VolId) -> Assignment {
+    Assignment {
+        claim: Arc::clone(&d.key),
+        class: Arc::clone(&d.class),
+        request: d.claim.request,
+        volume,
     }
-
-    /// The reason a claim has no PV now on a node, from what the scan saw.
-    fn why(&self, d: &Delayed, view: &ClaimView) -> String {
-        let (key, class) = (&d.key, &d.claim.class);
-        if view.on_node == 0 {
-            return format!("claim {key}: no PV of class {class} on node");
-        }
-        if !view.later.is_empty() {
-            return format!(
-                "claim {key}: {} PVs of class {class} are being wiped",
-                view.later.len()
-            );
-        }
-        if view.free == 0 && view.bound == view.on_node {
-            return format!(
-                "claim {key}: all {} PVs of class {class} are bound",
-                view.on_node
-            );
-        }
-        if view.free == 0 {
-            return format!(
-                "claim {key}: none of the {} PVs of class {class} is Available",
-                view.on_node
-            );
-        }
-        match view.furthest {
-            Check::Mode => format!(
-                "claim {key}: no free PV of class {class} has volume mode {}",
-                d.claim.mode.as_str()
-            ),
-            Check::Attributes => format!(
-                "claim {key}: no free PV of class {class} has volume attributes class {:?}",
-                d.claim.attributes_class
-            ),
-            Check::Access => format!(
-                "claim {key}: no free PV of class {class} offers access modes {}",
-                d.claim.access.names().join(",")
-            ),
-            Check::Selector => {
-                format!("claim {key}: no free PV of class {class} matches the claim's selector")
-            }
-            Check::TooSmall | Check::Fits => format!(
-                "claim {key}: largest free PV is {}, claim asks {}",
-                format_bytes(view.largest_free),
-                format_bytes(d.claim.request)
-            ),
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-struct ClaimView {
-    /// Matching free PVs, smallest first.
-    now: Vec<VolId>,
-    /// PVs that would match once wiped and republished, smallest first.
-    later: Vec<VolId>,
-    on_node: usize,
-    /// PVs whose claimRef names another claim.
-    bound: usize,
-    free: usize,
-    /// The check that free PVs got furthest in before failing.
-    furthest: Check,
-    largest_free: u128,
-}
-
-/// Outcome of comparing a PV with a claim, ordered by how far the PV got.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-enum Check {
-    #[default]
-    Mode,
-    Attributes,
-    Access,
-    Selector,
-    TooSmall,
-    Fits,
-}
-
-/// Node affinity, skipping the comparison when the index lookup by hostname already proved it.
-fn on_node(v: &Volume, labels: &Labels) -> bool {
-    v.affinity.implied_by_hostname() || v.affinity.matches(labels)
-}
-
-/// The claim-specific rules (volume mode, volume attributes class, access modes, selector, capacity); class,
-/// claimRef, phase, deletion
-/// and node affinity are the caller's.
-fn check(v: &Volume, c: &Claim) -> Check {
-    if v.mode != c.mode {
-        Check::Mode
-    } else if v.attributes_class != c.attributes_class {
-        Check::Attributes
-    } else if !v.access.contains(c.access) {
-        Check::Access
-    } else if c.selector.as_ref().is_some_and(|s| !s.matches(&v.labels)) {
-        Check::Selector
-    } else if v.capacity < c.request {
-        Check::TooSmall
-    } else {
-        Check::Fits
-    }
-}
-
-fn merged(a: &[VolId], b: &[VolId]) -> Vec<VolId> {
-    let mut all: Vec<VolId> = a.iter().chain(b).copied().collect();
-    all.sort_unstable();
-    all.dedup();
-    all
-}
-
-/// Greedy in claim order (each takes its smallest free candidate), then augmenting paths for the claims greedy
-/// left out. Returns the PV of each claim, the first claim left unmatched if any, and whether greedy alone
-/// matched all. Pods have few claims, so ownership is a linear scan rather than a map.
-fn maximum_matching(candidates: &[&[VolId]]) -> (Vec<Option<VolId>>, Option<usize>, bool) {
-    let mut chosen: Vec<Option<VolId>> = vec![None; candidates.len()];
-    let mut missed = Vec::new();
-    for (claim, cands) in candidates.iter().enumerate() {
-        match cands.iter().find(|&&v| !chosen.contains(&Some(v))) {
-            Some(&v) => chosen[claim] = Some(v),
-            None => missed.push(claim),
-        }
-    }
-    let mut unmatched = None;
-    let greedy_complete = missed.is_empty();
-    for claim in missed {
-        let mut seen = HashSet::new();
-        if !augment(claim, candidates, &mut chosen, &mut seen) && unmatched.is_none() {
-            unmatched = Some(claim);
-        }
-    }
-    (chosen, unmatched, greedy_complete)
-}
-
-fn augment(
-    claim: usize,
-    candidates: &[&[VolId]],
-    chosen: &mut [Option<VolId>],
-    seen: &mut HashSet<VolId>,
-) -> bool {
-    for &v in candidates[claim] {
-        if !seen.insert(v) {
-            continue;
-        }
-        let free = match chosen.iter().position(|c| *c == Some(v)) {
-            None => true,
-            Some(other) => augment(other, candidates, chosen, seen),
-        };
-        if free {
-            chosen[claim] = Some(v);
-            return true;
-        }
-    }
-    false
 }
 
 #[cfg(test)]

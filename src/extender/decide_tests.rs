@@ -25,16 +25,28 @@ fn snapshot(pvs: Vec<PvBuilder>, pvcs: Vec<PvcBuilder>) -> Snapshot {
     )
 }
 
-/// The detailed verdict, after checking that the verdict-only path (filter's fast path) agrees with it.
+/// The detailed verdict, after checking that the shortcuts agree with the general path: the detailed one exactly
+/// (assignments and spare counts included), the verdict-only one (filter's) on fit or reason.
 fn decide_on(snap: &Snapshot, claims: &[&str], node: &str) -> Verdict {
     let names: Vec<String> = claims.iter().map(|c| c.to_string()).collect();
-    let detailed = PodClaims::resolve(snap, "default", &names).decide(snap.node_labels(node));
-    let quick = PodClaims::resolve(snap, "default", &names)
-        .verdicts_only()
-        .decide(snap.node_labels(node));
-    match (&detailed, &quick) {
-        (Verdict::Fit(_), Verdict::Fit(_)) => {}
-        _ => assert_eq!(detailed, quick, "verdict-only path disagrees"),
+    let resolve = || PodClaims::resolve(snap, "default", &names);
+    let labels = snap.node_labels(node);
+    let detailed = resolve().decide(labels);
+    let general = resolve().without_shortcuts().decide(labels);
+    assert_eq!(
+        detailed, general,
+        "shortcut disagrees with the general path"
+    );
+    let cached = resolve().decide_node(snap.node(node));
+    assert_eq!(detailed, cached, "cached node and node by labels disagree");
+    for quick in [
+        resolve().verdicts_only().decide(labels),
+        resolve().verdicts_only().without_shortcuts().decide(labels),
+    ] {
+        match (&detailed, &quick) {
+            (Verdict::Fit(_), Verdict::Fit(_)) => {}
+            _ => assert_eq!(detailed, quick, "verdict-only path disagrees"),
+        }
     }
     detailed
 }

@@ -24,11 +24,11 @@ pub fn score(
     snap: &Snapshot,
     global: Strategy,
     has_delayed: bool,
-    verdicts: &[(String, Verdict)],
-) -> Vec<(String, i64)> {
+    verdicts: &[Verdict],
+) -> Vec<i64> {
     let fits: Vec<Option<&Fit>> = verdicts
         .iter()
-        .map(|(_, v)| match v {
+        .map(|v| match v {
             Verdict::Fit(fit) => Some(fit),
             _ => None,
         })
@@ -41,42 +41,84 @@ pub fn score(
             *m = (*m).max(n);
         }
     }
-    verdicts
-        .iter()
-        .zip(&fits)
-        .map(|((name, _), fit)| {
+    // Every assigned class has a spare entry; resolving strategies once spares a class lookup per node.
+    let strategies: BTreeMap<&str, Strategy> = most_spare
+        .keys()
+        .map(|&class| (class, strategy_of(snap, global, class)))
+        .collect();
+    let classes = Classes {
+        snap,
+        global,
+        most_spare: &most_spare,
+        strategies: &strategies,
+    };
+    fits.iter()
+        .map(|fit| {
             let s = match fit {
                 None => 0,
                 Some(_) if !has_delayed => NEUTRAL_SCORE,
-                Some(fit) => node_score(snap, global, fit, &most_spare),
+                Some(fit) => classes.node_score(fit),
             };
-            (name.clone(), s.clamp(0, MAX_SCORE))
+            s.clamp(0, MAX_SCORE)
         })
         .collect()
 }
 
-fn node_score(
-    snap: &Snapshot,
+fn strategy_of(snap: &Snapshot, global: Strategy, class: &str) -> Strategy {
+    snap.class(class).and_then(|c| c.strategy).unwrap_or(global)
+}
+
+/// What scoring one node needs to know about the classes of the pod's claims.
+struct Classes<'a> {
+    snap: &'a Snapshot,
     global: Strategy,
-    fit: &Fit,
-    most_spare: &BTreeMap<&str, usize>,
-) -> i64 {
-    // class -> (claims, requested bytes, chosen capacity)
-    let mut groups: BTreeMap<&str, (usize, u128, u128)> = BTreeMap::new();
-    for a in &fit.assignments {
-        let g = groups.entry(a.class.as_ref()).or_default();
-        g.0 += 1;
-        g.1 += a.request;
-        g.2 += snap.volume(a.volume).capacity;
+    most_spare: &'a BTreeMap<&'a str, usize>,
+    strategies: &'a BTreeMap<&'a str, Strategy>,
+}
+
+impl Classes<'_> {
+    fn node_score(&self, fit: &Fit) -> i64 {
+        if let [a] = fit.assignments.as_slice() {
+            // The common single-claim pod: the mean below over one claim, without grouping.
+            let capacity = self.snap.volume(a.volume).capacity;
+            return to_score(self.class_score(fit, &a.class, a.request, capacity));
+        }
+        // (class, claims, requested bytes, chosen capacity), in class order
+        let mut groups: Vec<(&str, usize, u128, u128)> = Vec::new();
+        for a in &fit.assignments {
+            let capacity = self.snap.volume(a.volume).capacity;
+            match groups.iter_mut().find(|g| g.0 == a.class.as_ref()) {
+                Some(g) => {
+                    g.1 += 1;
+                    g.2 += a.request;
+                    g.3 += capacity;
+                }
+                None => groups.push((a.class.as_ref(), 1, a.request, capacity)),
+            }
+        }
+        groups.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let (mut weighted, mut claims) = (0.0, 0usize);
+        for (class, n, requested, capacity) in groups {
+            weighted += self.class_score(fit, class, requested, capacity) * n as f64;
+            claims += n;
+        }
+        if claims == 0 {
+            return NEUTRAL_SCORE;
+        }
+        to_score(weighted / claims as f64)
     }
-    let (mut weighted, mut claims) = (0.0, 0usize);
-    for (class, (n, requested, capacity)) in groups {
-        let strategy = snap.class(class).and_then(|c| c.strategy).unwrap_or(global);
-        let s = match strategy {
+
+    /// The 0..=1 score of the claims of one class on a node.
+    fn class_score(&self, fit: &Fit, class: &str, requested: u128, capacity: u128) -> f64 {
+        let strategy = match self.strategies.get(class) {
+            Some(&s) => s,
+            None => strategy_of(self.snap, self.global, class),
+        };
+        match strategy {
             Strategy::Binpack if capacity == 0 => 1.0,
             Strategy::Binpack => (requested as f64 / capacity as f64).min(1.0),
             Strategy::Spread => {
-                let most = most_spare.get(class).copied().unwrap_or(0);
+                let most = self.most_spare.get(class).copied().unwrap_or(0);
                 let spare = fit.spare.get(class).copied().unwrap_or(0);
                 if most == 0 {
                     0.0
@@ -84,14 +126,12 @@ fn node_score(
                     spare as f64 / most as f64
                 }
             }
-        };
-        weighted += s * n as f64;
-        claims += n;
+        }
     }
-    if claims == 0 {
-        return NEUTRAL_SCORE;
-    }
-    (weighted / claims as f64 * MAX_SCORE as f64).round() as i64
+}
+
+fn to_score(share: f64) -> i64 {
+    (share * MAX_SCORE as f64).round() as i64
 }
 
 #[cfg(test)]
@@ -126,14 +166,11 @@ mod tests {
             ["n1", "n2", "n3"].map(|n| node(n).build()),
         );
         let pc = PodClaims::resolve(&snap, "default", &names);
-        let verdicts: Vec<(String, Verdict)> = ["n1", "n2", "n3"]
+        let verdicts: Vec<Verdict> = ["n1", "n2", "n3"]
             .iter()
-            .map(|n| (n.to_string(), pc.decide(snap.node_labels(n))))
+            .map(|n| pc.decide(snap.node_labels(n)))
             .collect();
         score(&snap, global, pc.has_delayed(), &verdicts)
-            .into_iter()
-            .map(|(_, s)| s)
-            .collect()
     }
 
     #[test]
@@ -196,17 +233,8 @@ mod tests {
     fn pods_without_delayed_claims_get_one_neutral_score() {
         let snap = Snapshot::new([], [], [], [node("n1").build()]);
         let pc = PodClaims::resolve(&snap, "default", &[]);
-        let verdicts = vec![
-            ("n1".to_string(), pc.decide(None)),
-            ("n2".to_string(), pc.decide(None)),
-        ];
+        let verdicts = vec![pc.decide(None), pc.decide(None)];
         let got = score(&snap, Strategy::Binpack, pc.has_delayed(), &verdicts);
-        assert_eq!(
-            got,
-            [
-                ("n1".to_string(), NEUTRAL_SCORE),
-                ("n2".to_string(), NEUTRAL_SCORE)
-            ]
-        );
+        assert_eq!(got, [NEUTRAL_SCORE, NEUTRAL_SCORE]);
     }
 }

@@ -2,27 +2,166 @@
 //!
 //! ```text
 //!  volumes: Vec<Volume> sorted by (capacity, name)  <── VolId indexes into it
-//!  by_class: class ──> { by_host: hostname label value ──> [VolId ascending], general: [VolId ascending] }
+//!  hosts: hostname label value ──> HostId (every node's hostname and every hostname a PV is pinned to)
+//!  nodes: name ──> { labels, host: HostId }
+//!  by_class: class ──> { pinned: per HostId, the PVs pinned to it as [Slot]; general: [Slot] }
 //!  prebound: namespace/claim ──> [VolId]   (PVs whose claimRef names the claim)
-//!  claims: namespace/name ──> Claim      classes: name ──> Class      nodes: name ──> labels
+//!  claims: namespace/name ──> Claim      classes: name ──> Class
 //! ```
 //!
 //! Local PVs pin themselves to one node with a `kubernetes.io/hostname In [..]` affinity; those are found through
-//! `by_host`. PVs with any other affinity land in `general` and are checked against every node. Because `volumes`
-//! is sorted by capacity, every id list is too: "smallest fitting first" is a plain scan.
+//! `pinned`, by the host id the node's entry already carries, so a decision never walks a node's labels or hashes
+//! its hostname. PVs with any other affinity land in `general` and are checked against every node. A `Slot` copies
+//! the few PV fields the per-node scan reads, so one node's PVs of a class sit together in a few cache lines
+//! instead of in scattered `Volume` records. Because `volumes` is sorted by capacity, every slot list is too:
+//! "smallest fitting first" is a plain scan.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::labels::{HOSTNAME_LABEL, Labels};
-use super::model::{Claim, Class, Volume};
+use super::model::{AccessModes, Claim, Class, Phase, Volume};
+use crate::disk::VolumeMode;
 
 pub type VolId = usize;
+/// Dense id of a hostname label value within one snapshot.
+pub type HostId = u32;
 
-/// The PVs of one class, by the hostname they are pinned to.
+/// Attribute-class id that no PV has: a claim asking for an attributes class no PV carries.
+pub const UNKNOWN_ATTRIBUTES: u32 = u32::MAX;
+
+/// A multiply-and-fold hasher for the snapshot's short string keys (node names, hostnames), several times cheaper
+/// than SipHash on them. NB: those keys come from the API server (Node and PV objects), never from a request, so
+/// crowding one bucket would take someone who may already create Nodes or PVs; requests only look keys up.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FastHasher(u64);
+
+const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+
+impl FastHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0 ^ word).rotate_left(23).wrapping_mul(MUL);
+    }
+}
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 59));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        // NB: hashbrown picks buckets from the low bits and tags from the high ones; a bare multiply leaves the
+        // low bits depending on the first bytes only, so fold the full 128-bit product.
+        let wide = u128::from(self.0) * u128::from(MUL);
+        (wide >> 64) as u64 ^ wide as u64
+    }
+}
+
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+/// The PV fields the per-node scan reads, copied out of `Volume` and packed (32 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub capacity: u128,
+    id: u32,
+    /// Interned `spec.volumeAttributesClassName` (see `Snapshot::attributes_id`).
+    pub attributes: u32,
+    pub mode: VolumeMode,
+    pub access: AccessModes,
+    flags: u8,
+}
+
+const FREE: u8 = 1;
+const CLAIMED: u8 = 2;
+const COMING_BACK: u8 = 4;
+const AFFINITY_IS_HOSTNAME: u8 = 8;
+
+impl Slot {
+    fn new(id: VolId, v: &Volume, attributes: u32) -> Slot {
+        let free = v.claim_ref.is_none() && !v.deleting && v.phase == Phase::Available;
+        let flags = [
+            (free, FREE),
+            (v.claim_ref.is_some(), CLAIMED),
+            (v.coming_back(), COMING_BACK),
+            (v.affinity.implied_by_hostname(), AFFINITY_IS_HOSTNAME),
+        ]
+        .iter()
+        .filter(|(set, _)| *set)
+        .fold(0, |acc, (_, bit)| acc | bit);
+        Slot {
+            capacity: v.capacity,
+            id: id as u32,
+            attributes,
+            mode: v.mode,
+            access: v.access,
+            flags,
+        }
+    }
+
+    pub fn id(&self) -> VolId {
+        self.id as VolId
+    }
+
+    /// No claimRef, no deletion timestamp, phase Available.
+    pub fn is_free(&self) -> bool {
+        self.flags & FREE != 0
+    }
+
+    /// Has a claimRef (to any claim).
+    pub fn is_claimed(&self) -> bool {
+        self.flags & CLAIMED != 0
+    }
+
+    /// See `Volume::coming_back`.
+    pub fn coming_back(&self) -> bool {
+        self.flags & COMING_BACK != 0
+    }
+
+    /// The affinity is exactly `kubernetes.io/hostname In [..]`: being listed under a node's host proves it.
+    pub fn affinity_is_hostname(&self) -> bool {
+        self.flags & AFFINITY_IS_HOSTNAME != 0
+    }
+}
+
+/// The PVs of one class, by the host they are pinned to.
 #[derive(Debug, Default)]
 pub struct ClassIndex {
-    by_host: HashMap<String, Vec<VolId>>,
-    general: Vec<VolId>,
+    /// `pinned[starts[h]..starts[h + 1]]` are the PVs pinned to host `h`, ascending by id.
+    starts: Vec<u32>,
+    pinned: Vec<Slot>,
+    general: Vec<Slot>,
+}
+
+/// A node as a decision sees it: its labels, and its hostname's id for the pinned-PV index.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeRef<'a> {
+    pub labels: &'a Labels,
+    pub host: Option<HostId>,
+}
+
+#[derive(Debug)]
+struct NodeEntry {
+    labels: Labels,
+    host: Option<HostId>,
 }
 
 #[derive(Debug, Default)]
@@ -33,7 +172,18 @@ pub struct Snapshot {
     prebound: HashMap<String, Vec<VolId>>,
     claims: HashMap<String, Claim>,
     classes: HashMap<String, Class>,
-    nodes: HashMap<String, Labels>,
+    nodes: FastMap<String, NodeEntry>,
+    hosts: FastMap<String, HostId>,
+    attributes: HashMap<String, u32>,
+}
+
+fn intern(ids: &mut FastMap<String, HostId>, name: &str) -> HostId {
+    if let Some(&id) = ids.get(name) {
+        return id;
+    }
+    let id = ids.len() as HostId;
+    ids.insert(name.to_string(), id);
+    id
 }
 
 impl Snapshot {
@@ -52,9 +202,17 @@ impl Snapshot {
         let mut snap = Snapshot {
             claims: claims.into_iter().map(|c| (c.key(), c)).collect(),
             classes: classes.into_iter().map(|c| (c.name.clone(), c)).collect(),
-            nodes: nodes.into_iter().collect(),
             ..Snapshot::default()
         };
+        for (name, labels) in nodes {
+            let host = labels
+                .get(HOSTNAME_LABEL)
+                .map(|h| intern(&mut snap.hosts, h));
+            snap.nodes.insert(name, NodeEntry { labels, host });
+        }
+        snap.attributes.insert(String::new(), 0);
+        // class -> (host, slot) for pinned PVs, and the general slots
+        let mut building: HashMap<&str, (Vec<(HostId, Slot)>, Vec<Slot>)> = HashMap::new();
         for (id, v) in volumes.iter().enumerate() {
             snap.by_name.insert(v.name.clone(), id);
             if let Some(r) = &v.claim_ref {
@@ -63,15 +221,24 @@ impl Snapshot {
                     .or_default()
                     .push(id);
             }
-            let index = snap.by_class.entry(v.class.clone()).or_default();
+            let next = snap.attributes.len() as u32;
+            let attributes = *snap
+                .attributes
+                .entry(v.attributes_class.clone())
+                .or_insert(next);
+            let slot = Slot::new(id, v, attributes);
+            let (pinned, general) = building.entry(v.class.as_str()).or_default();
             match v.affinity.hostnames() {
                 Some(hosts) => {
-                    for host in hosts {
-                        index.by_host.entry(host).or_default().push(id);
-                    }
+                    pinned.extend(hosts.iter().map(|h| (intern(&mut snap.hosts, h), slot)));
                 }
-                None => index.general.push(id),
+                None => general.push(slot),
             }
+        }
+        let host_count = snap.hosts.len();
+        for (class, (pinned, general)) in building {
+            let index = ClassIndex::build(host_count, pinned, general);
+            snap.by_class.insert(class.to_string(), index);
         }
         snap.volumes = volumes;
         snap
@@ -102,7 +269,23 @@ impl Snapshot {
     }
 
     pub fn node_labels(&self, name: &str) -> Option<&Labels> {
-        self.nodes.get(name)
+        self.nodes.get(name).map(|n| &n.labels)
+    }
+
+    /// A cached node by name, with its host id resolved when the snapshot was built.
+    pub fn node(&self, name: &str) -> Option<NodeRef<'_>> {
+        self.nodes.get(name).map(|n| NodeRef {
+            labels: &n.labels,
+            host: n.host,
+        })
+    }
+
+    /// A node known only by its labels (`Nodes` mode): its hostname is looked up here, once.
+    pub fn node_from_labels<'a>(&self, labels: &'a Labels) -> NodeRef<'a> {
+        let host = labels
+            .get(HOSTNAME_LABEL)
+            .and_then(|h| self.hosts.get(h.as_str()).copied());
+        NodeRef { labels, host }
     }
 
     pub fn node_names(&self) -> impl Iterator<Item = &str> {
@@ -113,13 +296,17 @@ impl Snapshot {
         self.by_class.get(class)
     }
 
-    /// PVs of `class` that may sit on a node with these labels, smallest first. Node affinity is not yet checked.
-    pub fn candidates<'a>(
-        &'a self,
-        class: &str,
-        node: &Labels,
-    ) -> impl Iterator<Item = VolId> + 'a {
-        ClassIndex::candidates(self.class_index(class), node)
+    /// The id `Slot::attributes` carries for this attributes class name, `UNKNOWN_ATTRIBUTES` when no PV has it.
+    pub fn attributes_id(&self, name: &str) -> u32 {
+        self.attributes
+            .get(name)
+            .copied()
+            .unwrap_or(UNKNOWN_ATTRIBUTES)
+    }
+
+    /// PVs of `class` that may sit on `node`, smallest first. Node affinity is not yet checked.
+    pub fn candidates<'a>(&'a self, class: &str, node: NodeRef) -> Candidates<'a> {
+        ClassIndex::candidates(self.class_index(class), node.host)
     }
 
     pub fn counts(&self) -> [(&'static str, usize); 4] {
@@ -133,98 +320,75 @@ impl Snapshot {
 }
 
 impl ClassIndex {
-    /// PVs of the class that may sit on a node with these labels, smallest first (`index` from `class_index`,
-    /// looked up once per claim rather than once per node).
-    pub fn candidates<'a>(
-        index: Option<&'a ClassIndex>,
-        node: &Labels,
-    ) -> impl Iterator<Item = VolId> + 'a {
-        let host = node.get(HOSTNAME_LABEL);
-        let pinned = index
-            .and_then(|i| host.and_then(|h| i.by_host.get(h)))
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        let general = index.map(|i| i.general.as_slice()).unwrap_or(&[]);
-        MergeAscending {
-            a: pinned,
-            b: general,
+    /// Groups `pinned` by host (a counting sort that keeps each host's slots in id order) behind `starts`.
+    fn build(hosts: usize, pinned: Vec<(HostId, Slot)>, general: Vec<Slot>) -> ClassIndex {
+        let mut starts = vec![0u32; hosts + 1];
+        for (h, _) in &pinned {
+            starts[*h as usize + 1] += 1;
+        }
+        for h in 0..hosts {
+            starts[h + 1] += starts[h];
+        }
+        let mut next = starts.clone();
+        let mut slots = vec![None; pinned.len()];
+        for (h, slot) in pinned {
+            let at = &mut next[h as usize];
+            slots[*at as usize] = Some(slot);
+            *at += 1;
+        }
+        ClassIndex {
+            starts,
+            pinned: slots.into_iter().flatten().collect(),
+            general,
+        }
+    }
+
+    /// The PVs pinned to `host`, smallest first.
+    pub fn pinned(&self, host: HostId) -> &[Slot] {
+        let h = host as usize;
+        match (self.starts.get(h), self.starts.get(h + 1)) {
+            (Some(&a), Some(&b)) => &self.pinned[a as usize..b as usize],
+            _ => &[],
+        }
+    }
+
+    /// PVs of the class that may sit on the node of `host`, smallest first (`index` from `class_index`, looked
+    /// up once per claim rather than once per node).
+    pub fn candidates(index: Option<&ClassIndex>, host: Option<HostId>) -> Candidates<'_> {
+        let Some(index) = index else {
+            return Candidates { a: &[], b: &[] };
+        };
+        Candidates {
+            a: host.map(|h| index.pinned(h)).unwrap_or(&[]),
+            b: &index.general,
         }
     }
 }
 
-/// Merge of two ascending id lists, so candidates stay ordered by capacity.
-struct MergeAscending<'a> {
-    a: &'a [VolId],
-    b: &'a [VolId],
+/// Merge of two slot lists ascending by id, so candidates stay ordered by capacity.
+#[derive(Clone, Debug)]
+pub struct Candidates<'a> {
+    a: &'a [Slot],
+    b: &'a [Slot],
 }
 
-impl Iterator for MergeAscending<'_> {
-    type Item = VolId;
+impl<'a> Iterator for Candidates<'a> {
+    type Item = &'a Slot;
 
-    fn next(&mut self) -> Option<VolId> {
+    fn next(&mut self) -> Option<&'a Slot> {
         let take_a = match (self.a.first(), self.b.first()) {
-            (Some(x), Some(y)) => x <= y,
+            (Some(x), Some(y)) => x.id <= y.id,
             (Some(_), None) => true,
             (None, Some(_)) => false,
             (None, None) => return None,
         };
-        let (head, rest) = if take_a {
-            self.a.split_first()?
-        } else {
-            self.b.split_first()?
-        };
-        if take_a {
-            self.a = rest;
-        } else {
-            self.b = rest;
-        }
-        Some(*head)
+        let list = if take_a { &mut self.a } else { &mut self.b };
+        let (head, rest) = list.split_first()?;
+        *list = rest;
+        Some(head)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::extender::fixtures::{node, pv};
-
-    #[test]
-    fn candidates_merge_pinned_and_general_pvs_by_capacity() {
-        let snap = Snapshot::new(
-            [
-                pv("big")
-                    .on_node("n1")
-                    .capacity("100Gi")
-                    .class("local")
-                    .build(),
-                pv("small")
-                    .on_node("n1")
-                    .capacity("1Gi")
-                    .class("local")
-                    .build(),
-                pv("anywhere").capacity("5Gi").class("local").build(),
-                pv("other-node")
-                    .on_node("n2")
-                    .capacity("2Gi")
-                    .class("local")
-                    .build(),
-                pv("other-class")
-                    .on_node("n1")
-                    .capacity("2Gi")
-                    .class("fast")
-                    .build(),
-            ],
-            [],
-            [],
-            [node("n1").build()],
-        );
-        let labels = snap
-            .node_labels("n1")
-            .expect("n1 is in the snapshot")
-            .clone();
-        let names: Vec<&str> = snap
-            .candidates("local", &labels)
-            .map(|id| snap.volume(id).name.as_str())
-            .collect();
-        assert_eq!(names, ["small", "anywhere", "big"]);
-    }
-}
+#[path = "snapshot_tests.rs"]
+mod tests;

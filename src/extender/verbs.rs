@@ -10,7 +10,7 @@ use super::decide::{PodClaims, Verdict};
 use super::model::Strategy;
 use super::score::score;
 use super::snapshot::Snapshot;
-use super::wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, NodeListOut};
+use super::wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, NodeListOut, WireNode};
 
 /// Counts of a filter answer, for metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -30,17 +30,20 @@ fn verdicts(args: &ExtenderArgs, claims: &PodClaims) -> Vec<Verdict> {
             .collect(),
         (None, Some(names)) => names
             .iter()
-            .map(|n| claims.decide(snap.node_labels(n)))
+            .map(|n| claims.decide_node(snap.node(n)))
             .collect(),
         (None, None) => Vec::new(),
     }
 }
 
-fn input_names(args: &ExtenderArgs) -> Vec<String> {
-    match (&args.nodes, &args.node_names) {
-        (Some(nodes), _) => nodes.iter().map(|n| n.name.clone()).collect(),
-        (None, names) => names.clone().unwrap_or_default(),
-    }
+/// The candidate names of `args`, in input order (the nodes win when both forms are set, as in `verdicts`).
+fn input_names(args: &ExtenderArgs) -> impl Iterator<Item = &String> {
+    let (nodes, names): (&[WireNode], &[String]) = match (&args.nodes, &args.node_names) {
+        (Some(nodes), _) => (nodes, &[]),
+        (None, Some(names)) => (&[], names),
+        (None, None) => (&[], &[]),
+    };
+    nodes.iter().map(|n| &n.name).chain(names)
 }
 
 /// A verdict per candidate node of `args`, in input order, and whether the pod has delayed claims. Without
@@ -55,7 +58,7 @@ pub fn evaluate(
         claims = claims.verdicts_only();
     }
     let named = input_names(args)
-        .into_iter()
+        .cloned()
         .zip(verdicts(args, &claims))
         .collect();
     (named, claims.has_delayed())
@@ -66,75 +69,63 @@ pub fn cache_miss(args: &ExtenderArgs, snap: &Snapshot) -> bool {
     PodClaims::resolve(snap, args.pod.namespace(), &args.pod.claim_names()).cache_miss()
 }
 
+/// Survivors keep their place in the input (`Nodes` or `NodeNames`, `[]` when none); the names of rejected nodes
+/// move into the reason maps rather than being copied.
 pub fn filter(args: ExtenderArgs, snap: &Snapshot) -> (ExtenderFilterResult, FilterCounts) {
     let claims =
         PodClaims::resolve(snap, args.pod.namespace(), &args.pod.claim_names()).verdicts_only();
     let mut result = ExtenderFilterResult::default();
     let mut counts = FilterCounts::default();
-    let n = args
-        .nodes
-        .as_ref()
-        .map(Vec::len)
-        .or(args.node_names.as_ref().map(Vec::len))
-        .unwrap_or(0);
-    if claims.is_trivial() {
-        // Fast path: nothing to decide, every node survives as given.
-        counts.passed = n;
-        return (survivors(args, &vec![true; n], result), counts);
-    }
-    let name = |i: usize| match (&args.nodes, &args.node_names) {
-        (Some(nodes), _) => nodes[i].name.clone(),
-        (None, names) => names.as_ref().map(|n| n[i].clone()).unwrap_or_default(),
-    };
-    let mut passed = vec![false; n];
-    for (i, verdict) in verdicts(&args, &claims).into_iter().enumerate() {
-        match verdict {
-            Verdict::Fit(_) => {
-                passed[i] = true;
-                counts.passed += 1;
-            }
-            Verdict::Failed(reason) => {
-                counts.failed += 1;
-                result.failed_nodes.insert(name(i), reason);
-            }
-            Verdict::Unresolvable(reason) => {
-                counts.unresolvable += 1;
-                result.failed_and_unresolvable_nodes.insert(name(i), reason);
-            }
+    // Fast path: with nothing to decide every node survives as given, without even a lookup.
+    let trivial = claims.is_trivial();
+    let mut keep = |verdict: Verdict, name: &mut String| match verdict {
+        Verdict::Fit(_) => {
+            counts.passed += 1;
+            true
         }
-    }
-    (survivors(args, &passed, result), counts)
-}
-
-/// The input nodes whose `passed` flag is set, in the input's form (`Nodes` or `NodeNames`, `[]` when none).
-fn survivors(
-    args: ExtenderArgs,
-    passed: &[bool],
-    mut result: ExtenderFilterResult,
-) -> ExtenderFilterResult {
-    match (args.nodes, args.node_names) {
-        (Some(nodes), _) => {
-            let items = nodes
-                .into_iter()
-                .zip(passed)
-                .filter(|(_, p)| **p)
-                .map(|(n, _)| n.raw)
-                .collect();
-            result.nodes = Some(NodeListOut { items });
+        Verdict::Failed(reason) => {
+            counts.failed += 1;
+            result.failed_nodes.insert(std::mem::take(name), reason);
+            false
+        }
+        Verdict::Unresolvable(reason) => {
+            counts.unresolvable += 1;
+            let name = std::mem::take(name);
+            result.failed_and_unresolvable_nodes.insert(name, reason);
+            false
+        }
+    };
+    let (nodes, names) = match (args.nodes, args.node_names) {
+        (Some(mut nodes), _) => {
+            nodes.retain_mut(|n| trivial || keep(claims.decide(Some(&n.labels)), &mut n.name));
+            (Some(nodes), None)
         }
         (None, names) => {
-            let names = names.unwrap_or_default().into_iter().zip(passed);
-            result.node_names = Some(names.filter(|(_, p)| **p).map(|(n, _)| n).collect());
+            let mut names = names.unwrap_or_default();
+            names.retain_mut(|n| trivial || keep(claims.decide_node(snap.node(n)), n));
+            (None, Some(names))
         }
+    };
+    if trivial {
+        counts.passed = nodes.as_ref().map_or(0, Vec::len) + names.as_ref().map_or(0, Vec::len);
     }
-    result
+    result.nodes = nodes.map(|nodes| NodeListOut {
+        items: nodes.into_iter().map(|n| n.raw).collect(),
+    });
+    result.node_names = names;
+    (result, counts)
 }
 
 pub fn prioritize(args: &ExtenderArgs, snap: &Snapshot, strategy: Strategy) -> Vec<HostPriority> {
-    let (verdicts, has_delayed) = evaluate(args, snap, true);
-    score(snap, strategy, has_delayed, &verdicts)
-        .into_iter()
-        .map(|(host, score)| HostPriority { host, score })
+    let claims = PodClaims::resolve(snap, args.pod.namespace(), &args.pod.claim_names());
+    let verdicts = verdicts(args, &claims);
+    let scores = score(snap, strategy, claims.has_delayed(), &verdicts);
+    input_names(args)
+        .zip(scores)
+        .map(|(host, score)| HostPriority {
+            host: host.clone(),
+            score,
+        })
         .collect()
 }
 

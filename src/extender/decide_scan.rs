@@ -1,0 +1,172 @@
+//! One claim against one node's PVs: which could serve it now or once wiped, and why none can.
+
+use super::{Delayed, PodClaims};
+use crate::extender::model::format_bytes;
+use crate::extender::snapshot::{ClassIndex, NodeRef, Slot, VolId};
+
+#[derive(Debug, Default)]
+pub(super) struct ClaimView {
+    /// Matching free PVs, smallest first (only when the scan was asked for lists).
+    pub now: Vec<VolId>,
+    /// PVs that would match once wiped and republished, smallest first (only with lists).
+    pub later: Vec<VolId>,
+    /// The smallest matching free PV, and how many there are (always counted).
+    pub first_now: Option<VolId>,
+    pub now_count: usize,
+    pub later_count: usize,
+    on_node: usize,
+    /// PVs whose claimRef names another claim.
+    bound: usize,
+    free: usize,
+    /// The check that free PVs got furthest in before failing.
+    furthest: Check,
+    largest_free: u128,
+}
+
+/// Outcome of comparing a PV with a claim, ordered by how far the PV got.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Check {
+    #[default]
+    Mode,
+    Attributes,
+    Access,
+    Selector,
+    TooSmall,
+    Fits,
+}
+
+impl<'s> PodClaims<'s> {
+    /// Which PVs of the node could serve `d`, now and once wiped; `Err` when a pre-bound PV rules the node out.
+    /// Without `lists` only counts and the smallest fitting PV are kept: no allocation.
+    pub(super) fn view(
+        &self,
+        d: &Delayed,
+        node: NodeRef,
+        lists: bool,
+    ) -> Result<ClaimView, String> {
+        if let Some(id) = d.prebound {
+            let v = self.snap.volume(id);
+            if !v.affinity.matches(node.labels) {
+                return Err(format!(
+                    "claim {}: pre-bound PV {} has node affinity for other nodes",
+                    d.key, v.name
+                ));
+            }
+            return Ok(ClaimView {
+                now: vec![id],
+                first_now: Some(id),
+                now_count: 1,
+                ..ClaimView::default()
+            });
+        }
+        let mut view = ClaimView::default();
+        for s in ClassIndex::candidates(d.index, node.host) {
+            if !self.on_node(s, node) {
+                continue;
+            }
+            view.on_node += 1;
+            if !s.is_free() {
+                view.bound += usize::from(s.is_claimed());
+                if s.coming_back() && self.check(s, d) == Check::Fits {
+                    view.later_count += 1;
+                    if lists {
+                        view.later.push(s.id());
+                    }
+                }
+                continue;
+            }
+            view.free += 1;
+            match self.check(s, d) {
+                Check::Fits => {
+                    view.first_now.get_or_insert(s.id());
+                    view.now_count += 1;
+                    if lists {
+                        view.now.push(s.id());
+                    }
+                }
+                Check::TooSmall => {
+                    view.furthest = view.furthest.max(Check::TooSmall);
+                    view.largest_free = view.largest_free.max(s.capacity);
+                }
+                other => view.furthest = view.furthest.max(other),
+            }
+        }
+        Ok(view)
+    }
+
+    /// Node affinity, skipping the comparison when the index lookup by hostname already proved it.
+    pub(super) fn on_node(&self, s: &Slot, node: NodeRef) -> bool {
+        s.affinity_is_hostname() || self.snap.volume(s.id()).affinity.matches(node.labels)
+    }
+
+    /// The claim-specific rules (volume mode, volume attributes class, access modes, selector, capacity); class,
+    /// claimRef, phase, deletion and node affinity are the caller's.
+    pub(super) fn check(&self, s: &Slot, d: &Delayed) -> Check {
+        let c = d.claim;
+        if s.mode != c.mode {
+            Check::Mode
+        } else if s.attributes != d.attributes {
+            Check::Attributes
+        } else if !s.access.contains(c.access) {
+            Check::Access
+        } else if c
+            .selector
+            .as_ref()
+            .is_some_and(|sel| !sel.matches(&self.snap.volume(s.id()).labels))
+        {
+            Check::Selector
+        } else if s.capacity < c.request {
+            Check::TooSmall
+        } else {
+            Check::Fits
+        }
+    }
+
+    /// The reason a claim has no PV now on a node, from what the scan saw.
+    pub(super) fn why(&self, d: &Delayed, view: &ClaimView) -> String {
+        let (key, class) = (&d.key, &d.claim.class);
+        if view.on_node == 0 {
+            return format!("claim {key}: no PV of class {class} on node");
+        }
+        if view.later_count > 0 {
+            return format!(
+                "claim {key}: {} PVs of class {class} are being wiped",
+                view.later_count
+            );
+        }
+        if view.free == 0 && view.bound == view.on_node {
+            return format!(
+                "claim {key}: all {} PVs of class {class} are bound",
+                view.on_node
+            );
+        }
+        if view.free == 0 {
+            return format!(
+                "claim {key}: none of the {} PVs of class {class} is Available",
+                view.on_node
+            );
+        }
+        match view.furthest {
+            Check::Mode => format!(
+                "claim {key}: no free PV of class {class} has volume mode {}",
+                d.claim.mode.as_str()
+            ),
+            Check::Attributes => format!(
+                "claim {key}: no free PV of class {class} has volume attributes class {:?}",
+                d.claim.attributes_class
+            ),
+            Check::Access => format!(
+                "claim {key}: no free PV of class {class} offers access modes {}",
+                d.claim.access.names().join(",")
+            ),
+            Check::Selector => {
+                format!("claim {key}: no free PV of class {class} matches the claim's selector")
+            }
+            Check::TooSmall | Check::Fits => format!(
+                "claim {key}: largest free PV is {}, claim asks {}",
+                format_bytes(view.largest_free),
+                format_bytes(d.claim.request)
+            ),
+        }
+    }
+}
