@@ -85,6 +85,8 @@ struct Sizes {
     pods: usize,
     nodes: usize,
     repeats: usize,
+    /// kube-controller-manager's client rate limit; 0 runs the harness's (the Kubernetes default, 20).
+    cm_qps: usize,
 }
 
 impl Sizes {
@@ -93,6 +95,7 @@ impl Sizes {
             pods: env("LOCALPV_BENCH_PODS", 1000),
             nodes: env("LOCALPV_BENCH_NODES", 100),
             repeats: env("LOCALPV_BENCH_REPEATS", 3),
+            cm_qps: env("LOCALPV_BENCH_CM_QPS", 500),
         };
         assert!(
             s.pods <= s.nodes * PVS_PER_NODE && s.pods > 0 && s.repeats > 0,
@@ -124,6 +127,7 @@ struct Run {
     bound: f64,
     scheduler_cpu: f64,
     apiserver_cpu: f64,
+    scheduler: SchedulerStats,
     /// Lines of the scheduler log saying a pod could not be placed and will be retried.
     retries: usize,
     extender: Option<ExtenderStats>,
@@ -237,6 +241,87 @@ impl ExtenderProcess {
     }
 }
 
+/// kube-controller-manager as the harness runs it (PV binder and protection controllers), but with the client
+/// rate limit of `qps` requests per second.
+///
+/// NB: the PV binder syncs claims on one worker, several API writes per claim; at the Kubernetes default of 20
+/// requests per second it binds about 3 claims per second, and VolumeBinding's PreBind waits for it. Every mode
+/// then measures the PV binder, not the scheduler, so the bench raises the limit (LOCALPV_BENCH_CM_QPS=0 keeps
+/// the default).
+async fn start_controller_manager(cp: &ControlPlane, qps: usize) -> Component {
+    let kubeconfig = cp.kubeconfig_for("controller-manager", "system:kube-controller-manager", &[]);
+    let port = free_port();
+    let controllers = [
+        "persistentvolume-binder-controller",
+        "persistentvolume-protection-controller",
+        "persistentvolumeclaim-protection-controller",
+        "garbage-collector-controller",
+        "namespace-controller",
+        "serviceaccount-controller",
+    ];
+    let args = vec![
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--authentication-kubeconfig={}", kubeconfig.display()),
+        format!("--authorization-kubeconfig={}", kubeconfig.display()),
+        format!("--controllers={}", controllers.join(",")),
+        "--leader-elect=false".into(),
+        "--use-service-account-credentials=true".into(),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        format!("--root-ca-file={}", cp.certs.ca_cert.display()),
+        "--pvclaimbinder-sync-period=2s".into(),
+        format!("--kube-api-qps={qps}"),
+        format!("--kube-api-burst={}", qps * 2),
+        "--v=2".into(),
+    ];
+    let mut c = Component::spawn(
+        "kube-controller-manager",
+        &cp.bin.join("kube-controller-manager"),
+        &args,
+        &cp.log_dir(),
+        cp.reaper(),
+    );
+    let client = secure_client(cp, &port.to_string()).await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        assert!(
+            c.running(),
+            "kube-controller-manager exited:\n{}",
+            c.tail(40)
+        );
+        if matches!(get_text(&client, "/healthz").await, Some(t) if t.trim() == "ok") {
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kube-controller-manager not healthy after 90s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A client with the admin identity for a component's own HTTPS port on loopback.
+async fn secure_client(cp: &ControlPlane, port: &str) -> kube::Client {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let kc = Kubeconfig::read_from(&cp.admin_kubeconfig).expect("admin kubeconfig parses");
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("admin kubeconfig loads");
+    cfg.cluster_url = format!("https://127.0.0.1:{port}")
+        .parse()
+        .expect("valid url");
+    // NB: components serve a self-signed certificate; the admin client certificate still authenticates.
+    cfg.accept_invalid_certs = true;
+    kube::Client::try_from(cfg).expect("component client builds")
+}
+
+async fn get_text(client: &kube::Client, path: &str) -> Option<String> {
+    let req = http::Request::get(path)
+        .body(Vec::new())
+        .expect("request builds");
+    client.request_text(req).await.ok()
+}
+
 /// User + system CPU seconds of a process so far (0 when it is gone).
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -256,16 +341,58 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / hz as f64
 }
 
-/// The process whose command line has `arg` (the harness keeps component handles private).
-fn pid_with_arg(arg: &str) -> Option<u32> {
+/// The process whose command line has `arg`, with its arguments (the harness keeps component handles private).
+fn process_with_arg(arg: &str) -> Option<(u32, Vec<String>)> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        cmdline
+        let args: Vec<String> = cmdline
             .split(|b| *b == 0)
-            .any(|a| a == arg.as_bytes())
-            .then_some(pid)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        args.iter().any(|a| a == arg).then_some((pid, args))
     })
+}
+
+/// kube-scheduler's own view of one run, from its `/metrics` (read with the admin identity).
+#[derive(Default)]
+struct SchedulerStats {
+    /// Mean SchedulePod time per attempt: in-tree filters and scores plus the extender's filter and prioritize
+    /// calls. The scheduling cycle runs one pod at a time, so this bounds the scheduler's own pace.
+    algorithm_ms: f64,
+    /// Mean PreBind time: VolumeBinding writes the chosen PVs' claimRefs, then waits for the PV controller.
+    prebind_s: f64,
+}
+
+async fn scheduler_stats(cp: &ControlPlane, args: &[String]) -> SchedulerStats {
+    let Some(port) = args.iter().find_map(|a| a.strip_prefix("--secure-port=")) else {
+        return SchedulerStats::default();
+    };
+    let client = secure_client(cp, port).await;
+    let text = get_text(&client, "/metrics")
+        .await
+        .expect("kube-scheduler serves /metrics to the admin");
+    let sum = |name: &str, having: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name) && l.contains(having))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let mean = |base: &str, having: &str| {
+        let count = sum(&format!("{base}_count"), having);
+        if count > 0.0 {
+            sum(&format!("{base}_sum"), having) / count
+        } else {
+            0.0
+        }
+    };
+    SchedulerStats {
+        algorithm_ms: mean("scheduler_scheduling_algorithm_duration_seconds", "") * 1000.0,
+        prebind_s: mean(
+            "scheduler_framework_extension_point_duration_seconds",
+            "extension_point=\"PreBind\"",
+        ),
+    }
 }
 
 fn log_lines_containing(path: &Path, needles: &[&str]) -> usize {
@@ -466,10 +593,15 @@ async fn measure(client: &kube::Client, ns: &str, count: usize) -> (f64, f64) {
 /// carries over.
 async fn run_once(round: usize, mode: Mode, sizes: Sizes) -> Run {
     let mut cp = ControlPlane::start(Options {
-        controller_manager: true,
+        controller_manager: sizes.cm_qps == 0,
         ..Options::default()
     })
     .await;
+    // Declared after the plane: stopped before it removes its directory.
+    let _controller_manager = match sizes.cm_qps {
+        0 => None,
+        qps => Some(start_controller_manager(&cp, qps).await),
+    };
     let client = cp.client();
     let ns = cp.namespace("bench").await;
     // In every mode, so the modes differ in the extender alone: its node clean-up watches LocalDisks.
@@ -501,30 +633,36 @@ async fn run_once(round: usize, mode: Mode, sizes: Sizes) -> Run {
 
     let scheduler_log = cp.log_dir().join(format!("kube-scheduler-{SCHEDULER}.log"));
     let scheduler_cfg = cp.dir.join(format!("scheduler-{SCHEDULER}.yaml"));
-    let scheduler = pid_with_arg(&format!("--config={}", scheduler_cfg.display()));
-    let apiserver = pid_with_arg(&format!(
+    let scheduler = process_with_arg(&format!("--config={}", scheduler_cfg.display()));
+    let apiserver = process_with_arg(&format!(
         "--cert-dir={}",
         cp.dir.join("apiserver-certs").display()
     ));
-    let cpu = |pid: Option<u32>| pid.map(cpu_seconds).unwrap_or(0.0);
-    let (scheduler0, apiserver0) = (cpu(scheduler), cpu(apiserver));
+    let cpu = |p: &Option<(u32, Vec<String>)>| {
+        p.as_ref().map(|(pid, _)| cpu_seconds(*pid)).unwrap_or(0.0)
+    };
+    let (scheduler0, apiserver0) = (cpu(&scheduler), cpu(&apiserver));
     let extender0 = extender.as_ref().map(|e| e.stats().cpu).unwrap_or(0.0);
 
     let (placed, bound) = measure(&client, &ns, sizes.pods).await;
 
+    let (scheduler_cpu, apiserver_cpu) =
+        (cpu(&scheduler) - scheduler0, cpu(&apiserver) - apiserver0);
     let extender = extender.map(|e| {
         let mut s = e.stats();
         s.cpu -= extender0;
         s
     });
+    let args = scheduler.map(|(_, args)| args).unwrap_or_default();
     Run {
         round,
         mode,
         pods_per_second: sizes.pods as f64 / placed,
         placed,
         bound,
-        scheduler_cpu: cpu(scheduler) - scheduler0,
-        apiserver_cpu: cpu(apiserver) - apiserver0,
+        scheduler_cpu,
+        apiserver_cpu,
+        scheduler: scheduler_stats(&cp, &args).await,
         retries: log_lines_containing(
             &scheduler_log,
             &["Unable to schedule pod", "Error scheduling pod"],
@@ -584,19 +722,21 @@ fn of(runs: &[Run], mode: Mode, value: fn(&Run) -> f64) -> Vec<f64> {
     runs.iter().filter(|r| r.mode == mode).map(value).collect()
 }
 
-/// Overhead of `mode` against in-tree: the median from the two medians, the spread from the rounds (modes
-/// alternate within a round, so each round pairs runs that saw the same machine).
-fn overhead_spread(runs: &[Run], mode: Mode) -> (f64, f64, f64) {
-    let tput = |m: Mode| spread(&of(runs, m, |r| r.pods_per_second)).0;
-    let median = overhead(tput(Mode::InTree), tput(mode));
+/// Pods per second the scheduling cycle alone could sustain: its algorithm time, nothing else.
+fn cycle_ceiling(r: &Run) -> f64 {
+    1000.0 / r.scheduler.algorithm_ms
+}
+
+/// Overhead of `mode` against in-tree for a throughput `tput`: the median from the two medians, the spread from
+/// the rounds (modes alternate within a round, so each round pairs runs that saw the same machine).
+fn overhead_spread(runs: &[Run], mode: Mode, tput: fn(&Run) -> f64) -> (f64, f64, f64) {
+    let median_of = |m: Mode| spread(&of(runs, m, tput)).0;
+    let median = overhead(median_of(Mode::InTree), median_of(mode));
     let rounds = runs.iter().map(|r| r.round).max().unwrap_or(0) + 1;
     let paired: Vec<f64> = (0..rounds)
         .filter_map(|round| {
             let find = |m: Mode| runs.iter().find(|r| r.round == round && r.mode == m);
-            Some(overhead(
-                find(Mode::InTree)?.pods_per_second,
-                find(mode)?.pods_per_second,
-            ))
+            Some(overhead(tput(find(Mode::InTree)?), tput(find(mode)?)))
         })
         .collect();
     let (_, min, max) = spread(&paired);
@@ -604,11 +744,20 @@ fn overhead_spread(runs: &[Run], mode: Mode) -> (f64, f64, f64) {
     (median, min.min(median), max.max(median))
 }
 
+fn overhead_cell(runs: &[Run], mode: Mode, tput: fn(&Run) -> f64) -> String {
+    if mode == Mode::InTree {
+        return "-".into();
+    }
+    let (median, lo, hi) = overhead_spread(runs, mode, tput);
+    format!("{median:.1}% ({lo:.1}% .. {hi:.1}%)")
+}
+
 fn report(runs: &[Run], sizes: Sizes) {
     println!("### kube-scheduler throughput with delayed local claims\n");
     println!(
-        "command: `LOCALPV_BENCH_PODS={} LOCALPV_BENCH_NODES={} LOCALPV_BENCH_REPEATS={} bench/scheduler.sh`\n",
-        sizes.pods, sizes.nodes, sizes.repeats
+        "command: `LOCALPV_BENCH_PODS={} LOCALPV_BENCH_NODES={} LOCALPV_BENCH_REPEATS={} LOCALPV_BENCH_CM_QPS={} \
+         bench/scheduler.sh`\n",
+        sizes.pods, sizes.nodes, sizes.repeats, sizes.cm_qps
     );
     println!(
         "{} pods, each with one claim of a `kubernetes.io/no-provisioner` WaitForFirstConsumer class, over {} \
@@ -616,47 +765,59 @@ fn report(runs: &[Run], sizes: Sizes) {
          Pods created {IN_FLIGHT} at a time; pods/s = pods / (first create .. last `spec.nodeName` seen). A fresh \
          control plane per run, {} rounds with the mode order rotated each round. Extender: plain HTTP on \
          loopback, filter + prioritize, weight 2, `ignorable: false`, `httpTimeout: 5s`, `RUST_LOG=info`; \
-         otherwise the same scheduler configuration in every mode.\n",
+         otherwise the same scheduler configuration (client QPS at its default, 50) in every mode. The PV binder \
+         (kube-controller-manager) runs with {}. Medians, min-max over rounds; overhead = \
+         (in-tree - extender) / in-tree from the medians, in brackets the range of the per-round pairs.\n",
         sizes.pods,
         sizes.nodes,
         PV_SIZES.join(", "),
         CLAIM_SIZES.join(", "),
-        sizes.repeats
+        sizes.repeats,
+        match sizes.cm_qps {
+            0 => "its default client rate limit, 20 requests/s".to_string(),
+            qps => format!(
+                "`--kube-api-qps={qps}`: at the default 20 it binds about 3 claims/s and every mode measures it"
+            ),
+        }
     );
     println!(
-        "| mode | pods/s median | pods/s min-max | all pods placed, median | all claims Bound, median | overhead vs in-tree |"
+        "| mode | pods/s | pods/s min-max | all claims Bound | overhead vs in-tree | scheduling algorithm per pod | cycle-only pods/s | cycle overhead vs in-tree |"
     );
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for mode in Mode::ALL {
         let (tput, min, max) = spread(&of(runs, mode, |r| r.pods_per_second));
-        let placed = spread(&of(runs, mode, |r| r.placed)).0;
         let bound = spread(&of(runs, mode, |r| r.bound)).0;
-        let over = match mode {
-            Mode::InTree => "-".to_string(),
-            _ => {
-                let (median, lo, hi) = overhead_spread(runs, mode);
-                format!("{median:.1}% (rounds {lo:.1}% .. {hi:.1}%)")
-            }
-        };
+        let algorithm = spread(&of(runs, mode, |r| r.scheduler.algorithm_ms)).0;
+        let ceiling = spread(&of(runs, mode, cycle_ceiling)).0;
         println!(
-            "| {} | {tput:.1} | {min:.1}-{max:.1} | {placed:.1} s | {bound:.1} s | {over} |",
-            mode.label()
+            "| {} | {tput:.1} | {min:.1}-{max:.1} | {bound:.1} s | {} | {algorithm:.2} ms | {ceiling:.0} | {} |",
+            mode.label(),
+            overhead_cell(runs, mode, |r| r.pods_per_second),
+            overhead_cell(runs, mode, cycle_ceiling),
         );
     }
     println!(
-        "\n| round | mode | pods/s | placed | Bound | scheduler CPU | apiserver CPU | extender CPU | filter calls, mean | prioritize calls, mean | extender errors | scheduler retry lines |"
+        "\nPer run (CPU seconds over the measured window; extender calls and mean answer time from its own \
+         metrics; PreBind = mean time VolumeBinding waited for the PV controller to bind a pod's claim):\n"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| round | mode | pods/s | placed | Bound | algorithm | PreBind | scheduler CPU | apiserver CPU | extender CPU | filter calls, mean | prioritize calls, mean | extender errors | scheduler retry lines |"
+    );
+    println!(
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
     for r in runs {
         let e = r.extender.as_ref();
         let ext = |f: fn(&ExtenderStats) -> String| e.map(f).unwrap_or_else(|| "-".into());
         println!(
-            "| {} | {} | {:.1} | {:.1} s | {:.1} s | {:.1} s | {:.1} s | {} | {} | {} | {} | {} |",
+            "| {} | {} | {:.1} | {:.1} s | {:.1} s | {:.2} ms | {:.1} s | {:.1} s | {:.1} s | {} | {} | {} | {} | {} |",
             r.round + 1,
             r.mode.key(),
             r.pods_per_second,
             r.placed,
             r.bound,
+            r.scheduler.algorithm_ms,
+            r.scheduler.prebind_s,
             r.scheduler_cpu,
             r.apiserver_cpu,
             ext(|e| format!("{:.1} s", e.cpu)),
@@ -669,39 +830,55 @@ fn report(runs: &[Run], sizes: Sizes) {
     figures(runs, sizes);
 }
 
+fn mode_words(mode: Mode) -> &'static str {
+    match mode {
+        Mode::InTree => "in-tree rules only",
+        Mode::NodeNames => "with the extender, nodeCacheCapable: true",
+        Mode::Nodes => "with the extender, nodeCacheCapable: false",
+    }
+}
+
 fn figures(runs: &[Run], sizes: Sizes) {
     let (pods, nodes) = (sizes.pods, sizes.nodes);
     for mode in Mode::ALL {
-        let label = match mode {
-            Mode::InTree => "in-tree rules only",
-            Mode::NodeNames => "with the extender, nodeCacheCapable: true",
-            Mode::Nodes => "with the extender, nodeCacheCapable: false",
-        };
+        let (key, words) = (mode.key(), mode_words(mode));
         figure(
-            &format!("scheduler.pods_per_second.{}", mode.key()),
+            &format!("scheduler.pods_per_second.{key}"),
             &format!(
-                "kube-scheduler throughput, {label} ({pods} pods with local claims, {nodes} nodes)"
+                "kube-scheduler throughput, {words} ({pods} pods with delayed local claims, {nodes} nodes)"
             ),
             "pods/s",
             &of(runs, mode, |r| r.pods_per_second),
         );
         figure(
-            &format!("scheduler.claims_bound_seconds.{}", mode.key()),
-            &format!("first pod created to all {pods} claims Bound, {label}"),
+            &format!("scheduler.claims_bound_seconds.{key}"),
+            &format!("first pod created to all {pods} claims Bound, {words}"),
             "s",
             &of(runs, mode, |r| r.bound),
         );
+        figure(
+            &format!("scheduler.algorithm_ms.{key}"),
+            &format!(
+                "kube-scheduler algorithm time per pod (filters, scores, extender calls), {words}"
+            ),
+            "ms",
+            &of(runs, mode, |r| r.scheduler.algorithm_ms),
+        );
     }
     for mode in [Mode::NodeNames, Mode::Nodes] {
-        let label = match mode {
-            Mode::NodeNames => "nodeCacheCapable: true",
-            _ => "nodeCacheCapable: false",
-        };
+        let (key, words) = (mode.key(), mode_words(mode));
         figure_values(
-            &format!("scheduler.overhead_percent.{}", mode.key()),
-            &format!("extender overhead on scheduler throughput, {label} (target <= 5%)"),
+            &format!("scheduler.overhead_percent.{key}"),
+            &format!("extender overhead on scheduler throughput, {words} (target <= 5%)"),
             "%",
-            overhead_spread(runs, mode),
+            overhead_spread(runs, mode, |r| r.pods_per_second),
+            sizes.repeats,
+        );
+        figure_values(
+            &format!("scheduler.cycle_overhead_percent.{key}"),
+            &format!("extender overhead on the scheduling cycle alone (algorithm time), {words}"),
+            "%",
+            overhead_spread(runs, mode, cycle_ceiling),
             sizes.repeats,
         );
     }
