@@ -676,7 +676,7 @@ fn spread(samples: &[f64]) -> (f64, f64, f64) {
     let mut v = samples.to_vec();
     v.sort_by(f64::total_cmp);
     let mid = v.len() / 2;
-    let median = if v.len() % 2 == 0 {
+    let median = if v.len().is_multiple_of(2) {
         (v[mid - 1] + v[mid]) / 2.0
     } else {
         v[mid]
