@@ -269,8 +269,8 @@ async fn time_http(n: usize, router: &axum::Router, path: &str, body: &Bytes) ->
     stats(samples)
 }
 
-fn decode(body: &[u8]) -> ExtenderArgs {
-    serde_json::from_slice(body).expect("valid ExtenderArgs")
+fn decode(body: &Bytes) -> ExtenderArgs {
+    ExtenderArgs::decode(body.clone()).expect("valid ExtenderArgs")
 }
 
 // ---- the benchmarks ----
@@ -311,7 +311,7 @@ fn latency(rt: &tokio::runtime::Runtime) {
             let mode = if names_mode { "NodeNames" } else { "Nodes" };
             let n = iterations(if names_mode { base } else { base / 5 });
             for (pod, claims) in PODS {
-                let body = request_body(nodes, names_mode, claims);
+                let body = Bytes::from(request_body(nodes, names_mode, claims));
                 let filter = time(n, || decode(&body), |args| verbs::filter(args, &snap));
                 let args = decode(&body);
                 let prioritize = time(
@@ -319,11 +319,10 @@ fn latency(rt: &tokio::runtime::Runtime) {
                     || (),
                     |()| verbs::prioritize(&args, &snap, Strategy::Binpack),
                 );
-                let bytes = Bytes::from(body);
                 let (hf, hp) = rt.block_on(async {
                     (
-                        time_http(n, &router, "/filter", &bytes).await,
-                        time_http(n, &router, "/prioritize", &bytes).await,
+                        time_http(n, &router, "/filter", &body).await,
+                        time_http(n, &router, "/prioritize", &body).await,
                     )
                 });
                 for (path, f, p) in [("pure", filter, prioritize), ("HTTP", hf, hp)] {
@@ -399,7 +398,7 @@ fn throughput(rt: &tokio::runtime::Runtime) {
 
 fn decoding() {
     println!("### Decoding a 5,000-Node `ExtenderArgs` (Nodes mode, ms)\n");
-    let body = request_body(5000, false, &["data"]);
+    let body = Bytes::from(request_body(5000, false, &["data"]));
     println!(
         "Body: {:.1} MiB, {:.1} KiB per Node.\n",
         body.len() as f64 / (1 << 20) as f64,

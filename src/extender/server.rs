@@ -256,9 +256,7 @@ async fn decide(
     let strategy = state.config.strategy;
     let metrics = state.metrics.clone();
     let work = async move {
-        let parsed =
-            tokio::task::spawn_blocking(move || serde_json::from_slice::<ExtenderArgs>(&body))
-                .await;
+        let parsed = tokio::task::spawn_blocking(move || ExtenderArgs::decode(body)).await;
         let args = parsed
             .map_err(|join| Reject::Internal(format!("decode task failed: {join}")))?
             .map_err(Reject::Malformed)?;
@@ -279,7 +277,7 @@ async fn decide(
                             .get_or_create(&NodeLabels { result })
                             .inc_by(n as u64);
                     }
-                    serde_json::to_vec(&result)
+                    result.to_json()
                 }
                 Verb::Prioritize => {
                     serde_json::to_vec(&verbs::prioritize(&args, &snapshot, strategy))

@@ -3,15 +3,29 @@
 //! The Go types carry no json tags, so keys are PascalCase and Go matches them case-insensitively: the top-level
 //! keys of `ExtenderArgs` are matched ignoring ASCII case here too, and every field tolerates `null`.
 //!
-//! Only what the decision needs is decoded: the pod's name, namespace and volumes, and each node's name and
-//! labels. Node objects are kept as raw JSON and echoed back unchanged for the survivors, so a 5,000-node
-//! request is never decoded into full `v1.Node` structs.
+//! ```text
+//!  body: Bytes ─> one validating scan ─┬─> Pod (narrow struct: name, namespace, volumes)
+//!                                      ├─> NodeNames
+//!                                      └─> Nodes.items[i]: &RawValue ─> RawNode (a slice of the body, not a copy)
+//!                                                                    └─> node::read: metadata.name and .labels only
+//!  filter result ─> ExtenderFilterResult::to_json: survivors' RawNodes copied once, into the response
+//! ```
+//!
+//! Only what the decision needs is decoded. A node's JSON is read once by the scan; then only its `metadata` is
+//! decoded, and it is echoed back byte for byte if it survives, so a 5,000-node request is never decoded into
+//! `v1.Node` structs nor copied before the answer is written.
+
+mod node;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::de::{self, IgnoredAny, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize};
+use bytes::Bytes;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::ser;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 
 use super::labels::Labels;
@@ -24,15 +38,27 @@ pub struct ExtenderArgs {
     pub node_names: Option<Vec<String>>,
 }
 
-impl<'de> Deserialize<'de> for ExtenderArgs {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(ArgsVisitor)
+impl ExtenderArgs {
+    /// Decodes a request body. Each node's JSON stays in `body` (kept alive by the `RawNode`s), so nothing the
+    /// decision does not read is copied.
+    pub fn decode(body: Bytes) -> Result<ExtenderArgs, serde_json::Error> {
+        let mut de = serde_json::Deserializer::from_slice(&body);
+        let args = de.deserialize_map(ArgsVisitor { body: &body })?;
+        de.end()?;
+        Ok(args)
+    }
+
+    /// `decode` of a copy of `body`, for callers that do not hold `Bytes`.
+    pub fn from_slice(body: &[u8]) -> Result<ExtenderArgs, serde_json::Error> {
+        ExtenderArgs::decode(Bytes::copy_from_slice(body))
     }
 }
 
-struct ArgsVisitor;
+struct ArgsVisitor<'b> {
+    body: &'b Bytes,
+}
 
-impl<'de> Visitor<'de> for ArgsVisitor {
+impl<'de> Visitor<'de> for ArgsVisitor<'_> {
     type Value = ExtenderArgs;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -41,13 +67,11 @@ impl<'de> Visitor<'de> for ArgsVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ExtenderArgs, A::Error> {
         let mut args = ExtenderArgs::default();
-        while let Some(key) = map.next_key::<String>()? {
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             if key.eq_ignore_ascii_case("pod") {
                 args.pod = map.next_value::<Option<Pod>>()?.unwrap_or_default();
             } else if key.eq_ignore_ascii_case("nodes") {
-                args.nodes = map
-                    .next_value::<Option<NodeList>>()?
-                    .map(|l| l.items.unwrap_or_default());
+                args.nodes = map.next_value_seed(NodeListSeed { body: self.body })?;
             } else if key.eq_ignore_ascii_case("nodenames") {
                 args.node_names = map
                     .next_value::<Option<Vec<Option<String>>>>()?
@@ -57,6 +81,107 @@ impl<'de> Visitor<'de> for ArgsVisitor {
             }
         }
         Ok(args)
+    }
+}
+
+/// `Nodes`: a `v1.NodeList` or `null`; its `items` become `WireNode`s borrowing from the body.
+struct NodeListSeed<'b> {
+    body: &'b Bytes,
+}
+
+impl<'de> DeserializeSeed<'de> for NodeListSeed<'_> {
+    type Value = Option<Vec<WireNode>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NodeListSeed<'_> {
+    type Value = Option<Vec<WireNode>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a NodeList object or null")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == "items" {
+                items = map
+                    .next_value_seed(ItemsSeed { body: self.body })?
+                    .unwrap_or_default();
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(Some(items))
+    }
+}
+
+/// `items` of a NodeList, or `null`.
+struct ItemsSeed<'b> {
+    body: &'b Bytes,
+}
+
+impl<'de> DeserializeSeed<'de> for ItemsSeed<'_> {
+    type Value = Option<Vec<WireNode>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ItemsSeed<'_> {
+    type Value = Option<Vec<WireNode>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of Nodes or null")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut nodes = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        // NB: borrowed, so the scan validates each node and hands back its span without copying it.
+        while let Some(raw) = seq.next_element::<&'de RawValue>()? {
+            let meta = node::read(raw.get()).map_err(|e| {
+                de::Error::custom(format_args!(
+                    "failed to read Nodes.items[{}]: {e}",
+                    nodes.len()
+                ))
+            })?;
+            let raw = RawNode::within(self.body, raw.get())
+                .ok_or_else(|| de::Error::custom("failed to locate a Node in the request body"))?;
+            nodes.push(WireNode {
+                raw,
+                name: meta.name,
+                labels: meta.labels,
+            });
+        }
+        Ok(Some(nodes))
     }
 }
 
@@ -134,56 +259,55 @@ impl Pod {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct NodeList {
-    items: Option<Vec<WireNode>>,
-}
-
 /// One node of a `Nodes` list: its raw JSON (echoed back) and what the decision reads from it.
 #[derive(Debug)]
 pub struct WireNode {
-    pub raw: Box<RawValue>,
+    pub raw: RawNode,
     pub name: String,
     pub labels: Labels,
 }
 
-#[derive(Default, Deserialize)]
-#[serde(default)]
-struct LeanNode {
-    metadata: Option<LeanMeta>,
+/// One JSON value exactly as received, shared with the request body rather than copied out of it.
+///
+/// Invariant: the bytes are one valid JSON value (UTF-8), checked when it was made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawNode(Bytes);
+
+impl RawNode {
+    /// The part of `body` that `json` (a slice borrowed from `body` by a validating scan) occupies.
+    fn within(body: &Bytes, json: &str) -> Option<RawNode> {
+        let start = (json.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+        let end = start.checked_add(json.len())?;
+        (end <= body.len()).then(|| RawNode(body.slice(start..end)))
+    }
+
+    pub fn json(&self) -> &[u8] {
+        &self.0
+    }
 }
 
-#[derive(Default, Deserialize)]
-#[serde(default)]
-struct LeanMeta {
-    name: Option<String>,
-    labels: Option<BTreeMap<String, Option<String>>>,
+impl Serialize for RawNode {
+    /// Written verbatim by serde_json. This generic path re-validates the bytes; the filter answer uses
+    /// `ExtenderFilterResult::to_json`, which copies them without looking.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let raw: &RawValue = serde_json::from_slice(&self.0).map_err(ser::Error::custom)?;
+        raw.serialize(s)
+    }
 }
 
-impl<'de> Deserialize<'de> for WireNode {
+impl<'de> Deserialize<'de> for RawNode {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = Box::<RawValue>::deserialize(d)?;
-        let lean: Option<LeanNode> = serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
-        let meta = lean.and_then(|n| n.metadata).unwrap_or_default();
-        let labels = meta
-            .labels
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.unwrap_or_default()))
-            .collect();
-        Ok(WireNode {
-            raw,
-            name: meta.name.unwrap_or_default(),
-            labels,
-        })
+        Ok(RawNode(Bytes::from(
+            Box::<str>::from(raw).into_boxed_bytes(),
+        )))
     }
 }
 
 /// The `Nodes` field of a filter result: a `v1.NodeList` holding the survivors' raw objects.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct NodeListOut {
-    pub items: Vec<Box<RawValue>>,
+    pub items: Vec<RawNode>,
 }
 
 /// `ExtenderFilterResult`.
@@ -198,6 +322,37 @@ pub struct ExtenderFilterResult {
 }
 
 impl ExtenderFilterResult {
+    /// The bytes `serde_json::to_vec` would write, with each survivor's JSON copied as is into a buffer sized for
+    /// all of them up front: the one copy the echo needs, and no second look at the bytes.
+    pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let items = self.nodes.as_ref().map_or(&[][..], |l| &l.items[..]);
+        let raw: usize = items.iter().map(|n| n.json().len() + 1).sum();
+        let mut out = Vec::with_capacity(raw + 128);
+        out.extend_from_slice(b"{\"Nodes\":");
+        if self.nodes.is_some() {
+            out.extend_from_slice(b"{\"items\":[");
+            for (i, node) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(node.json());
+            }
+            out.extend_from_slice(b"]}");
+        } else {
+            out.extend_from_slice(b"null");
+        }
+        out.extend_from_slice(b",\"NodeNames\":");
+        serde_json::to_writer(&mut out, &self.node_names)?;
+        out.extend_from_slice(b",\"FailedNodes\":");
+        serde_json::to_writer(&mut out, &self.failed_nodes)?;
+        out.extend_from_slice(b",\"FailedAndUnresolvableNodes\":");
+        serde_json::to_writer(&mut out, &self.failed_and_unresolvable_nodes)?;
+        out.extend_from_slice(b",\"Error\":");
+        serde_json::to_writer(&mut out, &self.error)?;
+        out.push(b'}');
+        Ok(out)
+    }
+
     /// A result the scheduler reads as an error for this pod (it then retries), keeping the input form.
     pub fn error(message: String, names_mode: bool) -> ExtenderFilterResult {
         ExtenderFilterResult {
@@ -215,50 +370,4 @@ impl ExtenderFilterResult {
 pub struct HostPriority {
     pub host: String,
     pub score: i64,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_match_ignoring_case_and_nulls_are_tolerated() {
-        let body = r#"{"pod":{"metadata":{"name":"p","namespace":null},"spec":{"volumes":[null,
-            {"name":"v","persistentVolumeClaim":{"claimName":"data"}},{"name":"e","ephemeral":{}}]}},
-            "NODENAMES":["n1",null],"nodes":null,"Extra":1}"#;
-        let args: ExtenderArgs = serde_json::from_str(body).expect("valid args");
-        assert_eq!(args.pod.namespace(), "default");
-        assert_eq!(args.pod.claim_names(), ["data", "p-e"]);
-        assert_eq!(args.node_names, Some(vec!["n1".to_string()]));
-        assert!(args.nodes.is_none());
-    }
-
-    #[test]
-    fn nodes_keep_their_raw_json_and_expose_name_and_labels() {
-        let body = r#"{"Pod":null,"Nodes":{"items":[{"metadata":{"name":"n1","labels":{"a":"b","c":null}},
-            "status":{"capacity":{"cpu":"4"}}}]},"NodeNames":null}"#;
-        let args: ExtenderArgs = serde_json::from_str(body).expect("valid args");
-        let nodes = args.nodes.expect("nodes given");
-        assert_eq!(nodes[0].name, "n1");
-        assert_eq!(nodes[0].labels.get("a").map(String::as_str), Some("b"));
-        assert_eq!(nodes[0].labels.get("c").map(String::as_str), Some(""));
-        assert!(nodes[0].raw.get().contains(r#""cpu":"4""#));
-        assert!(args.pod.claim_names().is_empty());
-    }
-
-    #[test]
-    fn results_use_pascal_case_keys() {
-        let r = ExtenderFilterResult::error("boom".into(), true);
-        let json = serde_json::to_string(&r).expect("serialisable");
-        assert_eq!(
-            json,
-            r#"{"Nodes":null,"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":"boom"}"#
-        );
-        let p = serde_json::to_string(&HostPriority {
-            host: "n1".into(),
-            score: 7,
-        })
-        .expect("serialisable");
-        assert_eq!(p, r#"{"Host":"n1","Score":7}"#);
-    }
 }
