@@ -19,13 +19,15 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use self::matching::{maximum_matching, merged};
-use self::scan::{Check, ClaimView};
+use self::scan::ClaimView;
 use super::labels::Labels;
 use super::model::Claim;
-use super::snapshot::{ClassIndex, NodeRef, Slot, Snapshot, VolId};
+use super::snapshot::{ClassIndex, NodeRef, Snapshot, VolId};
 
 #[path = "decide_matching.rs"]
 mod matching;
+#[path = "decide_quick.rs"]
+mod quick;
 #[path = "decide_scan.rs"]
 mod scan;
 
@@ -37,6 +39,8 @@ pub struct Assignment {
     pub class: Arc<str>,
     pub request: u128,
     pub volume: VolId,
+    /// The volume's capacity, so scoring reads no `Volume`.
+    pub capacity: u128,
 }
 
 /// The pod fits the node.
@@ -222,15 +226,10 @@ impl<'s> PodClaims<'s> {
         if self.delayed.is_empty() {
             return Verdict::Fit(Fit::default());
         }
-        if self.fast {
-            if !self.detail && self.fits_greedily(node) {
-                return Verdict::Fit(Fit::default());
-            }
-            if let [d] = self.delayed.as_slice()
-                && d.prebound.is_none()
-            {
-                return self.decide_one(d, node);
-            }
+        if self.fast
+            && let Some(verdict) = self.shortcut(node)
+        {
+            return verdict;
         }
         let mut views = Vec::with_capacity(self.delayed.len());
         for d in &self.delayed {
@@ -240,56 +239,6 @@ impl<'s> PodClaims<'s> {
             }
         }
         self.verdict(&views)
-    }
-
-    /// Allocation-free proof that the in-tree greedy order places every claim on the node, enough for a filter
-    /// verdict. `false` proves nothing: the full decision then runs (and finds the reason).
-    fn fits_greedily(&self, node: NodeRef) -> bool {
-        const MOST_CLAIMS: usize = 8;
-        if self.delayed.len() > MOST_CLAIMS {
-            return false;
-        }
-        let mut taken = [VolId::MAX; MOST_CLAIMS];
-        for (i, d) in self.delayed.iter().enumerate() {
-            let free = |id: &VolId| !taken[..i].contains(id);
-            let found = match d.prebound {
-                Some(id) => Some(id)
-                    .filter(free)
-                    .filter(|&id| self.snap.volume(id).affinity.matches(node.labels)),
-                None => ClassIndex::candidates(d.index, node.host)
-                    .find(|s| {
-                        s.is_free()
-                            && free(&s.id())
-                            && self.check(s, d) == Check::Fits
-                            && self.on_node(s, node)
-                    })
-                    .map(Slot::id),
-            };
-            match found {
-                Some(id) => taken[i] = id,
-                None => return false,
-            }
-        }
-        true
-    }
-
-    /// The common single-claim pod without a pre-bound PV: one counting scan, no lists and no matching. Agrees
-    /// with the general path (`verdict`), which for one claim reduces to "the smallest fitting PV, else why not".
-    fn decide_one(&self, d: &Delayed, node: NodeRef) -> Verdict {
-        let view = match self.view(d, node, false) {
-            Ok(view) => view,
-            Err(reason) => return Verdict::Unresolvable(reason),
-        };
-        match view.first_now {
-            Some(_) if !self.detail => Verdict::Fit(Fit::default()),
-            Some(id) => Verdict::Fit(Fit {
-                assignments: vec![assignment(d, id)],
-                spare: BTreeMap::from([(Arc::clone(&d.class), view.now_count - 1)]),
-                greedy_misses: false,
-            }),
-            None if view.later_count > 0 => Verdict::Failed(self.why(d, &view)),
-            None => Verdict::Unresolvable(self.why(d, &view)),
-        }
     }
 
     fn verdict(&self, views: &[ClaimView]) -> Verdict {
@@ -341,7 +290,7 @@ impl<'s> PodClaims<'s> {
         for (i, d) in self.delayed.iter().enumerate() {
             // NB: only called on a complete matching, where every claim has a PV.
             fit.assignments
-                .push(assignment(d, chosen[i].unwrap_or_default()));
+                .push(assignment(self.snap, d, chosen[i].unwrap_or_default()));
         }
         let mut pool: Vec<(&Arc<str>, VolId)> = Vec::new();
         for (d, view) in self.delayed.iter().zip(views) {
@@ -361,15 +310,20 @@ impl<'s> PodClaims<'s> {
     }
 }
 
-fn assignment(d: &Delayed, volume: VolId) -> Assignment {
+fn assignment(snap: &Snapshot, d: &Delayed, volume: VolId) -> Assignment {
     Assignment {
         claim: Arc::clone(&d.key),
         class: Arc::clone(&d.class),
         request: d.claim.request,
         volume,
+        capacity: snap.volume(volume).capacity,
     }
 }
 
 #[cfg(test)]
 #[path = "decide_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "decide_agree_tests.rs"]
+mod agree_tests;

@@ -80,13 +80,13 @@ impl Classes<'_> {
     fn node_score(&self, fit: &Fit) -> i64 {
         if let [a] = fit.assignments.as_slice() {
             // The common single-claim pod: the mean below over one claim, without grouping.
-            let capacity = self.snap.volume(a.volume).capacity;
+            let capacity = a.capacity;
             return to_score(self.class_score(fit, &a.class, a.request, capacity));
         }
         // (class, claims, requested bytes, chosen capacity), in class order
         let mut groups: Vec<(&str, usize, u128, u128)> = Vec::new();
         for a in &fit.assignments {
-            let capacity = self.snap.volume(a.volume).capacity;
+            let capacity = a.capacity;
             match groups.iter_mut().find(|g| g.0 == a.class.as_ref()) {
                 Some(g) => {
                     g.1 += 1;

@@ -17,11 +17,16 @@
 //! "smallest fitting first" is a plain scan.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use super::labels::{HOSTNAME_LABEL, Labels};
 use super::model::{AccessModes, Claim, Class, Phase, Volume};
 use crate::disk::VolumeMode;
+
+pub use self::nodes::FastHasher;
+use self::nodes::{FastBuild, NodeTable};
+
+#[path = "snapshot_nodes.rs"]
+mod nodes;
 
 pub type VolId = usize;
 /// Dense id of a hostname label value within one snapshot.
@@ -30,53 +35,7 @@ pub type HostId = u32;
 /// Attribute-class id that no PV has: a claim asking for an attributes class no PV carries.
 pub const UNKNOWN_ATTRIBUTES: u32 = u32::MAX;
 
-/// A multiply-and-fold hasher for the snapshot's short string keys (node names, hostnames), several times cheaper
-/// than SipHash on them. NB: those keys come from the API server (Node and PV objects), never from a request, so
-/// crowding one bucket would take someone who may already create Nodes or PVs; requests only look keys up.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FastHasher(u64);
-
-const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
-
-impl FastHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0 ^ word).rotate_left(23).wrapping_mul(MUL);
-    }
-}
-
-impl Hasher for FastHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 59));
-        }
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        // NB: hashbrown picks buckets from the low bits and tags from the high ones; a bare multiply leaves the
-        // low bits depending on the first bytes only, so fold the full 128-bit product.
-        let wide = u128::from(self.0) * u128::from(MUL);
-        (wide >> 64) as u64 ^ wide as u64
-    }
-}
-
-pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+pub type FastMap<K, V> = HashMap<K, V, FastBuild>;
 
 /// The PV fields the per-node scan reads, copied out of `Volume` and packed (32 bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,12 +117,6 @@ pub struct NodeRef<'a> {
     pub host: Option<HostId>,
 }
 
-#[derive(Debug)]
-struct NodeEntry {
-    labels: Labels,
-    host: Option<HostId>,
-}
-
 #[derive(Debug, Default)]
 pub struct Snapshot {
     volumes: Vec<Volume>,
@@ -172,7 +125,7 @@ pub struct Snapshot {
     prebound: HashMap<String, Vec<VolId>>,
     claims: HashMap<String, Claim>,
     classes: HashMap<String, Class>,
-    nodes: FastMap<String, NodeEntry>,
+    nodes: NodeTable,
     hosts: FastMap<String, HostId>,
     attributes: HashMap<String, u32>,
 }
@@ -204,12 +157,13 @@ impl Snapshot {
             classes: classes.into_iter().map(|c| (c.name.clone(), c)).collect(),
             ..Snapshot::default()
         };
-        for (name, labels) in nodes {
+        let nodes = nodes.into_iter().map(|(name, labels)| {
             let host = labels
                 .get(HOSTNAME_LABEL)
                 .map(|h| intern(&mut snap.hosts, h));
-            snap.nodes.insert(name, NodeEntry { labels, host });
-        }
+            (name, labels, host)
+        });
+        snap.nodes = NodeTable::new(nodes.collect());
         snap.attributes.insert(String::new(), 0);
         // class -> (host, slot) for pinned PVs, and the general slots
         let mut building: HashMap<&str, (Vec<(HostId, Slot)>, Vec<Slot>)> = HashMap::new();
@@ -269,15 +223,14 @@ impl Snapshot {
     }
 
     pub fn node_labels(&self, name: &str) -> Option<&Labels> {
-        self.nodes.get(name).map(|n| &n.labels)
+        self.nodes.get(name).map(|(labels, _)| labels)
     }
 
     /// A cached node by name, with its host id resolved when the snapshot was built.
     pub fn node(&self, name: &str) -> Option<NodeRef<'_>> {
-        self.nodes.get(name).map(|n| NodeRef {
-            labels: &n.labels,
-            host: n.host,
-        })
+        self.nodes
+            .get(name)
+            .map(|(labels, host)| NodeRef { labels, host })
     }
 
     /// A node known only by its labels (`Nodes` mode): its hostname is looked up here, once.
@@ -289,7 +242,7 @@ impl Snapshot {
     }
 
     pub fn node_names(&self) -> impl Iterator<Item = &str> {
-        self.nodes.keys().map(String::as_str)
+        self.nodes.names()
     }
 
     pub fn class_index(&self, class: &str) -> Option<&ClassIndex> {

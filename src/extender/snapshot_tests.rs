@@ -1,4 +1,4 @@
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, BuildHasherDefault};
 
 use rstest::rstest;
 
@@ -168,4 +168,37 @@ fn the_fast_hasher_spreads_sequential_node_names_over_buckets() {
         .collect();
     // Uniform hashing fills about 63% of the buckets; a hash keyed on the first bytes fills a handful.
     assert!(buckets.len() > 4500, "only {} buckets used", buckets.len());
+}
+
+#[test]
+fn node_lookups_find_every_node_and_only_those() {
+    let nodes: Vec<(String, Labels)> = (0..3000)
+        .map(|i| {
+            node(&format!("node-{i}"))
+                .label("i", &i.to_string())
+                .build()
+        })
+        .collect();
+    // The same name twice keeps the last labels, as a map would.
+    let again = node("node-7").label("i", "again").build();
+    let snap = Snapshot::new([], [], [], nodes.into_iter().chain([again]));
+    assert_eq!(snap.counts()[3].1, 3000);
+    for i in 0..3000 {
+        let name = format!("node-{i}");
+        let labels = snap.node_labels(&name).expect("every node is found");
+        let want = if i == 7 {
+            "again".to_string()
+        } else {
+            i.to_string()
+        };
+        assert_eq!(labels.get("i"), Some(&want));
+    }
+    for stranger in ["node-3000", "", "node-", "node-12345678901234567890"] {
+        assert!(snap.node(stranger).is_none(), "{stranger:?} is not a node");
+    }
+    let mut names: Vec<&str> = snap.node_names().collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), 3000);
+    assert!(Snapshot::default().node("n1").is_none());
 }
