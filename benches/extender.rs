@@ -11,8 +11,11 @@
 //! (kube-scheduler strips managedFields), about 8 KiB of JSON each.
 //!
 //! Knobs (env): LOCALPV_BENCH_SCALE (1.0) multiplies iteration counts; LOCALPV_BENCH_LOAD_SECS (3);
-//! LOCALPV_BENCH_ONLY (comma-separated parts: memory, decoding, latency, throughput; all when unset).
+//! LOCALPV_BENCH_ONLY (comma-separated parts: memory, decoding, latency, throughput; all when unset);
+//! LOCALPV_BENCH_FIGURES (a file to append the headline figures to, one JSON object per line: decoding p50 and
+//! p99, filter and prioritize p50 and p99 per case, requests per second, memory).
 
+use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -206,17 +209,55 @@ struct Stats {
     p99: Duration,
     max: Duration,
     n: usize,
+    /// Every run, in milliseconds, for the figures file.
+    runs_ms: Vec<f64>,
+}
+
+/// The sample at quantile `q` (nearest rank); the tables and the figures file both use it.
+fn quantile<T: Copy>(sorted: &[T], q: f64) -> T {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
 fn stats(mut samples: Vec<Duration>) -> Stats {
     samples.sort();
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
     Stats {
-        p50: at(0.5),
-        p99: at(0.99),
+        p50: quantile(&samples, 0.5),
+        p99: quantile(&samples, 0.99),
         max: *samples.last().expect("samples"),
         n: samples.len(),
+        runs_ms: samples.iter().map(|d| d.as_secs_f64() * 1e3).collect(),
     }
+}
+
+/// Appends one headline figure to the file `LOCALPV_BENCH_FIGURES` names (bench/run.sh gathers them into
+/// docs/benchmarks.md): median (the p50, as in the tables), min and max of `samples`. Nothing when unset.
+fn figure(key: &str, label: &str, unit: &str, samples: &[f64]) {
+    let Some(path) = std::env::var_os("LOCALPV_BENCH_FIGURES") else {
+        return;
+    };
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let round = |v: f64| (v * 1e3).round() / 1e3;
+    let line = json!({
+        "key": key, "label": label, "unit": unit,
+        "median": round(quantile(&sorted, 0.5)),
+        "min": round(*sorted.first().expect("samples")),
+        "max": round(*sorted.last().expect("samples")),
+        "n": sorted.len(),
+    });
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .expect("LOCALPV_BENCH_FIGURES names a writable file");
+    // One write per line, so figures appended by other benchmark binaries never interleave within a line.
+    file.write_all(format!("{line}\n").as_bytes())
+        .expect("LOCALPV_BENCH_FIGURES names a writable file");
+}
+
+/// A p99 is one number derived from many runs: a single measurement for the figures file.
+fn figure_p99(key: &str, label: &str, stats: &Stats) {
+    figure(key, label, "ms", &[stats.p99.as_secs_f64() * 1e3]);
 }
 
 fn ms(d: Duration) -> String {
@@ -275,11 +316,11 @@ fn decode(body: &Bytes) -> ExtenderArgs {
 
 // ---- the benchmarks ----
 
-/// The pods measured: a label and their claims (see `cluster`).
-const PODS: [(&str, &[&str]); 3] = [
-    ("1 claim, all fit", &["fits"]),
-    ("1 claim, half rejected", &["data"]),
-    ("2 claims, all fit", &["fits", "logs"]),
+/// The pods measured: a label, the key part of their figures and their claims (see `cluster`).
+const PODS: [(&str, &str, &[&str]); 3] = [
+    ("1 claim, all fit", "1claim", &["fits"]),
+    ("1 claim, half rejected", "1claim_halfrejected", &["data"]),
+    ("2 claims, all fit", "2claims", &["fits", "logs"]),
 ];
 
 fn latency(rt: &tokio::runtime::Runtime) {
@@ -310,7 +351,7 @@ fn latency(rt: &tokio::runtime::Runtime) {
         for names_mode in [true, false] {
             let mode = if names_mode { "NodeNames" } else { "Nodes" };
             let n = iterations(if names_mode { base } else { base / 5 });
-            for (pod, claims) in PODS {
+            for (pod, case, claims) in PODS {
                 let body = Bytes::from(request_body(nodes, names_mode, claims));
                 let filter = time(n, || decode(&body), |args| verbs::filter(args, &snap));
                 let args = decode(&body);
@@ -326,6 +367,14 @@ fn latency(rt: &tokio::runtime::Runtime) {
                     )
                 });
                 for (path, f, p) in [("pure", filter, prioritize), ("HTTP", hf, hp)] {
+                    for (verb, s) in [("filter", &f), ("prioritize", &p)] {
+                        let (m, at) = (mode.to_lowercase(), path.to_lowercase());
+                        let key = |q: &str| format!("extender.{verb}_{q}_{nodes}_{m}_{case}_{at}");
+                        let label =
+                            |q: &str| format!("{verb} {q}, {nodes} nodes, {mode}, {pod}, {path}");
+                        figure(&key("p50"), &label("p50"), "ms", &s.runs_ms);
+                        figure_p99(&key("p99"), &label(&format!("p99 of {} runs", s.n)), s);
+                    }
                     row(&[
                         nodes.to_string(),
                         mode.into(),
@@ -385,6 +434,15 @@ fn throughput(rt: &tokio::runtime::Runtime) {
                 total
             });
             let rps = total as f64 / started.elapsed().as_secs_f64();
+            // NB: the contract has no req/s unit; each filter request decides one pod, so pods/s is the same number.
+            figure(
+                &format!("extender.filter_rps_{nodes}_nodenames_{clients}clients"),
+                &format!(
+                    "filter requests per second, {nodes} nodes, NodeNames, concurrent clients: {clients}"
+                ),
+                "pods/s",
+                &[rps],
+            );
             row(&[
                 nodes.to_string(),
                 clients.to_string(),
@@ -399,15 +457,26 @@ fn throughput(rt: &tokio::runtime::Runtime) {
 fn decoding() {
     println!("### Decoding a 5,000-Node `ExtenderArgs` (Nodes mode, ms)\n");
     let body = Bytes::from(request_body(5000, false, &["data"]));
+    let mib = body.len() as f64 / (1 << 20) as f64;
     println!(
-        "Body: {:.1} MiB, {:.1} KiB per Node.\n",
-        body.len() as f64 / (1 << 20) as f64,
+        "Body: {mib:.1} MiB, {:.1} KiB per Node.\n",
         body.len() as f64 / 5000.0 / 1024.0
     );
     row(&["decoder", "p50", "p99", "max", "runs"].map(String::from));
     row(&["---"; 5].map(String::from));
     let n = iterations(30);
     let lean = time(n, || (), |()| decode(&body));
+    figure(
+        "extender.decode_5000_nodes",
+        &format!("decoding a 5,000-Node ExtenderArgs (Nodes mode, {mib:.1} MiB)"),
+        "ms",
+        &lean.runs_ms,
+    );
+    figure_p99(
+        "extender.decode_5000_nodes_p99",
+        &format!("decoding a 5,000-Node ExtenderArgs, p99 of {} runs", lean.n),
+        &lean,
+    );
     row(&[
         "`wire::ExtenderArgs` (labels only, nodes kept raw)".into(),
         ms(lean.p50),
@@ -518,6 +587,23 @@ fn memory() {
         per_pv(with_snapshot - before),
     ]);
     println!();
+    let in_mib = |b: u64| b as f64 / (1 << 20) as f64;
+    for (part, what, bytes) in [
+        ("models", "PV, PVC and node models", models - before),
+        (
+            "snapshot",
+            "snapshot indexes and copies",
+            with_snapshot - models,
+        ),
+        ("total", "models and snapshot", with_snapshot - before),
+    ] {
+        figure(
+            &format!("extender.memory_{part}_100k_pvs"),
+            &format!("memory of {what}, {PVS} PVs and {PVCS} PVCs cached"),
+            "MiB",
+            &[in_mib(bytes)],
+        );
+    }
     assert_eq!(snap.counts()[0].1, PVS);
     drop(snap);
 }
