@@ -892,14 +892,27 @@ async fn main() {
         for k in 0..Mode::ALL.len() {
             let mode = Mode::ALL[(round + k) % Mode::ALL.len()];
             let run = run_once(round, mode, sizes).await;
+            // A whole row as soon as it is known: a long run cut short still leaves its figures behind.
             eprintln!(
-                "round {}/{} {}: {:.1} pods/s, placed in {:.1} s, claims Bound in {:.1} s",
+                "round {}/{} {}: {:.2} pods/s, placed {:.1} s, Bound {:.1} s, algorithm {:.2} ms/pod, PreBind {:.1} s, \
+                 CPU scheduler {:.1} s apiserver {:.1} s{}",
                 round + 1,
                 sizes.repeats,
                 mode.key(),
                 run.pods_per_second,
                 run.placed,
-                run.bound
+                run.bound,
+                run.scheduler.algorithm_ms,
+                run.scheduler.prebind_s,
+                run.scheduler_cpu,
+                run.apiserver_cpu,
+                run.extender
+                    .as_ref()
+                    .map(|e| format!(
+                        ", extender CPU {:.1} s, filter {:.0} x {:.2} ms, prioritize {:.0} x {:.2} ms, errors {:.0}",
+                        e.cpu, e.filter_calls, e.filter_mean_ms, e.prioritize_calls, e.prioritize_mean_ms, e.errors
+                    ))
+                    .unwrap_or_default()
             );
             runs.push(run);
         }
