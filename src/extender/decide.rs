@@ -15,11 +15,12 @@
 //!
 //! Pure: no I/O, no clocks; everything comes from the `Snapshot`.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use self::matching::{maximum_matching, merged};
-use self::scan::ClaimView;
+use self::scan::{Cause, ClaimView};
 use super::labels::Labels;
 use super::model::Claim;
 use super::snapshot::{ClassIndex, NodeRef, Snapshot, VolId};
@@ -90,6 +91,8 @@ pub struct PodClaims<'s> {
     /// kube-scheduler checked these objects exist before calling us, so a miss is our watch lagging: `Failed`
     /// (retried). A claim being deleted is `Unresolvable`, as in-tree.
     problem: Option<Verdict>,
+    /// Reasons already formatted for this request (see `why`).
+    reasons: RefCell<Vec<(Arc<str>, Cause, String)>>,
 }
 
 impl<'s> PodClaims<'s> {
@@ -103,6 +106,7 @@ impl<'s> PodClaims<'s> {
             detail: true,
             fast: true,
             problem: None,
+            reasons: RefCell::default(),
         };
         let mut seen = HashSet::new();
         for name in claim_names.iter().filter(|n| seen.insert(n.as_str())) {

@@ -1,5 +1,7 @@
 //! One claim against one node's PVs: which could serve it now or once wiped, and why none can.
 
+use std::sync::Arc;
+
 use super::{Delayed, PodClaims};
 use crate::extender::model::format_bytes;
 use crate::extender::snapshot::{ClassIndex, NodeRef, Slot, VolId};
@@ -122,49 +124,86 @@ impl<'s> PodClaims<'s> {
         }
     }
 
-    /// The reason a claim has no PV now on a node, from what the scan saw.
+    /// The reason a claim has no PV now on a node, from what the scan saw. Rejected nodes mostly share a few
+    /// reasons, so each is formatted once per request and then copied.
     pub(super) fn why(&self, d: &Delayed, view: &ClaimView) -> String {
-        let (key, class) = (&d.key, &d.claim.class);
+        let cause = Cause::of(view);
+        let mut memo = self.reasons.borrow_mut();
+        if let Some((_, _, reason)) = memo
+            .iter()
+            .find(|(key, c, _)| Arc::ptr_eq(key, &d.key) && *c == cause)
+        {
+            return reason.clone();
+        }
+        let reason = cause.describe(d);
+        if memo.len() < MEMO_REASONS {
+            memo.push((Arc::clone(&d.key), cause, reason.clone()));
+        }
+        reason
+    }
+}
+
+/// Distinct reasons remembered per request; past that they are formatted each time.
+const MEMO_REASONS: usize = 32;
+
+/// Why a claim has no PV now on a node: everything its reason says, and nothing else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Cause {
+    NoPv,
+    Wiping(usize),
+    AllBound(usize),
+    NoneAvailable(usize),
+    /// The check free PVs got furthest in; the largest free capacity only when that check is the size.
+    Furthest(Check, u128),
+}
+
+impl Cause {
+    fn of(view: &ClaimView) -> Cause {
         if view.on_node == 0 {
-            return format!("claim {key}: no PV of class {class} on node");
+            Cause::NoPv
+        } else if view.later_count > 0 {
+            Cause::Wiping(view.later_count)
+        } else if view.free == 0 && view.bound == view.on_node {
+            Cause::AllBound(view.on_node)
+        } else if view.free == 0 {
+            Cause::NoneAvailable(view.on_node)
+        } else {
+            match view.furthest {
+                check @ (Check::TooSmall | Check::Fits) => {
+                    Cause::Furthest(check, view.largest_free)
+                }
+                check => Cause::Furthest(check, 0),
+            }
         }
-        if view.later_count > 0 {
-            return format!(
-                "claim {key}: {} PVs of class {class} are being wiped",
-                view.later_count
-            );
-        }
-        if view.free == 0 && view.bound == view.on_node {
-            return format!(
-                "claim {key}: all {} PVs of class {class} are bound",
-                view.on_node
-            );
-        }
-        if view.free == 0 {
-            return format!(
-                "claim {key}: none of the {} PVs of class {class} is Available",
-                view.on_node
-            );
-        }
-        match view.furthest {
-            Check::Mode => format!(
+    }
+
+    fn describe(self, d: &Delayed) -> String {
+        let (key, class) = (&d.key, &d.claim.class);
+        match self {
+            Cause::NoPv => format!("claim {key}: no PV of class {class} on node"),
+            Cause::Wiping(n) => format!("claim {key}: {n} PVs of class {class} are being wiped"),
+            Cause::AllBound(n) => format!("claim {key}: all {n} PVs of class {class} are bound"),
+            Cause::NoneAvailable(n) => {
+                format!("claim {key}: none of the {n} PVs of class {class} is Available")
+            }
+            Cause::Furthest(Check::Mode, _) => format!(
                 "claim {key}: no free PV of class {class} has volume mode {}",
                 d.claim.mode.as_str()
             ),
-            Check::Attributes => format!(
+            Cause::Furthest(Check::Attributes, _) => format!(
                 "claim {key}: no free PV of class {class} has volume attributes class {:?}",
                 d.claim.attributes_class
             ),
-            Check::Access => format!(
+            Cause::Furthest(Check::Access, _) => format!(
                 "claim {key}: no free PV of class {class} offers access modes {}",
                 d.claim.access.names().join(",")
             ),
-            Check::Selector => {
+            Cause::Furthest(Check::Selector, _) => {
                 format!("claim {key}: no free PV of class {class} matches the claim's selector")
             }
-            Check::TooSmall | Check::Fits => format!(
+            Cause::Furthest(Check::TooSmall | Check::Fits, largest_free) => format!(
                 "claim {key}: largest free PV is {}, claim asks {}",
-                format_bytes(view.largest_free),
+                format_bytes(largest_free),
                 format_bytes(d.claim.request)
             ),
         }

@@ -445,3 +445,24 @@ fn the_same_claim_mounted_twice_needs_one_pv() {
         1
     );
 }
+
+#[test]
+fn remembered_reasons_still_name_each_nodes_own_numbers() {
+    let snap = snapshot(
+        vec![
+            pv("a").on_node("n1").capacity("5Gi"),
+            pv("b").on_node("n2").capacity("5Gi"),
+            pv("c").on_node("n3").capacity("7Gi"),
+        ],
+        vec![pvc("data").request("10Gi")],
+    );
+    let names = ["data".to_string()];
+    let pc = PodClaims::resolve(&snap, "default", &names);
+    let reasons: Vec<Verdict> = ["n1", "n2", "n3", "n1"]
+        .iter()
+        .map(|n| pc.decide(snap.node_labels(n)))
+        .collect();
+    let small = unresolvable("claim default/data: largest free PV is 5Gi, claim asks 10Gi");
+    let bigger = unresolvable("claim default/data: largest free PV is 7Gi, claim asks 10Gi");
+    assert_eq!(reasons, [small.clone(), small.clone(), bigger, small]);
+}
