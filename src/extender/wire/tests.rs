@@ -4,7 +4,7 @@ use serde_json::json;
 use super::*;
 
 fn decode(body: &str) -> Result<ExtenderArgs, serde_json::Error> {
-    ExtenderArgs::decode(Bytes::copy_from_slice(body.as_bytes()))
+    ExtenderArgs::from_slice(body.as_bytes())
 }
 
 fn nodes_of(body: &str) -> Vec<WireNode> {
