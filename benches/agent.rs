@@ -11,8 +11,9 @@
 //! Sizes come from the environment so a quick run is possible: LOCALPV_BENCH_REPEATS (3), LOCALPV_BENCH_MOUNTS
 //! (100), LOCALPV_BENCH_DISKS (1000), LOCALPV_BENCH_OTHER_PVS (10000: PVs in the cluster for the second memory
 //! figure), LOCALPV_BENCH_OWN_DISKS (100: own disks of the quiet node), LOCALPV_BENCH_WIPE_FILES (100000),
-//! LOCALPV_BENCH_STEADY_SECS (60). With LOCALPV_BENCH_FIGURES set, headline figures are appended there as JSON
-//! lines (bench/run.sh turns them into docs/benchmarks.md).
+//! LOCALPV_BENCH_STEADY_SECS (300: a whole cycle of the agent's watches, which kube-rs asks the API server to end
+//! after 290 s). With LOCALPV_BENCH_FIGURES set, headline figures are appended there as JSON lines (bench/run.sh
+//! turns them into docs/benchmarks.md).
 
 #[path = "../tests/support/mod.rs"]
 #[allow(unused_imports)]
@@ -68,7 +69,7 @@ impl Sizes {
             cluster_pvs: env("LOCALPV_BENCH_OTHER_PVS", 10000),
             own: env("LOCALPV_BENCH_OWN_DISKS", 100),
             wipe_files: env("LOCALPV_BENCH_WIPE_FILES", 100000),
-            steady: env("LOCALPV_BENCH_STEADY_SECS", 60) as u64,
+            steady: env("LOCALPV_BENCH_STEADY_SECS", 300) as u64,
         }
     }
 
@@ -352,6 +353,8 @@ struct Quiet {
     recycle: Vec<Duration>,
     /// Requests per verb during the steady-state window.
     steady: BTreeMap<String, usize>,
+    /// Watches the agent held open at the end of that window.
+    open_watches: usize,
 }
 
 async fn quiet_node(s: &Sizes) -> Quiet {
@@ -400,7 +403,7 @@ async fn quiet_node(s: &Sizes) -> Quiet {
 
     tokio::time::sleep(Duration::from_secs(3)).await;
     let audit = cp.dir.join("logs/audit.log");
-    let before = requests(&audit, &agent.user, &BTreeSet::new()).0;
+    let before = requests(&audit, &agent.user, &BTreeSet::new()).ids;
     // NB: an empty count proves nothing if the user filter is wrong: the agent's start-up requests must be there.
     assert!(
         !before.is_empty(),
@@ -409,14 +412,15 @@ async fn quiet_node(s: &Sizes) -> Quiet {
         audit.display()
     );
     tokio::time::sleep(Duration::from_secs(s.steady)).await;
-    let steady = requests(&audit, &agent.user, &before).1;
+    let after = requests(&audit, &agent.user, &before);
     Quiet {
         own_pvs: own.len(),
         small,
         rss_small_kib,
         rss_large_kib,
         recycle,
-        steady,
+        steady: after.new_by_verb,
+        open_watches: after.open_watches,
     }
 }
 
@@ -505,26 +509,44 @@ async fn release_and_recycle(
     fresh - released
 }
 
-/// Requests by `user` in the audit log whose audit ID is not in `known`: (every audit ID seen for the user, count
-/// per verb of the new ones). A watch counts when it starts (ResponseStarted), other requests when answered.
-fn requests(
-    audit_log: &Path,
-    user: &str,
-    known: &BTreeSet<String>,
-) -> (BTreeSet<String>, BTreeMap<String, usize>) {
+/// What the audit log holds for one user.
+struct Audited {
+    /// Every request's audit ID.
+    ids: BTreeSet<String>,
+    /// Requests per verb, leaving out those in the `known` set given.
+    new_by_verb: BTreeMap<String, usize>,
+    /// Watches started and not ended (their ResponseComplete is not logged yet).
+    open_watches: usize,
+}
+
+/// Requests by `user` in the audit log. A watch counts when it starts (ResponseStarted), other requests when
+/// answered (RequestReceived is not logged).
+fn requests(audit_log: &Path, user: &str, known: &BTreeSet<String>) -> Audited {
     use support::audit::{entries, text};
-    let mut ids = BTreeSet::new();
-    let mut by_verb = BTreeMap::new();
+    let mut a = Audited {
+        ids: BTreeSet::new(),
+        new_by_verb: BTreeMap::new(),
+        open_watches: 0,
+    };
+    let mut open = BTreeSet::new();
     for e in entries(audit_log) {
         if support::audit::user(&e) != user {
             continue;
         }
         let id = text(&e["auditID"]);
-        if ids.insert(id.clone()) && !known.contains(&id) {
-            *by_verb.entry(text(&e["verb"])).or_insert(0) += 1;
+        if e["verb"] == "watch" {
+            if e["stage"] == "ResponseComplete" {
+                open.remove(&id);
+            } else {
+                open.insert(id.clone());
+            }
+        }
+        if a.ids.insert(id.clone()) && !known.contains(&id) {
+            *a.new_by_verb.entry(text(&e["verb"])).or_insert(0) += 1;
         }
     }
-    (ids, by_verb)
+    a.open_watches = open.len();
+    a
 }
 
 /// (median, min, max) of samples (the median of an even count is the mean of the middle two).
@@ -722,13 +744,14 @@ fn quiet_table(s: &Sizes, q: &Quiet) {
             VERBS.join(" / ")
         ),
         format!(
-            "{}{}",
+            "{}{}; {} watches held open",
             counts.join(" / "),
             if other > 0 {
                 format!(" (+{other} other)")
             } else {
                 String::new()
-            }
+            },
+            q.open_watches
         ),
     );
 }
