@@ -49,8 +49,9 @@ pub struct Assignment {
 pub struct Fit {
     /// Ordered as the in-tree binder processes claims (request ascending).
     pub assignments: Vec<Assignment>,
-    /// Per class: matching free PVs left on the node once the pod has its share.
-    pub spare: BTreeMap<Arc<str>, usize>,
+    /// Per class, ascending by class: matching free PVs left on the node once the pod has its share. A list,
+    /// not a map: pods have one or two classes, and prioritize builds and drops one of these per node.
+    pub spare: Vec<(Arc<str>, usize)>,
     /// The in-tree binder's greedy order finds no assignment here; only the full matching does. kube-scheduler's
     /// own VolumeBinding filter then rejects the node before the extender is asked.
     pub greedy_misses: bool,
@@ -302,14 +303,16 @@ impl<'s> PodClaims<'s> {
         }
         pool.sort_unstable();
         pool.dedup();
+        let mut spare: BTreeMap<&Arc<str>, usize> = BTreeMap::new();
         for (class, _) in &pool {
-            *fit.spare.entry(Arc::clone(class)).or_default() += 1;
+            *spare.entry(class).or_default() += 1;
         }
         for a in &fit.assignments {
-            if let Some(n) = fit.spare.get_mut(&a.class) {
+            if let Some(n) = spare.get_mut(&a.class) {
                 *n = n.saturating_sub(1);
             }
         }
+        fit.spare = spare.into_iter().map(|(c, n)| (Arc::clone(c), n)).collect();
         fit
     }
 }

@@ -3,7 +3,6 @@
 //! answers for that node, fit details included; `None` hands the node to the general path. Tests run every
 //! decision both ways (`PodClaims::without_shortcuts`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::scan::Check;
@@ -78,7 +77,8 @@ impl PodClaims<'_> {
                 })
                 .count();
             let spare = usable.saturating_sub(same().count());
-            fit.spare.insert(Arc::clone(&d.class), spare);
+            let at = fit.spare.partition_point(|(c, _)| *c < d.class);
+            fit.spare.insert(at, (Arc::clone(&d.class), spare));
         }
         fit
     }
@@ -94,7 +94,7 @@ impl PodClaims<'_> {
             Some(_) if !self.detail => Verdict::Fit(Fit::default()),
             Some(id) => Verdict::Fit(Fit {
                 assignments: vec![assignment(self.snap, d, id)],
-                spare: BTreeMap::from([(Arc::clone(&d.class), view.now_count - 1)]),
+                spare: vec![(Arc::clone(&d.class), view.now_count - 1)],
                 greedy_misses: false,
             }),
             None if view.later_count > 0 => Verdict::Failed(self.why(d, &view)),

@@ -10,9 +10,9 @@
 //! score 0; pods without delayed claims get `NEUTRAL` everywhere, so the extender does not sway their placement.
 //! Pure and deterministic: the same verdicts always give the same scores.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use super::decide::{Fit, Verdict};
+use super::decide::Verdict;
 use super::model::Strategy;
 use super::snapshot::Snapshot;
 
@@ -26,112 +26,140 @@ pub fn score(
     has_delayed: bool,
     verdicts: &[Verdict],
 ) -> Vec<i64> {
-    let fits: Vec<Option<&Fit>> = verdicts
-        .iter()
-        .map(|v| match v {
-            Verdict::Fit(fit) => Some(fit),
-            _ => None,
-        })
-        .collect();
-    // Spread is relative: the most spare PVs of each class among the nodes that fit.
-    let mut most_spare: BTreeMap<&str, usize> = BTreeMap::new();
-    for fit in fits.iter().flatten() {
-        for (class, &n) in &fit.spare {
-            let m = most_spare.entry(class.as_ref()).or_default();
-            *m = (*m).max(n);
-        }
+    let mut scorer = Scorer::new(snap, global, has_delayed);
+    for v in verdicts {
+        scorer.add(v);
     }
-    // Every assigned class has a spare entry; resolving strategies once spares a class lookup per node.
-    let strategies: BTreeMap<&str, Strategy> = most_spare
-        .keys()
-        .map(|&class| (class, strategy_of(snap, global, class)))
-        .collect();
-    let classes = Classes {
-        snap,
-        global,
-        most_spare: &most_spare,
-        strategies: &strategies,
-    };
-    fits.iter()
-        .map(|fit| {
-            let s = match fit {
-                None => 0,
-                Some(_) if !has_delayed => NEUTRAL_SCORE,
-                Some(fit) => classes.node_score(fit),
-            };
-            s.clamp(0, MAX_SCORE)
-        })
-        .collect()
+    scorer.finish()
 }
 
-fn strategy_of(snap: &Snapshot, global: Strategy, class: &str) -> Strategy {
-    snap.class(class).and_then(|c| c.strategy).unwrap_or(global)
-}
-
-/// What scoring one node needs to know about the classes of the pod's claims.
-struct Classes<'a> {
+/// Scores nodes one verdict at a time, keeping only the few numbers each score needs, so a caller can drop
+/// every verdict (and what it allocated) before deciding the next node. Spread is relative to the most spare PVs
+/// among all fitting nodes, hence the final pass in `finish`.
+pub struct Scorer<'a> {
     snap: &'a Snapshot,
     global: Strategy,
-    most_spare: &'a BTreeMap<&'a str, usize>,
-    strategies: &'a BTreeMap<&'a str, Strategy>,
+    has_delayed: bool,
+    /// Each class met: its name, its strategy, the most spare PVs of it left on any fitting node.
+    classes: Vec<(Arc<str>, Strategy, usize)>,
+    nodes: Vec<NodeScore>,
+    /// Per fitting node, its claims grouped by class in class order: `NodeScore::Groups` ranges over this.
+    groups: Vec<Group>,
 }
 
-impl Classes<'_> {
-    fn node_score(&self, fit: &Fit) -> i64 {
-        if let [a] = fit.assignments.as_slice() {
-            // The common single-claim pod: the mean below over one claim, without grouping.
-            let capacity = a.capacity;
-            return to_score(self.class_score(fit, &a.class, a.request, capacity));
+enum NodeScore {
+    Fixed(i64),
+    Groups(usize, usize),
+}
+
+/// The claims of one class on one node.
+struct Group {
+    class: usize,
+    claims: usize,
+    requested: u128,
+    capacity: u128,
+    spare: usize,
+}
+
+impl<'a> Scorer<'a> {
+    pub fn new(snap: &'a Snapshot, global: Strategy, has_delayed: bool) -> Scorer<'a> {
+        Scorer {
+            snap,
+            global,
+            has_delayed,
+            classes: Vec::new(),
+            nodes: Vec::new(),
+            groups: Vec::new(),
         }
-        // (class, claims, requested bytes, chosen capacity), in class order
-        let mut groups: Vec<(&str, usize, u128, u128)> = Vec::new();
-        for a in &fit.assignments {
-            let capacity = a.capacity;
-            match groups.iter_mut().find(|g| g.0 == a.class.as_ref()) {
-                Some(g) => {
-                    g.1 += 1;
-                    g.2 += a.request;
-                    g.3 += capacity;
-                }
-                None => groups.push((a.class.as_ref(), 1, a.request, capacity)),
-            }
-        }
-        groups.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let (mut weighted, mut claims) = (0.0, 0usize);
-        for (class, n, requested, capacity) in groups {
-            weighted += self.class_score(fit, class, requested, capacity) * n as f64;
-            claims += n;
-        }
-        if claims == 0 {
-            return NEUTRAL_SCORE;
-        }
-        to_score(weighted / claims as f64)
     }
 
-    /// The 0..=1 score of the claims of one class on a node.
-    fn class_score(&self, fit: &Fit, class: &str, requested: u128, capacity: u128) -> f64 {
-        let strategy = match self.strategies.get(class) {
-            Some(&s) => s,
-            None => strategy_of(self.snap, self.global, class),
+    /// The next node's verdict.
+    pub fn add(&mut self, verdict: &Verdict) {
+        let fit = match verdict {
+            Verdict::Fit(fit) if self.has_delayed => fit,
+            Verdict::Fit(_) => return self.nodes.push(NodeScore::Fixed(NEUTRAL_SCORE)),
+            _ => return self.nodes.push(NodeScore::Fixed(0)),
         };
-        match strategy {
-            Strategy::Binpack if capacity == 0 => 1.0,
-            Strategy::Binpack => (requested as f64 / capacity as f64).min(1.0),
-            Strategy::Spread => {
-                let most = self.most_spare.get(class).copied().unwrap_or(0);
-                let spare = fit.spare.get(class).copied().unwrap_or(0);
-                if most == 0 {
-                    0.0
-                } else {
-                    spare as f64 / most as f64
+        for (class, n) in &fit.spare {
+            let c = self.class_id(class);
+            self.classes[c].2 = self.classes[c].2.max(*n);
+        }
+        if fit.assignments.is_empty() {
+            return self.nodes.push(NodeScore::Fixed(NEUTRAL_SCORE));
+        }
+        let start = self.groups.len();
+        for a in &fit.assignments {
+            let class = self.class_id(&a.class);
+            match self.groups[start..].iter_mut().find(|g| g.class == class) {
+                Some(g) => {
+                    g.claims += 1;
+                    g.requested += a.request;
+                    g.capacity += a.capacity;
                 }
+                None => self.groups.push(Group {
+                    class,
+                    claims: 1,
+                    requested: a.request,
+                    capacity: a.capacity,
+                    spare: fit
+                        .spare
+                        .iter()
+                        .find(|(c, _)| *c == a.class)
+                        .map_or(0, |(_, n)| *n),
+                }),
             }
         }
+        let classes = &self.classes;
+        self.groups[start..].sort_unstable_by(|a, b| classes[a.class].0.cmp(&classes[b.class].0));
+        self.nodes.push(NodeScore::Groups(start, self.groups.len()));
     }
-}
 
-fn to_score(share: f64) -> i64 {
-    (share * MAX_SCORE as f64).round() as i64
+    fn class_id(&mut self, class: &Arc<str>) -> usize {
+        let known = self
+            .classes
+            .iter()
+            .position(|(c, _, _)| Arc::ptr_eq(c, class) || c == class);
+        known.unwrap_or_else(|| {
+            let strategy = self
+                .snap
+                .class(class)
+                .and_then(|c| c.strategy)
+                .unwrap_or(self.global);
+            self.classes.push((Arc::clone(class), strategy, 0));
+            self.classes.len() - 1
+        })
+    }
+
+    /// Scores in the order the verdicts were added.
+    pub fn finish(self) -> Vec<i64> {
+        self.nodes
+            .iter()
+            .map(|node| {
+                let s = match *node {
+                    NodeScore::Fixed(s) => s,
+                    NodeScore::Groups(start, end) => self.mean(&self.groups[start..end]),
+                };
+                s.clamp(0, MAX_SCORE)
+            })
+            .collect()
+    }
+
+    /// The claim-weighted mean of the per-class scores of one node.
+    fn mean(&self, groups: &[Group]) -> i64 {
+        let (mut weighted, mut claims) = (0.0, 0usize);
+        for g in groups {
+            let (_, strategy, most) = &self.classes[g.class];
+            let s = match strategy {
+                Strategy::Binpack if g.capacity == 0 => 1.0,
+                Strategy::Binpack => (g.requested as f64 / g.capacity as f64).min(1.0),
+                Strategy::Spread if *most == 0 => 0.0,
+                Strategy::Spread => g.spare as f64 / *most as f64,
+            };
+            weighted += s * g.claims as f64;
+            claims += g.claims;
+        }
+        (weighted / claims as f64 * MAX_SCORE as f64).round() as i64
+    }
 }
 
 #[cfg(test)]

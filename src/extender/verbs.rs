@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use super::decide::{PodClaims, Verdict};
 use super::model::Strategy;
-use super::score::score;
+use super::score::Scorer;
 use super::snapshot::Snapshot;
 use super::wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, NodeListOut, WireNode};
 
@@ -116,12 +116,21 @@ pub fn filter(args: ExtenderArgs, snap: &Snapshot) -> (ExtenderFilterResult, Fil
     (result, counts)
 }
 
+/// Verdicts are scored as they come and dropped at once, so a request holds no per-node allocations.
 pub fn prioritize(args: &ExtenderArgs, snap: &Snapshot, strategy: Strategy) -> Vec<HostPriority> {
     let claims = PodClaims::resolve(snap, args.pod.namespace(), &args.pod.claim_names());
-    let verdicts = verdicts(args, &claims);
-    let scores = score(snap, strategy, claims.has_delayed(), &verdicts);
+    let mut scorer = Scorer::new(snap, strategy, claims.has_delayed());
+    match (&args.nodes, &args.node_names) {
+        (Some(nodes), _) => nodes
+            .iter()
+            .for_each(|n| scorer.add(&claims.decide(Some(&n.labels)))),
+        (None, Some(names)) => names
+            .iter()
+            .for_each(|n| scorer.add(&claims.decide_node(snap.node(n)))),
+        (None, None) => {}
+    }
     input_names(args)
-        .zip(scores)
+        .zip(scorer.finish())
         .map(|(host, score)| HostPriority {
             host: host.clone(),
             score,
