@@ -130,6 +130,9 @@ pub struct Snapshot {
     attributes: HashMap<String, u32>,
 }
 
+/// One class's slots while the index is built: (host, slot) for pinned PVs, and the general ones.
+type ClassSlots = (Vec<(HostId, Slot)>, Vec<Slot>);
+
 fn intern(ids: &mut FastMap<String, HostId>, name: &str) -> HostId {
     if let Some(&id) = ids.get(name) {
         return id;
@@ -165,8 +168,7 @@ impl Snapshot {
         });
         snap.nodes = NodeTable::new(nodes.collect());
         snap.attributes.insert(String::new(), 0);
-        // class -> (host, slot) for pinned PVs, and the general slots
-        let mut building: HashMap<&str, (Vec<(HostId, Slot)>, Vec<Slot>)> = HashMap::new();
+        let mut building: HashMap<&str, ClassSlots> = HashMap::new();
         for (id, v) in volumes.iter().enumerate() {
             snap.by_name.insert(v.name.clone(), id);
             if let Some(r) = &v.claim_ref {
