@@ -763,7 +763,7 @@ fn report(runs: &[Run], sizes: Sizes) {
         "{} pods, each with one claim of a `kubernetes.io/no-provisioner` WaitForFirstConsumer class, over {} \
          stand-in Nodes with {PVS_PER_NODE} PVs each ({}) pinned by `kubernetes.io/hostname`; claims of {}. \
          Pods created {IN_FLIGHT} at a time; pods/s = pods / (first create .. last `spec.nodeName` seen). A fresh \
-         control plane per run, {} rounds with the mode order rotated each round. Extender: plain HTTP on \
+         control plane per run, rounds: {} (the mode order rotated each round). Extender: plain HTTP on \
          loopback, filter + prioritize, weight 2, `ignorable: false`, `httpTimeout: 5s`, `RUST_LOG=info`; \
          otherwise the same scheduler configuration (client QPS at its default, 50) in every mode. The PV binder \
          (kube-controller-manager) runs with {}. Medians, min-max over rounds; overhead = \
