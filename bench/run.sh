@@ -32,6 +32,7 @@ if [ "${LOCALPV_BENCH_QUICK:-0}" = 1 ]; then
 fi
 # The wipe comparison at the sizes issue 4 names; ext4 on a loop device only at 100k files (1M there adds ~15 min).
 export REPS=${REPS:-3} EXT4=${EXT4:-1} EXT4_SIZES=${EXT4_SIZES:-100000}
+export LOCALPV_BENCH_SCHED_REPEATS=${LOCALPV_BENCH_SCHED_REPEATS:-1}
 env | grep -E '^(LOCALPV_BENCH_[A-Z_]+|SIZES|EXT4|EXT4_SIZES|REPS|PER_DIR|CONCURRENCY|BLOCK_MIB|BLOCK_DIR)=' |
   grep -v '^LOCALPV_BENCH_\(FIGURES\|OUT\)=' | sort >"$OUT/knobs.env" || true
 
@@ -68,7 +69,9 @@ run() {
 run peers bench/peers.sh
 mv "$OUT/peers.md" "$OUT/peers.jsonl"
 run agent bench/agent.sh
-run scheduler bench/scheduler.sh
+# One round by default: at 1,000 pods over 100 nodes each mode takes 4-8 minutes on 2 cores (kube-scheduler's
+# in-tree VolumeBinding filter is CPU-bound), so three rounds would add about 40 minutes.
+run scheduler env LOCALPV_BENCH_REPEATS="${LOCALPV_BENCH_SCHED_REPEATS:-1}" bench/scheduler.sh
 run extender bench/extender.sh
 run wipe bench/wipe.sh
 echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.env"
