@@ -241,66 +241,6 @@ impl ExtenderProcess {
     }
 }
 
-/// kube-controller-manager as the harness runs it (PV binder and protection controllers), but with the client
-/// rate limit of `qps` requests per second.
-///
-/// NB: the PV binder syncs claims on one worker, several API writes per claim; at the Kubernetes default of 20
-/// requests per second it binds about 3 claims per second, and VolumeBinding's PreBind waits for it. Every mode
-/// then measures the PV binder, not the scheduler, so the bench raises the limit (LOCALPV_BENCH_CM_QPS=0 keeps
-/// the default).
-async fn start_controller_manager(cp: &ControlPlane, qps: usize) -> Component {
-    let kubeconfig = cp.kubeconfig_for("controller-manager", "system:kube-controller-manager", &[]);
-    let port = free_port();
-    let controllers = [
-        "persistentvolume-binder-controller",
-        "persistentvolume-protection-controller",
-        "persistentvolumeclaim-protection-controller",
-        "garbage-collector-controller",
-        "namespace-controller",
-        "serviceaccount-controller",
-    ];
-    let args = vec![
-        format!("--kubeconfig={}", kubeconfig.display()),
-        format!("--authentication-kubeconfig={}", kubeconfig.display()),
-        format!("--authorization-kubeconfig={}", kubeconfig.display()),
-        format!("--controllers={}", controllers.join(",")),
-        "--leader-elect=false".into(),
-        "--use-service-account-credentials=true".into(),
-        "--bind-address=127.0.0.1".into(),
-        format!("--secure-port={port}"),
-        format!("--root-ca-file={}", cp.certs.ca_cert.display()),
-        "--pvclaimbinder-sync-period=2s".into(),
-        format!("--kube-api-qps={qps}"),
-        format!("--kube-api-burst={}", qps * 2),
-        "--v=2".into(),
-    ];
-    let mut c = Component::spawn(
-        "kube-controller-manager",
-        &cp.bin.join("kube-controller-manager"),
-        &args,
-        &cp.log_dir(),
-        cp.reaper(),
-    );
-    let client = secure_client(cp, &port.to_string()).await;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        assert!(
-            c.running(),
-            "kube-controller-manager exited:\n{}",
-            c.tail(40)
-        );
-        if matches!(get_text(&client, "/healthz").await, Some(t) if t.trim() == "ok") {
-            return c;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "kube-controller-manager not healthy after 90s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// A client with the admin identity for a component's own HTTPS port on loopback.
 async fn secure_client(cp: &ControlPlane, port: &str) -> kube::Client {
     use kube::config::{KubeConfigOptions, Kubeconfig};
     let kc = Kubeconfig::read_from(&cp.admin_kubeconfig).expect("admin kubeconfig parses");
@@ -592,16 +532,15 @@ async fn measure(client: &kube::Client, ns: &str, count: usize) -> (f64, f64) {
 /// One run on a fresh control plane: nothing of an earlier run (informer caches, assumed PVs, backoff queues)
 /// carries over.
 async fn run_once(round: usize, mode: Mode, sizes: Sizes) -> Run {
+    // NB: the PV binder syncs claims on one worker, several API writes per claim; at the Kubernetes default of 20
+    // requests per second it binds about 3 claims per second and VolumeBinding's PreBind waits for it, so every
+    // mode would measure the binder. The bench raises the limit (LOCALPV_BENCH_CM_QPS=0 keeps the default).
     let mut cp = ControlPlane::start(Options {
-        controller_manager: sizes.cm_qps == 0,
+        controller_manager: true,
+        controller_manager_qps: (sizes.cm_qps > 0).then_some(sizes.cm_qps as u32),
         ..Options::default()
     })
     .await;
-    // Declared after the plane: stopped before it removes its directory.
-    let _controller_manager = match sizes.cm_qps {
-        0 => None,
-        qps => Some(start_controller_manager(&cp, qps).await),
-    };
     let client = cp.client();
     let ns = cp.namespace("bench").await;
     // In every mode, so the modes differ in the extender alone: its node clean-up watches LocalDisks.
