@@ -177,7 +177,9 @@ impl ControlPlane {
         };
         plane.start_etcd_and_apiserver(api_port).await;
         if opts.controller_manager {
-            plane.start_controller_manager(opts.controller_manager_qps).await;
+            plane
+                .start_controller_manager(opts.controller_manager_qps)
+                .await;
         }
         if opts.scheduler {
             plane
