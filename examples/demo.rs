@@ -253,6 +253,7 @@ async fn scenario(bin: &Path) -> anyhow::Result<()> {
         controller_manager: true,
         scheduler: true,
         extenders: vec![extender_cfg],
+        ..Options::default()
     })
     .await;
     println!("control plane in {}", cp.dir.display());

@@ -456,6 +456,7 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
         controller_manager: true,
         scheduler: true,
         extenders: vec![ext],
+        ..Options::default()
     })
     .await;
     let client = cp.client();
