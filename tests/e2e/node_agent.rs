@@ -7,6 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ListParams, PostParams};
+use localpv::inventory::{LocalDisk, LocalDiskPhase};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -80,6 +81,48 @@ pub async fn wait_pvs(
                 Ok(pvs.clone())
             } else {
                 Err(format!("{got:?}"))
+            }
+        },
+    )
+    .await
+}
+
+/// The inventory writes a LocalDisk once the agent has seen its PV; wait until every PV is shown, so a write
+/// still in flight from before a restart is not counted against the restart.
+async fn wait_inventory_caught_up(
+    client: &kube::Client,
+    node: &str,
+    pvs: &BTreeMap<String, PersistentVolume>,
+) {
+    let api: Api<LocalDisk> = Api::all(client.clone());
+    let lp = ListParams::default().labels(&format!("localpv.io/node={node}"));
+    eventually(
+        &format!("{node}'s LocalDisks to show its PVs"),
+        Duration::from_secs(30),
+        || async {
+            let disks = api.list(&lp).await.map_err(|e| e.to_string())?;
+            let shown: BTreeMap<&str, Option<&str>> = disks
+                .items
+                .iter()
+                .map(|d| {
+                    let status = d.status.as_ref();
+                    let pv = status
+                        .filter(|s| s.phase == LocalDiskPhase::Available)
+                        .and_then(|s| s.pv.as_deref());
+                    (d.spec.path.as_str(), pv)
+                })
+                .collect();
+            let missing: Vec<&String> = pvs
+                .iter()
+                .filter(|(path, pv)| {
+                    shown.get(path.as_str()).copied().flatten() != pv.metadata.name.as_deref()
+                })
+                .map(|(path, _)| path)
+                .collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("not shown yet: {missing:?}"))
             }
         },
     )
@@ -228,6 +271,7 @@ async fn agents_publish_bind_follow_mounts_adopt_and_restart_quietly() {
         .map(|v| a1.disk(v).display().to_string())
         .collect();
     let before = wait_pvs(&client, "node-1", &paths1c, "Available").await;
+    wait_inventory_caught_up(&client, "node-1", &before).await;
 
     // Restart: the agent converges on what is there, with no write request and no duplicate.
     let audit = cp.dir.join("logs/audit.log");
