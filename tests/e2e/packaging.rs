@@ -764,7 +764,7 @@ fn image_exists(name: &str) -> bool {
     out.status.success() && !out.stdout.is_empty()
 }
 
-/// A Debian bookworm base made with debootstrap (no registry is reachable here), imported once and cached.
+/// A Debian bookworm base made with debootstrap (no registry is reachable here), built once and cached.
 fn ensure_base_image() {
     if image_exists(BASE_IMAGE) {
         return;
@@ -785,11 +785,26 @@ fn ensure_base_image() {
             "http://deb.debian.org/debian",
         ],
     );
-    let script = format!(
-        "tar -C {} -c . | buildah import - {BASE_IMAGE}",
-        rootfs.display()
+    // buildah has no `import`: an image from scratch with the root file system added as a tarball (which
+    // `buildah add` unpacks, owners and device nodes included) is the same thing.
+    let tarball = dir.path().join("rootfs.tar");
+    let (rootfs, tarball) = (
+        rootfs.to_str().expect("utf-8"),
+        tarball.to_str().expect("utf-8"),
     );
-    run_ok(Path::new("/bin/sh"), &["-c", &script]);
+    run_ok(Path::new("tar"), &["-C", rootfs, "-cf", tarball, "."]);
+    let c = buildah(&["from", "scratch"]).trim().to_string();
+    buildah(&["add", &c, tarball, "/"]);
+    buildah(&[
+        "config",
+        "--env",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "--cmd",
+        "/bin/bash",
+        &c,
+    ]);
+    buildah(&["commit", "-q", &c, BASE_IMAGE]);
+    buildah(&["rm", &c]);
 }
 
 /// The builder base: the Debian base plus this machine's Rust toolchain (the stand-in for the official rust
