@@ -97,11 +97,14 @@ class Summary:
         self.targets.append((issue, what, measured(f), "pass" if passed(f) else "**missed**"))
 
 
-def build_summary(figures, peers):
+def build_summary(figures, peers, env):
     s = Summary(figures, peers)
+    mounts = int(env.get("LOCALPV_BENCH_MOUNTS", "100"))
+    pods = int(env.get("LOCALPV_BENCH_PODS", "1000"))
+    nodes = int(env.get("LOCALPV_BENCH_NODES", "100"))
     ref = s.peer_note(PEER_REF)
     s.ratio_row(
-        "node agent: mount to PV Available, median of 100 mounts one by one",
+        f"node agent: mount to PV Available, median of {mounts:,} mounts one by one",
         "agent.mount_to_available_one_by_one",
         f"reference provisioner: {ref}",
         "-",
@@ -127,7 +130,7 @@ def build_summary(figures, peers):
         except Missing:
             ratio, theirs, verdict = "-", "missing", "**not measured**"
         s.ratio_row(
-            f"kube-scheduler throughput, 1,000 pods over 100 nodes, with the extender ({label})",
+            f"kube-scheduler throughput, {pods:,} pods over {nodes:,} nodes, with the extender ({label})",
             f"scheduler.pods_per_second.{mode}",
             theirs,
             ratio,
@@ -264,7 +267,7 @@ def main():
         sys.exit("usage: bench/report.py <bench/run.sh output directory>")
     out = Path(sys.argv[1])
     figures, peers, env = load(out)
-    s = build_summary(figures, peers)
+    s = build_summary(figures, peers, env)
     if s.missing:
         sys.exit("bench/report.py: the run produced no figure for: " + ", ".join(sorted(set(s.missing))))
     print(render(out, figures, peers, env, s))
