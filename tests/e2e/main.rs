@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bench_page;
 mod cleanup;
 mod config_reload;
 mod extender;
