@@ -186,16 +186,12 @@ async fn explain_pending(
             s.volumes
                 .iter()
                 .flatten()
-                .any(|v| v.persistent_volume_claim.is_some())
+                .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
         });
         if !old_enough || !has_claims {
             continue;
         }
-        let wire = serde_json::to_value(pod)
-            .ok()
-            .and_then(|v| serde_json::from_value::<WirePod>(v).ok());
-        let Some(message) = wire.and_then(|w| crate::extender::pending::explain_pending(&snap, w))
-        else {
+        let Some(message) = crate::extender::pending::explain_pending(&snap, &wire_pod(pod)) else {
             continue;
         };
         if explained.get(&uid) != Some(&message) {
@@ -293,5 +289,35 @@ async fn execute(client: &Client, recorder: &Recorder, action: Action) {
         Ok(()) => info!(?action, "clean-up applied"),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
         Err(error) => warn!(?action, %error, "clean-up step failed; retried next pass"),
+    }
+}
+
+/// What the extender's decision reads of a pod (namespace and claims), taken over directly: the Lease holder looks
+/// at every pending pod each tick, so no JSON round trip.
+fn wire_pod(pod: &Pod) -> WirePod {
+    use crate::extender::wire::{ClaimSource, PodMeta, PodSpec, PodVolume};
+    let volumes = pod.spec.as_ref().map(|spec| {
+        spec.volumes
+            .iter()
+            .flatten()
+            .map(|v| {
+                Some(PodVolume {
+                    name: Some(v.name.clone()),
+                    persistent_volume_claim: v.persistent_volume_claim.as_ref().map(|c| {
+                        ClaimSource {
+                            claim_name: Some(c.claim_name.clone()),
+                        }
+                    }),
+                    ephemeral: v.ephemeral.as_ref().map(|_| serde::de::IgnoredAny),
+                })
+            })
+            .collect()
+    });
+    WirePod {
+        metadata: Some(PodMeta {
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+        }),
+        spec: Some(PodSpec { volumes }),
     }
 }
