@@ -223,6 +223,13 @@ def render(out, figures, peers, env, s):
         "again (as root, after the README's test command has built the binaries). The machines are shared and "
         "noisy, so every figure is a median with its spread (min-max) over the repeats named beside it.\n"
     )
+    parts = [("peers", "Peers probe")] + [(name, title) for name, title, _, _ in SECTIONS]
+    reruns = [f"{title} ({env[name + '_rerun']})" for name, title in parts if name + "_rerun" in env]
+    if reruns:
+        p.append(
+            "Parts measured again later with `LOCALPV_BENCH_PARTS` (their figures replace the full run's, here and "
+            "in the summary): " + "; ".join(reruns) + ".\n"
+        )
     p.append("## Summary: ratios and targets\n")
     p.append(
         "Side by side in the same run. The peers issue 8 names could not be built here (the Go module proxy "
@@ -256,6 +263,8 @@ def render(out, figures, peers, env, s):
     for name, title, script, source in SECTIONS:
         secs = env.get(f"{name}_seconds")
         took = f", took {int(secs) // 60} min {int(secs) % 60} s" if secs else ""
+        if f"{name}_rerun" in env:
+            took += f"; rerun on {env[name + '_rerun']}"
         p.append(f"### {title}\n")
         p.append(f"Command: `{script}` ({source}{took}). What it printed:\n")
         p.append((out / f"{name}.md").read_text().strip() + "\n")

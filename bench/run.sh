@@ -5,6 +5,9 @@
 #
 #   bench/run.sh                 everything at the sizes the issues name (about an hour on 2 cores)
 #   LOCALPV_BENCH_QUICK=1 bench/run.sh   small sizes, for checking the pipeline (writes to $LOCALPV_BENCH_OUT only)
+#   LOCALPV_BENCH_PARTS="extender" bench/run.sh   reruns only the named parts (peers agent scheduler extender
+#                                wipe) and keeps the others from bench/results; the page marks what was rerun, when
+#                                and at which commit
 #
 # Order: peers probe, node agent, scheduler throughput, extender, wipe. Each benchmark's markdown goes to
 # $OUT/<name>.md, its log to $OUT/<name>.log, its headline figures to $OUT/figures.jsonl; bench/report.py
@@ -17,10 +20,33 @@ for tool in go python3 cargo bc losetup mkfs.ext4; do
   command -v "$tool" >/dev/null || { echo "bench/run.sh: '$tool' is missing; run scripts/prereqs.sh" >&2; exit 1; }
 done
 
+ALL_PARTS="peers agent scheduler extender wipe"
+PARTS=${LOCALPV_BENCH_PARTS:-$ALL_PARTS}
+for part in $PARTS; do
+  case " $ALL_PARTS " in *" $part "*) ;; *) echo "bench/run.sh: LOCALPV_BENCH_PARTS: unknown part '$part' (parts: $ALL_PARTS)" >&2; exit 1 ;; esac
+done
+partial=0
+[ "$PARTS" = "$ALL_PARTS" ] || partial=1
+if [ "$partial" = 1 ] && [ "${LOCALPV_BENCH_QUICK:-0}" = 1 ]; then
+  echo "bench/run.sh: LOCALPV_BENCH_PARTS reruns parts of the recorded full run; not with LOCALPV_BENCH_QUICK" >&2
+  exit 1
+fi
+if [ "$partial" = 1 ] && [ ! -f bench/results/machine.env ]; then
+  echo "bench/run.sh: LOCALPV_BENCH_PARTS needs a recorded full run in bench/results; run bench/run.sh first" >&2
+  exit 1
+fi
+wanted() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
 OUT=${LOCALPV_BENCH_OUT:-$(mktemp -d /tmp/localpv-bench.XXXXXX)}
 mkdir -p "$OUT"
 export LOCALPV_BENCH_FIGURES=$OUT/figures.jsonl
 : >"$LOCALPV_BENCH_FIGURES"
+if [ "$partial" = 1 ]; then
+  # Keep the recorded run's inputs, minus the figures of the parts measured again.
+  cp bench/results/* "$OUT/"
+  keep='^\{"key": ?"('$(echo "$PARTS" | sed 's/ /|/g')')\.'
+  grep -Ev "$keep" bench/results/figures.jsonl >"$LOCALPV_BENCH_FIGURES" || true
+fi
 LOCALPV_K8S_BIN_DIR=$(scripts/k8s-bins.sh | tail -n 1)
 export LOCALPV_K8S_BIN_DIR
 
@@ -37,9 +63,10 @@ env | grep -E '^(LOCALPV_BENCH_[A-Z_]+|SIZES|EXT4|EXT4_SIZES|REPS|PER_DIR|CONCUR
   grep -v '^LOCALPV_BENCH_\(FIGURES\|OUT\)=' | sort >"$OUT/knobs.env" || true
 
 started=$(date -u +%FT%TZ)
-{
+commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src benches bench || echo ' (with local changes)')"
+[ "$partial" = 1 ] || {
   echo "started=$started"
-  echo "commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src benches bench || echo ' (with local changes)')"
+  echo "commit=$commit"
   echo "cpu=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
   echo "cores=$(nproc)"
   echo "memory_gib=$(awk '/MemTotal/ {printf "%.0f", $2 / 1048576}' /proc/meminfo)"
@@ -56,6 +83,8 @@ cargo build --release --quiet --bin localpv
 run() {
   local name=$1 t0
   shift
+  wanted "$name" || return 0
+  [ "$partial" = 0 ] || echo "${name}_rerun=$started at commit $commit" >>"$OUT/machine.env"
   t0=$(date +%s)
   echo "== $name: $* (log: $OUT/$name.log)" >&2
   if ! "$@" >"$OUT/$name.md" 2>"$OUT/$name.log"; then
@@ -67,15 +96,17 @@ run() {
 }
 
 run peers bench/peers.sh
-mv "$OUT/peers.md" "$OUT/peers.jsonl"
+! wanted peers || mv "$OUT/peers.md" "$OUT/peers.jsonl"
 run agent bench/agent.sh
 # One round by default: at 1,000 pods over 100 nodes each mode takes 4-8 minutes on 2 cores (kube-scheduler's
 # in-tree VolumeBinding filter is CPU-bound), so three rounds would add about 40 minutes.
 run scheduler env LOCALPV_BENCH_REPEATS="${LOCALPV_BENCH_SCHED_REPEATS:-1}" bench/scheduler.sh
 run extender bench/extender.sh
 run wipe bench/wipe.sh
-echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.env"
-echo "finished=$(date -u +%FT%TZ)" >>"$OUT/machine.env"
+if [ "$partial" = 0 ]; then
+  echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.env"
+  echo "finished=$(date -u +%FT%TZ)" >>"$OUT/machine.env"
+fi
 
 if [ "${LOCALPV_BENCH_QUICK:-0}" = 1 ]; then
   python3 bench/report.py "$OUT" >"$OUT/benchmarks.md"
@@ -83,6 +114,8 @@ if [ "${LOCALPV_BENCH_QUICK:-0}" = 1 ]; then
 else
   # Keep the page's inputs beside it: a test re-renders docs/benchmarks.md from bench/results and compares, so
   # the page cannot drift from what this command measured.
+  # A partial rerun keeps the full run's knobs (its parts ran with the defaults above).
+  [ "$partial" = 0 ] || cp bench/results/knobs.env "$OUT/knobs.env"
   rm -rf bench/results && mkdir -p bench/results
   cp "$OUT"/{machine.env,knobs.env,peers.jsonl,figures.jsonl,agent.md,scheduler.md,extender.md,wipe.md} bench/results/
   python3 bench/report.py bench/results >docs/benchmarks.md
