@@ -182,16 +182,12 @@ async fn explain_pending(
         let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
         let old_enough = created
             .is_some_and(|t| now.duration_since(t).as_secs() >= PENDING_AFTER.as_secs() as i64);
-        let has_claims = pod.spec.as_ref().is_some_and(|s| {
-            s.volumes
-                .iter()
-                .flatten()
-                .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
-        });
-        if !old_enough || !has_claims {
+        if !old_enough {
             continue;
         }
-        let Some(message) = crate::extender::pending::explain_pending(&snap, &wire_pod(pod)) else {
+        // Pods without delayed local claims (none at all, or other classes) come back as None.
+        let Some(message) = crate::extender::pending::explain_pending(&snap, &WirePod::from(pod))
+        else {
             continue;
         };
         if explained.get(&uid) != Some(&message) {
@@ -289,35 +285,5 @@ async fn execute(client: &Client, recorder: &Recorder, action: Action) {
         Ok(()) => info!(?action, "clean-up applied"),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
         Err(error) => warn!(?action, %error, "clean-up step failed; retried next pass"),
-    }
-}
-
-/// What the extender's decision reads of a pod (namespace and claims), taken over directly: the Lease holder looks
-/// at every pending pod each tick, so no JSON round trip.
-fn wire_pod(pod: &Pod) -> WirePod {
-    use crate::extender::wire::{ClaimSource, PodMeta, PodSpec, PodVolume};
-    let volumes = pod.spec.as_ref().map(|spec| {
-        spec.volumes
-            .iter()
-            .flatten()
-            .map(|v| {
-                Some(PodVolume {
-                    name: Some(v.name.clone()),
-                    persistent_volume_claim: v.persistent_volume_claim.as_ref().map(|c| {
-                        ClaimSource {
-                            claim_name: Some(c.claim_name.clone()),
-                        }
-                    }),
-                    ephemeral: v.ephemeral.as_ref().map(|_| serde::de::IgnoredAny),
-                })
-            })
-            .collect()
-    });
-    WirePod {
-        metadata: Some(PodMeta {
-            name: pod.metadata.name.clone(),
-            namespace: pod.metadata.namespace.clone(),
-        }),
-        spec: Some(PodSpec { volumes }),
     }
 }

@@ -259,6 +259,36 @@ impl Pod {
     }
 }
 
+impl From<&k8s_openapi::api::core::v1::Pod> for Pod {
+    /// What the decision reads of a watched pod (name, namespace, claims), taken over without a JSON round trip:
+    /// the extender's Lease holder converts every pending pod on each look.
+    fn from(pod: &k8s_openapi::api::core::v1::Pod) -> Pod {
+        let volumes = pod.spec.as_ref().map(|spec| {
+            let volumes = spec.volumes.iter().flatten();
+            volumes
+                .map(|v| {
+                    Some(PodVolume {
+                        name: Some(v.name.clone()),
+                        persistent_volume_claim: v.persistent_volume_claim.as_ref().map(|c| {
+                            ClaimSource {
+                                claim_name: Some(c.claim_name.clone()),
+                            }
+                        }),
+                        ephemeral: v.ephemeral.as_ref().map(|_| IgnoredAny),
+                    })
+                })
+                .collect()
+        });
+        Pod {
+            metadata: Some(PodMeta {
+                name: pod.metadata.name.clone(),
+                namespace: pod.metadata.namespace.clone(),
+            }),
+            spec: Some(PodSpec { volumes }),
+        }
+    }
+}
+
 /// One node of a `Nodes` list: its raw JSON (echoed back) and what the decision reads from it.
 #[derive(Debug)]
 pub struct WireNode {

@@ -274,3 +274,22 @@ fn results_use_pascal_case_keys() {
     .expect("serialisable");
     assert_eq!(p, r#"{"Host":"n1","Score":7}"#);
 }
+
+#[test]
+fn a_watched_pod_converts_to_the_same_claims_as_its_json() {
+    let json = serde_json::json!({
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"containers": [], "volumes": [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}},
+            {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+            {"name": "config", "configMap": {"name": "cfg"}},
+        ]}
+    });
+    let watched: k8s_openapi::api::core::v1::Pod =
+        serde_json::from_value(json.clone()).expect("a v1 Pod");
+    let wire: Pod = serde_json::from_value(json).expect("a wire pod");
+    let converted = Pod::from(&watched);
+    assert_eq!(converted.claim_names(), ["data-0", "web-scratch"]);
+    assert_eq!(converted.claim_names(), wire.claim_names());
+    assert_eq!((converted.namespace(), converted.name()), ("shop", "web"));
+}
