@@ -22,12 +22,11 @@ pub fn explain_pending(snap: &Snapshot, pod: &Pod) -> Option<String> {
     if !claims.has_delayed() {
         return None;
     }
-    let mut names: Vec<&str> = snap.node_names().collect();
-    names.sort_unstable();
     // Most pending pods are only waiting their turn in the scheduler's queue, and the Lease holder looks at every
-    // pending pod each tick: the first node that fits ends the look.
+    // pending pod each tick: the first node that fits ends the look (in the snapshot's order; names are sorted
+    // only for the message).
     let mut by_reason: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-    for node in names {
+    for node in snap.node_names() {
         match claims.decide_node(snap.node(node)) {
             Verdict::Fit(_) => return None,
             Verdict::Failed(reason) | Verdict::Unresolvable(reason) => {
@@ -40,7 +39,8 @@ pub fn explain_pending(snap: &Snapshot, pod: &Pod) -> Option<String> {
     }
     let parts: Vec<String> = by_reason
         .into_iter()
-        .map(|(reason, nodes)| {
+        .map(|(reason, mut nodes)| {
+            nodes.sort_unstable();
             let shown = nodes
                 .iter()
                 .take(NAMES_PER_REASON)
