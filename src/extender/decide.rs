@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use self::matching::{maximum_matching, merged};
 use self::scan::{Cause, ClaimView};
-use super::labels::Labels;
+use super::labels::NodeLabels;
 use super::model::Claim;
 use super::snapshot::{ClassIndex, NodeRef, Snapshot, VolId};
 
@@ -203,7 +203,7 @@ impl<'s> PodClaims<'s> {
     }
 
     /// The verdict for one node; `None` labels mean the node is unknown to the cache.
-    pub fn decide(&self, labels: Option<&Labels>) -> Verdict {
+    pub fn decide<L: NodeLabels>(&self, labels: Option<&L>) -> Verdict {
         self.decide_node(labels.map(|l| self.snap.node_from_labels(l)))
     }
 
@@ -221,7 +221,7 @@ impl<'s> PodClaims<'s> {
         };
         for (key, id) in &self.bound {
             let v = self.snap.volume(*id);
-            if !v.affinity.matches(node.labels) {
+            if !v.affinity.matches(node.labels()) {
                 return Verdict::Unresolvable(format!(
                     "claim {key}: bound PV {} has node affinity for other nodes",
                     v.name

@@ -43,7 +43,7 @@ impl PodClaims<'_> {
             taken[i] = match d.prebound {
                 Some(id) => Some(id)
                     .filter(free)
-                    .filter(|&id| self.snap.volume(id).affinity.matches(node.labels))?,
+                    .filter(|&id| self.snap.volume(id).affinity.matches(node.labels()))?,
                 None => ClassIndex::candidates(d.index, node.host)
                     .find(|s| {
                         s.is_free()

@@ -48,7 +48,7 @@ impl<'s> PodClaims<'s> {
     ) -> Result<ClaimView, String> {
         if let Some(id) = d.prebound {
             let v = self.snap.volume(id);
-            if !v.affinity.matches(node.labels) {
+            if !v.affinity.matches(node.labels()) {
                 return Err(format!(
                     "claim {}: pre-bound PV {} has node affinity for other nodes",
                     d.key, v.name
@@ -98,7 +98,7 @@ impl<'s> PodClaims<'s> {
 
     /// Node affinity, skipping the comparison when the index lookup by hostname already proved it.
     pub(super) fn on_node(&self, s: &Slot, node: NodeRef) -> bool {
-        s.affinity_is_hostname() || self.snap.volume(s.id()).affinity.matches(node.labels)
+        s.affinity_is_hostname() || self.snap.volume(s.id()).affinity.matches(node.labels())
     }
 
     /// The claim-specific rules (volume mode, volume attributes class, access modes, selector, capacity); class,

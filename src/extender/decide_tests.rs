@@ -373,7 +373,7 @@ fn claims_outside_static_delayed_classes_pass_every_node(#[case] claim: PvcBuild
     let snap = snapshot(vec![], vec![claim]);
     let pc = PodClaims::resolve(&snap, "default", &["data".to_string()]);
     assert!(pc.is_trivial());
-    assert_eq!(pc.decide(None), Verdict::Fit(Fit::default()));
+    assert_eq!(pc.decide_node(None), Verdict::Fit(Fit::default()));
     assert_eq!(
         pc.decide(snap.node_labels("n1")),
         Verdict::Fit(Fit::default())
@@ -402,7 +402,7 @@ fn pod_wide_problems_reject_every_node(#[case] claims: Vec<PvcBuilder>, #[case] 
 fn a_node_unknown_to_the_cache_fails_resolvably() {
     let snap = snapshot(vec![pv("p").on_node("n1")], vec![pvc("data")]);
     let pc = PodClaims::resolve(&snap, "default", &["data".to_string()]);
-    assert_eq!(pc.decide(None), failed("node not in extender cache"));
+    assert_eq!(pc.decide_node(None), failed("node not in extender cache"));
 }
 
 #[test]

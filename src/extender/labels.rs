@@ -15,6 +15,24 @@ pub type Labels = BTreeMap<String, String>;
 /// The node label that local PVs pin themselves to; the cache indexes PVs by its values.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
+/// A node's labels as a decision reads them: its hostname for the PV index on every node, the whole map only for
+/// a PV whose node affinity says more than a hostname. A request's nodes build the map on first use (most never
+/// do), the cache's nodes have it at hand.
+pub trait NodeLabels: std::fmt::Debug {
+    fn hostname(&self) -> Option<&str>;
+    fn all(&self) -> &Labels;
+}
+
+impl NodeLabels for Labels {
+    fn hostname(&self) -> Option<&str> {
+        self.get(HOSTNAME_LABEL).map(String::as_str)
+    }
+
+    fn all(&self) -> &Labels {
+        self
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Op {
     In(Vec<String>),

@@ -261,7 +261,7 @@ mod tests {
     fn pods_without_delayed_claims_get_one_neutral_score() {
         let snap = Snapshot::new([], [], [], [node("n1").build()]);
         let pc = PodClaims::resolve(&snap, "default", &[]);
-        let verdicts = vec![pc.decide(None), pc.decide(None)];
+        let verdicts = vec![pc.decide_node(None), pc.decide_node(None)];
         let got = score(&snap, Strategy::Binpack, pc.has_delayed(), &verdicts);
         assert_eq!(got, [NEUTRAL_SCORE, NEUTRAL_SCORE]);
     }

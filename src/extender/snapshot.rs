@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 
-use super::labels::{HOSTNAME_LABEL, Labels};
+use super::labels::{HOSTNAME_LABEL, Labels, NodeLabels};
 use super::model::{AccessModes, Claim, Class, Phase, Volume};
 use crate::disk::VolumeMode;
 
@@ -113,8 +113,15 @@ pub struct ClassIndex {
 /// A node as a decision sees it: its labels, and its hostname's id for the pinned-PV index.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeRef<'a> {
-    pub labels: &'a Labels,
+    labels: &'a dyn NodeLabels,
     pub host: Option<HostId>,
+}
+
+impl<'a> NodeRef<'a> {
+    /// All the node's labels, for a PV affinity that the hostname index does not settle.
+    pub fn labels(&self) -> &'a Labels {
+        self.labels.all()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -236,10 +243,8 @@ impl Snapshot {
     }
 
     /// A node known only by its labels (`Nodes` mode): its hostname is looked up here, once.
-    pub fn node_from_labels<'a>(&self, labels: &'a Labels) -> NodeRef<'a> {
-        let host = labels
-            .get(HOSTNAME_LABEL)
-            .and_then(|h| self.hosts.get(h.as_str()).copied());
+    pub fn node_from_labels<'a>(&self, labels: &'a dyn NodeLabels) -> NodeRef<'a> {
+        let host = labels.hostname().and_then(|h| self.hosts.get(h).copied());
         NodeRef { labels, host }
     }
 

@@ -156,3 +156,47 @@ pub fn assignments(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extender::fixtures::{local_class, node, pv, pvc};
+
+    fn snapshot(pv: crate::extender::fixtures::PvBuilder) -> Snapshot {
+        Snapshot::new(
+            [pv.build()],
+            [pvc("data").build()],
+            [local_class("local")],
+            // NB: the cache's n1 is in zone b; the requests below say zone a.
+            [node("n1").label("zone", "b").build()],
+        )
+    }
+
+    fn nodes_request() -> ExtenderArgs {
+        let body = r#"{"Pod":{"metadata":{"name":"p","namespace":"default"},"spec":{"volumes":[
+            {"name":"d","persistentVolumeClaim":{"claimName":"data"}}]}},
+            "Nodes":{"items":[{"metadata":{"name":"n1","labels":{"kubernetes.io/hostname":"n1","zone":"a"}}}]}}"#;
+        ExtenderArgs::from_slice(body.as_bytes()).expect("valid args")
+    }
+
+    fn fits(args: &ExtenderArgs, snap: &Snapshot) -> bool {
+        let (verdicts, _) = evaluate(args, snap, false);
+        matches!(verdicts.as_slice(), [(name, Verdict::Fit(_))] if name == "n1")
+    }
+
+    #[test]
+    fn in_nodes_mode_a_zonal_pv_is_matched_against_the_requests_labels() {
+        let snap = snapshot(pv("zonal").affinity(vec![vec![("zone", "In", vec!["a"])]]));
+        let args = nodes_request();
+        assert!(fits(&args, &snap));
+        assert!(args.nodes.as_ref().expect("nodes")[0].labels.is_built());
+    }
+
+    #[test]
+    fn a_pv_pinned_by_hostname_never_builds_the_requests_label_map() {
+        let snap = snapshot(pv("pinned").on_node("n1"));
+        let args = nodes_request();
+        assert!(fits(&args, &snap));
+        assert!(!args.nodes.as_ref().expect("nodes")[0].labels.is_built());
+    }
+}

@@ -4,31 +4,40 @@
 //! keys of `ExtenderArgs` are matched ignoring ASCII case here too, and every field tolerates `null`.
 //!
 //! ```text
-//!  body: Bytes ─> one validating scan ─┬─> Pod (narrow struct: name, namespace, volumes)
-//!                                      ├─> NodeNames
-//!                                      └─> Nodes.items[i]: &RawValue ─> RawNode (a slice of the body, not a copy)
-//!                                                                    └─> node::read: metadata.name and .labels only
+//!  body: Bytes ─> walk (keys, punctuation) ─┬─> Pod (narrow struct: name, namespace, volumes)
+//!    each value checked once by serde_json  ├─> NodeNames
+//!                                           └─> Nodes.items (items: in parts on up to 4 threads)
+//!                                                 [i]: &RawValue ─> RawNode (a slice of the body, not a copy)
+//!                                                               └─> node::read: metadata.name; labels checked,
+//!                                                                   hostname read, map built only on demand
 //!  filter result ─> ExtenderFilterResult::to_json: survivors' RawNodes copied once, into the response
 //! ```
 //!
 //! Only what the decision needs is decoded. A node's JSON is read once by the scan; then only its `metadata` is
 //! decoded, and it is echoed back byte for byte if it survives, so a 5,000-node request is never decoded into
-//! `v1.Node` structs nor copied before the answer is written.
+//! `v1.Node` structs nor copied before the answer is written. Its labels become a map only when a PV's affinity
+//! needs more than the hostname (`WireLabels`).
 
+mod items;
 mod node;
+mod walk;
+pub use node::WireLabels;
+#[cfg(test)]
+mod split_tests;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
-use std::fmt;
+use std::sync::OnceLock;
 
 use bytes::Bytes;
-use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::IgnoredAny;
 use serde::ser;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use super::labels::Labels;
+use items::Split;
+use walk::Walker;
 
 /// `ExtenderArgs`: the pod and the candidate nodes, as objects (`Nodes`) or names (`NodeNames`).
 #[derive(Debug, Default)]
@@ -40,11 +49,41 @@ pub struct ExtenderArgs {
 
 impl ExtenderArgs {
     /// Decodes a request body. Each node's JSON stays in `body` (kept alive by the `RawNode`s), so nothing the
-    /// decision does not read is copied.
+    /// decision does not read is copied. A long node list is checked on up to 4 threads (`items`).
     pub fn decode(body: Bytes) -> Result<ExtenderArgs, serde_json::Error> {
-        let mut de = serde_json::Deserializer::from_slice(&body);
-        let args = de.deserialize_map(ArgsVisitor { body: &body })?;
-        de.end()?;
+        static THREADS: OnceLock<usize> = OnceLock::new();
+        let threads = *THREADS
+            .get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)));
+        ExtenderArgs::decode_on(body, threads)
+    }
+
+    /// `decode` with the node list checked on at most `threads` threads.
+    pub fn decode_on(body: Bytes, threads: usize) -> Result<ExtenderArgs, serde_json::Error> {
+        ExtenderArgs::decode_split(body, Split::on(threads))
+    }
+
+    fn decode_split(body: Bytes, split: Split) -> Result<ExtenderArgs, serde_json::Error> {
+        let mut w = Walker::new(&body);
+        if !w.enter(b'{') {
+            return Err(expected(&mut w, "an ExtenderArgs object"));
+        }
+        let mut args = ExtenderArgs::default();
+        let mut first = true;
+        while let Some(key) = w.next_key(first)? {
+            first = false;
+            if key.eq_ignore_ascii_case("pod") {
+                args.pod = w.value::<Option<Pod>>()?.unwrap_or_default();
+            } else if key.eq_ignore_ascii_case("nodes") {
+                args.nodes = node_list(&mut w, &body, split)?;
+            } else if key.eq_ignore_ascii_case("nodenames") {
+                args.node_names = w
+                    .value::<Option<Vec<Option<String>>>>()?
+                    .map(|names| names.into_iter().flatten().collect());
+            } else {
+                w.raw()?;
+            }
+        }
+        w.end()?;
         Ok(args)
     }
 
@@ -54,134 +93,43 @@ impl ExtenderArgs {
     }
 }
 
-struct ArgsVisitor<'b> {
-    body: &'b Bytes,
-}
-
-impl<'de> Visitor<'de> for ArgsVisitor<'_> {
-    type Value = ExtenderArgs;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an ExtenderArgs object")
+/// `Nodes`: a `v1.NodeList` or `null`; its `items` become `WireNode`s sharing the body.
+fn node_list(
+    w: &mut Walker,
+    body: &Bytes,
+    split: Split,
+) -> Result<Option<Vec<WireNode>>, serde_json::Error> {
+    if w.null() {
+        return Ok(None);
     }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ExtenderArgs, A::Error> {
-        let mut args = ExtenderArgs::default();
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if key.eq_ignore_ascii_case("pod") {
-                args.pod = map.next_value::<Option<Pod>>()?.unwrap_or_default();
-            } else if key.eq_ignore_ascii_case("nodes") {
-                args.nodes = map.next_value_seed(NodeListSeed { body: self.body })?;
-            } else if key.eq_ignore_ascii_case("nodenames") {
-                args.node_names = map
-                    .next_value::<Option<Vec<Option<String>>>>()?
-                    .map(|names| names.into_iter().flatten().collect());
+    if !w.enter(b'{') {
+        return Err(expected(w, "a NodeList object or null"));
+    }
+    let mut nodes = Vec::new();
+    let mut first = true;
+    while let Some(key) = w.next_key(first)? {
+        first = false;
+        if key == "items" {
+            nodes = if w.null() {
+                Vec::new()
+            } else if w.enter(b'[') {
+                items::read(w, body, split)?
             } else {
-                map.next_value::<IgnoredAny>()?;
-            }
+                return Err(expected(w, "a list of Nodes or null"));
+            };
+        } else {
+            w.raw()?;
         }
-        Ok(args)
     }
+    Ok(Some(nodes))
 }
 
-/// `Nodes`: a `v1.NodeList` or `null`; its `items` become `WireNode`s borrowing from the body.
-struct NodeListSeed<'b> {
-    body: &'b Bytes,
-}
-
-impl<'de> DeserializeSeed<'de> for NodeListSeed<'_> {
-    type Value = Option<Vec<WireNode>>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for NodeListSeed<'_> {
-    type Value = Option<Vec<WireNode>>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a NodeList object or null")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_map(self)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if key == "items" {
-                items = map
-                    .next_value_seed(ItemsSeed { body: self.body })?
-                    .unwrap_or_default();
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok(Some(items))
-    }
-}
-
-/// `items` of a NodeList, or `null`.
-struct ItemsSeed<'b> {
-    body: &'b Bytes,
-}
-
-impl<'de> DeserializeSeed<'de> for ItemsSeed<'_> {
-    type Value = Option<Vec<WireNode>>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ItemsSeed<'_> {
-    type Value = Option<Vec<WireNode>>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a list of Nodes or null")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_seq(self)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut nodes = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        // NB: borrowed, so the scan validates each node and hands back its span without copying it.
-        while let Some(raw) = seq.next_element::<&'de RawValue>()? {
-            let meta = node::read(raw.get()).map_err(|e| {
-                de::Error::custom(format_args!(
-                    "failed to read Nodes.items[{}]: {e}",
-                    nodes.len()
-                ))
-            })?;
-            let raw = RawNode::within(self.body, raw.get())
-                .ok_or_else(|| de::Error::custom("failed to locate a Node in the request body"))?;
-            nodes.push(WireNode {
-                raw,
-                name: meta.name,
-                labels: meta.labels,
-            });
-        }
-        Ok(Some(nodes))
+/// The error for a value at the cursor that is not `what`: serde_json's when it is not JSON at all.
+fn expected(w: &mut Walker, what: &str) -> serde_json::Error {
+    let at = w.clone();
+    match w.raw() {
+        Err(e) => e,
+        Ok(_) => at.error(&format!("invalid type: expected {what}")),
     }
 }
 
@@ -294,7 +242,7 @@ impl From<&k8s_openapi::api::core::v1::Pod> for Pod {
 pub struct WireNode {
     pub raw: RawNode,
     pub name: String,
-    pub labels: Labels,
+    pub labels: WireLabels,
 }
 
 /// One JSON value exactly as received, shared with the request body rather than copied out of it.
@@ -304,13 +252,6 @@ pub struct WireNode {
 pub struct RawNode(Bytes);
 
 impl RawNode {
-    /// The part of `body` that `json` (a slice borrowed from `body` by a validating scan) occupies.
-    fn within(body: &Bytes, json: &str) -> Option<RawNode> {
-        let start = (json.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
-        let end = start.checked_add(json.len())?;
-        (end <= body.len()).then(|| RawNode(body.slice(start..end)))
-    }
-
     pub fn json(&self) -> &[u8] {
         &self.0
     }

@@ -2,6 +2,7 @@ use rstest::rstest;
 use serde_json::json;
 
 use super::*;
+use crate::extender::labels::{Labels, NodeLabels};
 
 fn decode(body: &str) -> Result<ExtenderArgs, serde_json::Error> {
     ExtenderArgs::from_slice(body.as_bytes())
@@ -40,7 +41,7 @@ fn nodes_keep_their_raw_json_and_expose_name_and_labels() {
     let args = decode(body).expect("valid args");
     let nodes = args.nodes.expect("nodes given");
     assert_eq!(nodes[0].name, "n1");
-    assert_eq!(nodes[0].labels, labels(&[("a", "b"), ("c", "")]));
+    assert_eq!(nodes[0].labels.all(), &labels(&[("a", "b"), ("c", "")]));
     assert!(
         std::str::from_utf8(nodes[0].raw.json())
             .expect("utf-8")
@@ -68,7 +69,7 @@ fn nodes_keep_their_raw_json_and_expose_name_and_labels() {
 fn metadata_is_found_wherever_it_is(#[case] node: &str) {
     let nodes = nodes_of(&format!(r#"{{"Nodes":{{"items":[{node}]}}}}"#));
     assert_eq!(nodes[0].name, "n1");
-    assert_eq!(nodes[0].labels, labels(&[("k", "v")]));
+    assert_eq!(nodes[0].labels.all(), &labels(&[("k", "v")]));
     assert_eq!(nodes[0].raw.json(), node.as_bytes().trim_ascii());
 }
 
@@ -84,7 +85,7 @@ fn metadata_is_found_wherever_it_is(#[case] node: &str) {
 fn missing_or_null_parts_read_as_empty(#[case] node: &str, #[case] name: &str) {
     let nodes = nodes_of(&format!(r#"{{"Nodes":{{"items":[{node}]}}}}"#));
     assert_eq!(nodes[0].name, name);
-    assert!(nodes[0].labels.is_empty());
+    assert!(nodes[0].labels.all().is_empty());
     assert_eq!(nodes[0].raw.json(), node.as_bytes());
 }
 
@@ -99,8 +100,31 @@ fn names_and_labels_are_unescaped(#[case] json_string: &str, #[case] text: &str)
     );
     let nodes = nodes_of(&format!(r#"{{"Nodes":{{"items":[{node}]}}}}"#));
     assert_eq!(nodes[0].name, text);
-    assert_eq!(nodes[0].labels, labels(&[(text, text)]));
+    assert_eq!(nodes[0].labels.all(), &labels(&[(text, text)]));
     assert_eq!(nodes[0].raw.json(), node.as_bytes());
+}
+
+#[rstest]
+#[case::plain(r#"{"kubernetes.io/hostname":"h1","zone":"a"}"#, Some("h1"))]
+#[case::escaped_key_and_value(r#"{"kubernetes.io\/hostname":"h\u0031"}"#, Some("h1"))]
+#[case::null_value(r#"{"kubernetes.io/hostname":null}"#, Some(""))]
+#[case::absent(r#"{"zone":"a"}"#, None)]
+#[case::no_labels("null", None)]
+fn the_hostname_is_read_without_building_the_label_map(
+    #[case] labels: &str,
+    #[case] hostname: Option<&str>,
+) {
+    let nodes = nodes_of(&format!(
+        r#"{{"Nodes":{{"items":[{{"metadata":{{"name":"n1","labels":{labels}}}}}]}}}}"#
+    ));
+    assert_eq!(nodes[0].labels.hostname(), hostname);
+    assert!(!nodes[0].labels.is_built());
+    let map = nodes[0].labels.all();
+    assert_eq!(
+        map.get("kubernetes.io/hostname").map(String::as_str),
+        hostname
+    );
+    assert!(nodes[0].labels.is_built());
 }
 
 #[rstest]
