@@ -484,13 +484,10 @@ fn decoding() {
     // NB: the two decoders take turns, run by run, so a slow spell of this shared machine hits both alike.
     let [lean, one] = time_turns(
         n,
-        [
-            &|| drop(std::hint::black_box(decode(&body))),
-            &|| {
-                let args = ExtenderArgs::decode_on(body.clone(), 1).expect("valid ExtenderArgs");
-                drop(std::hint::black_box(args));
-            },
-        ],
+        [&|| drop(std::hint::black_box(decode(&body))), &|| {
+            let args = ExtenderArgs::decode_on(body.clone(), 1).expect("valid ExtenderArgs");
+            drop(std::hint::black_box(args));
+        }],
     );
     figure(
         "extender.decode_5000_nodes",
