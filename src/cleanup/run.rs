@@ -18,8 +18,8 @@ use tracing::{info, warn};
 use super::lease::Elector;
 use super::{Action, Inputs, Settings, plan};
 use crate::agent::watch::{Store, run as watch_run};
+use crate::extender::pending;
 use crate::extender::server::Cache;
-use crate::extender::wire::Pod as WirePod;
 use crate::inventory::LocalDisk;
 use crate::plan::pv::NODE_LABEL;
 
@@ -164,8 +164,8 @@ async fn lead(client: Client, cfg: Cleanup, st: Stores, mut shutdown: tokio_watc
     }
 }
 
-/// One Warning Event per pending pod and distinct explanation, on pods pending for a while whose delayed local
-/// claims fit no node.
+/// One Warning Event per pending pod and distinct explanation (`pending::plan_explanations`); a failed publish
+/// is tried again on the next look.
 async fn explain_pending(
     recorder: &Recorder,
     cache: &Cache,
@@ -174,44 +174,31 @@ async fn explain_pending(
 ) {
     let snap = cache.load();
     let now = k8s_openapi::jiff::Timestamp::now();
+    let plan = pending::plan_explanations(&snap, pods, now, PENDING_AFTER, explained);
     let mut seen = BTreeMap::new();
-    for pod in pods {
-        let Some(uid) = pod.metadata.uid.clone() else {
-            continue;
-        };
-        let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        let old_enough = created
-            .is_some_and(|t| now.duration_since(t).as_secs() >= PENDING_AFTER.as_secs() as i64);
-        if !old_enough {
-            continue;
-        }
-        // Pods without delayed local claims (none at all, or other classes) come back as None.
-        let Some(message) = crate::extender::pending::explain_pending(&snap, &WirePod::from(pod))
-        else {
-            continue;
-        };
-        if explained.get(&uid) != Some(&message) {
+    for e in plan {
+        if e.publish {
             let reference = ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Pod".into()),
-                namespace: pod.metadata.namespace.clone(),
-                name: pod.metadata.name.clone(),
-                uid: Some(uid.clone()),
+                namespace: e.pod.metadata.namespace.clone(),
+                name: e.pod.metadata.name.clone(),
+                uid: Some(e.uid.clone()),
                 ..Default::default()
             };
             let ev = Event {
                 type_: EventType::Warning,
                 reason: "NoLocalVolume".into(),
-                note: Some(message.chars().take(1000).collect()),
+                note: Some(e.message.chars().take(1000).collect()),
                 action: "Explain".into(),
                 secondary: None,
             };
             if let Err(error) = recorder.publish(&ev, &reference).await {
-                warn!(%error, pod = ?pod.metadata.name, "failed to publish the pending pod's explanation");
+                warn!(%error, pod = ?e.pod.metadata.name, "failed to publish the pending pod's explanation");
                 continue;
             }
         }
-        seen.insert(uid, message);
+        seen.insert(e.uid, e.message);
     }
     *explained = seen;
 }

@@ -4,9 +4,13 @@
 //! extender is never called and the pod's FailedScheduling event carries only the in-tree summary ("didn't find
 //! available persistent volumes to bind"). The Lease holder therefore looks at pending pods itself and, for those
 //! whose delayed local claims fit no node, adds one Event with the reason per node, grouped. Pure: the shell in
-//! `cleanup::run` decides when to look and publishes the message.
+//! `cleanup::run` looks every few seconds and publishes what `plan_explanations` says.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod as KubePod;
+use k8s_openapi::jiff::Timestamp;
 
 use super::decide::{PodClaims, Verdict};
 use super::snapshot::Snapshot;
@@ -62,6 +66,46 @@ pub fn explain_pending(snap: &Snapshot, pod: &Pod) -> Option<String> {
     ))
 }
 
+/// A pending pod's explanation, and whether it still has to be published.
+#[derive(Debug)]
+pub struct Explanation<'a> {
+    pub pod: &'a KubePod,
+    pub uid: String,
+    pub message: String,
+    /// False when `published` already holds this message for the pod: one Event per pod and distinct message.
+    pub publish: bool,
+}
+
+/// The pods among `pods` pending at least `after` (by creation time) that no node can take, with their
+/// explanations. `published` maps pod uid to the message last published; the caller keeps, for the next look, the
+/// entries it published (or did not need to).
+pub fn plan_explanations<'a>(
+    snap: &Snapshot,
+    pods: &'a [KubePod],
+    now: Timestamp,
+    after: Duration,
+    published: &BTreeMap<String, String>,
+) -> Vec<Explanation<'a>> {
+    let old_enough = |pod: &KubePod| {
+        let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        created.is_some_and(|t| now.duration_since(t).as_secs() >= after.as_secs() as i64)
+    };
+    pods.iter()
+        .filter(|pod| old_enough(pod))
+        .filter_map(|pod| {
+            let uid = pod.metadata.uid.clone()?;
+            let message = explain_pending(snap, &Pod::from(pod))?;
+            let publish = published.get(&uid) != Some(&message);
+            Some(Explanation {
+                pod,
+                uid,
+                message,
+                publish,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,6 +130,68 @@ mod tests {
             "spec": {"volumes": volumes}
         }))
         .expect("a wire pod")
+    }
+
+    fn kube_pod(uid: &str, age_secs: i64, claims: &[&str]) -> KubePod {
+        let volumes: Vec<_> = claims
+            .iter()
+            .map(|c| serde_json::json!({"name": c, "persistentVolumeClaim": {"claimName": c}}))
+            .collect();
+        let created = Timestamp::UNIX_EPOCH + jiff_secs(1_000 - age_secs);
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": uid, "namespace": "default", "uid": uid, "creationTimestamp": created.to_string()},
+            "spec": {"containers": [], "volumes": volumes}
+        }))
+        .expect("a v1 pod")
+    }
+
+    fn jiff_secs(secs: i64) -> k8s_openapi::jiff::SignedDuration {
+        k8s_openapi::jiff::SignedDuration::from_secs(secs)
+    }
+
+    /// uid, message and whether to publish, per planned explanation.
+    fn plan(pods: &[KubePod], published: &[(&str, &str)]) -> Vec<(String, String, bool)> {
+        let snap = snapshot(
+            vec![pv("small").on_node("n1").capacity("5Gi")],
+            vec![pvc("big").request("50Gi"), pvc("fits").request("1Gi")],
+        );
+        let published = published
+            .iter()
+            .map(|(uid, m)| (uid.to_string(), m.to_string()))
+            .collect();
+        let now = Timestamp::UNIX_EPOCH + jiff_secs(1_000);
+        plan_explanations(&snap, pods, now, Duration::from_secs(5), &published)
+            .into_iter()
+            .map(|e| (e.uid, e.message, e.publish))
+            .collect()
+    }
+
+    #[test]
+    fn only_pods_pending_a_while_that_fit_nowhere_are_explained() {
+        let pods = [
+            kube_pod("young", 2, &["big"]),
+            kube_pod("old", 30, &["big"]),
+            kube_pod("placeable", 30, &["fits"]),
+            kube_pod("no-claims", 30, &[]),
+        ];
+        let planned = plan(&pods, &[]);
+        let uids: Vec<(&str, bool)> = planned.iter().map(|(u, _, p)| (u.as_str(), *p)).collect();
+        assert_eq!(uids, [("old", true)]);
+        assert!(
+            planned[0].1.contains("largest free PV is 5Gi"),
+            "{}",
+            planned[0].1
+        );
+    }
+
+    #[test]
+    fn a_message_already_published_is_kept_but_not_published_again() {
+        let pods = [kube_pod("old", 30, &["big"])];
+        let message = plan(&pods, &[]).remove(0).1;
+        let again = plan(&pods, &[("old", &message)]);
+        assert_eq!(again, [("old".to_string(), message.clone(), false)]);
+        let changed = plan(&pods, &[("old", "an older reason")]);
+        assert_eq!(changed, [("old".to_string(), message, true)]);
     }
 
     #[test]
