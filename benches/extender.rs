@@ -11,7 +11,7 @@
 //! (kube-scheduler strips managedFields), about 8 KiB of JSON each.
 //!
 //! Knobs (env): LOCALPV_BENCH_SCALE (1.0) multiplies iteration counts; LOCALPV_BENCH_LOAD_SECS (3);
-//! LOCALPV_BENCH_ONLY (comma-separated parts: memory, decoding, latency, throughput; all when unset);
+//! LOCALPV_BENCH_ONLY (comma-separated parts: memory, rebuild, decoding, latency, throughput; all when unset);
 //! LOCALPV_BENCH_FIGURES (a file to append the headline figures to, one JSON object per line: decoding p50 and
 //! p99, filter and prioritize p50 and p99 per case, requests per second, memory).
 
@@ -24,6 +24,7 @@ use axum::http::Request;
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use localpv::extender::labels::Labels;
 use localpv::extender::model::{Claim, Class, Strategy, Volume, node_labels};
 use localpv::extender::server::{AppState, Cache, ServerConfig, app};
 use localpv::extender::snapshot::Snapshot;
@@ -151,6 +152,12 @@ fn class() -> Class {
 /// `nodes` nodes with 10 PVs each (see the module doc) and the pods' claims: `fits` (8Gi, every node has a
 /// free PV for it), `logs` (15Gi, likewise) and `data` (75Gi, only odd nodes have a free PV that large).
 fn cluster(nodes: usize) -> Snapshot {
+    let (volumes, claims, nodes) = cluster_models(nodes);
+    Snapshot::new(volumes, claims, [class()], nodes)
+}
+
+/// The models `cluster` builds its snapshot from, as the watch stores hold them.
+fn cluster_models(nodes: usize) -> (Vec<Volume>, Vec<Claim>, Vec<(String, Labels)>) {
     let mut volumes = Vec::with_capacity(nodes * PVS_PER_NODE);
     let mut claims = vec![
         claim(pvc_json("fits", 8, None)),
@@ -178,7 +185,7 @@ fn cluster(nodes: usize) -> Snapshot {
         let n: Node = serde_json::from_value(node_json(i)).expect("valid node");
         node_labels(&n).expect("named node")
     });
-    Snapshot::new(volumes, claims, [class()], nodes)
+    (volumes, claims, nodes.collect())
 }
 
 fn pod_json(claims: &[&str]) -> Value {
@@ -560,6 +567,45 @@ fn page_size() -> u64 {
         .unwrap_or(4096)
 }
 
+/// The extender rebuilds its snapshot from the watch stores after every burst of changes (100 ms quiet time):
+/// while kube-scheduler binds pods, several times a second. The stores share their models with the snapshot
+/// (`Arc`), as here.
+fn rebuild() {
+    println!("### Snapshot rebuild from the watch stores (ms)\n");
+    row(&["nodes", "PVs", "claims", "p50", "p99", "runs"].map(String::from));
+    row(&["---"; 6].map(String::from));
+    for (nodes, base) in [(100, 200), (1000, 40), (5000, 10)] {
+        let (volumes, claims, labels) = cluster_models(nodes);
+        let volumes: Vec<Arc<Volume>> = volumes.into_iter().map(Arc::new).collect();
+        let claims: Vec<Arc<Claim>> = claims.into_iter().map(Arc::new).collect();
+        let labels: Vec<(String, Arc<Labels>)> =
+            labels.into_iter().map(|(n, l)| (n, Arc::new(l))).collect();
+        let stats = time(
+            iterations(base),
+            || (),
+            |()| {
+                let v = volumes.iter().cloned();
+                Snapshot::new(v, claims.iter().cloned(), [class()], labels.iter().cloned())
+            },
+        );
+        figure(
+            &format!("extender.rebuild_{nodes}_nodes"),
+            &format!("snapshot rebuild, {nodes} nodes x 10 PVs"),
+            "ms",
+            &stats.runs_ms,
+        );
+        row(&[
+            nodes.to_string(),
+            volumes.len().to_string(),
+            claims.len().to_string(),
+            ms(stats.p50),
+            ms(stats.p99),
+            stats.n.to_string(),
+        ]);
+    }
+    println!();
+}
+
 fn memory() {
     const PVS: usize = 100_000;
     const PVCS: usize = 50_000;
@@ -653,6 +699,9 @@ fn main() {
     // Memory first, before other allocations leave freed heap behind that would absorb the growth.
     if run("memory") {
         memory();
+    }
+    if run("rebuild") {
+        rebuild();
     }
     if run("decoding") {
         decoding();

@@ -29,6 +29,10 @@ fn deleted_now() -> Time {
     )
 }
 
+/// Empty model lists for `Snapshot::new`, whose element types an empty `[]` does not name.
+pub const NO_VOLUMES: [Volume; 0] = [];
+pub const NO_CLAIMS: [Claim; 0] = [];
+
 pub struct PvBuilder(pub PersistentVolume);
 
 pub fn pv(name: &str) -> PvBuilder {

@@ -168,7 +168,9 @@ mod tests {
 
     use super::*;
     use crate::extender::decide::PodClaims;
-    use crate::extender::fixtures::{PvBuilder, class, local_class, node, pv, pvc};
+    use crate::extender::fixtures::{
+        NO_CLAIMS, NO_VOLUMES, PvBuilder, class, local_class, node, pv, pvc,
+    };
     use crate::extender::model::{Class, SCORE_STRATEGY_ANNOTATION};
 
     fn annotated(name: &str, strategy: &str) -> Class {
@@ -259,7 +261,7 @@ mod tests {
 
     #[test]
     fn pods_without_delayed_claims_get_one_neutral_score() {
-        let snap = Snapshot::new([], [], [], [node("n1").build()]);
+        let snap = Snapshot::new(NO_VOLUMES, NO_CLAIMS, [], [node("n1").build()]);
         let pc = PodClaims::resolve(&snap, "default", &[]);
         let verdicts = vec![pc.decide_node(None), pc.decide_node(None)];
         let got = score(&snap, Strategy::Binpack, pc.has_delayed(), &verdicts);

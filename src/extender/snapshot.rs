@@ -17,6 +17,7 @@
 //! "smallest fitting first" is a plain scan.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::labels::{HOSTNAME_LABEL, Labels, NodeLabels};
 use super::model::{AccessModes, Claim, Class, Phase, Volume};
@@ -126,11 +127,12 @@ impl<'a> NodeRef<'a> {
 
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    volumes: Vec<Volume>,
+    /// Shared with the watch stores: a rebuild copies pointers, not models.
+    volumes: Vec<Arc<Volume>>,
     by_name: HashMap<String, VolId>,
     by_class: HashMap<String, ClassIndex>,
     prebound: HashMap<String, Vec<VolId>>,
-    claims: HashMap<String, Claim>,
+    claims: HashMap<String, Arc<Claim>>,
     classes: HashMap<String, Class>,
     nodes: NodeTable,
     hosts: FastMap<String, HostId>,
@@ -150,24 +152,33 @@ fn intern(ids: &mut FastMap<String, HostId>, name: &str) -> HostId {
 }
 
 impl Snapshot {
-    pub fn new(
-        volumes: impl IntoIterator<Item = Volume>,
-        claims: impl IntoIterator<Item = Claim>,
+    /// Models by value or shared (`Arc`): the extender's watch stores hand over shared ones, so a rebuild after a
+    /// change copies pointers and builds only the indexes.
+    pub fn new<L: Into<Arc<Labels>>>(
+        volumes: impl IntoIterator<Item = impl Into<Arc<Volume>>>,
+        claims: impl IntoIterator<Item = impl Into<Arc<Claim>>>,
         classes: impl IntoIterator<Item = Class>,
-        nodes: impl IntoIterator<Item = (String, Labels)>,
+        nodes: impl IntoIterator<Item = (String, L)>,
     ) -> Snapshot {
-        let mut volumes: Vec<Volume> = volumes.into_iter().collect();
+        let mut volumes: Vec<Arc<Volume>> = volumes.into_iter().map(Into::into).collect();
         volumes.sort_by(|a, b| {
             a.capacity
                 .cmp(&b.capacity)
                 .then_with(|| a.name.cmp(&b.name))
         });
         let mut snap = Snapshot {
-            claims: claims.into_iter().map(|c| (c.key(), c)).collect(),
+            claims: claims
+                .into_iter()
+                .map(|c| {
+                    let c: Arc<Claim> = c.into();
+                    (c.key(), c)
+                })
+                .collect(),
             classes: classes.into_iter().map(|c| (c.name.clone(), c)).collect(),
             ..Snapshot::default()
         };
         let nodes = nodes.into_iter().map(|(name, labels)| {
+            let labels: Arc<Labels> = labels.into();
             let host = labels
                 .get(HOSTNAME_LABEL)
                 .map(|h| intern(&mut snap.hosts, h));
@@ -224,7 +235,9 @@ impl Snapshot {
     }
 
     pub fn claim(&self, namespace: &str, name: &str) -> Option<&Claim> {
-        self.claims.get(&format!("{namespace}/{name}"))
+        self.claims
+            .get(&format!("{namespace}/{name}"))
+            .map(Arc::as_ref)
     }
 
     pub fn class(&self, name: &str) -> Option<&Class> {

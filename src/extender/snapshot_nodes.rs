@@ -10,6 +10,7 @@
 //! host id sits next to the name, so the fast path of a decision never reads the labels.
 
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
 use super::HostId;
 use crate::extender::labels::Labels;
@@ -88,13 +89,13 @@ struct Entry {
 pub struct NodeTable {
     names: String,
     entries: Vec<Entry>,
-    labels: Vec<Labels>,
+    labels: Vec<Arc<Labels>>,
     buckets: Vec<Bucket>,
 }
 
 impl NodeTable {
     /// Nodes with their host ids; a name given twice keeps the last labels, as a map would.
-    pub fn new(nodes: Vec<(String, Labels, Option<HostId>)>) -> NodeTable {
+    pub fn new(nodes: Vec<(String, Arc<Labels>, Option<HostId>)>) -> NodeTable {
         let size = (nodes.len() * 2).next_power_of_two().max(8);
         let mut table = NodeTable {
             names: String::with_capacity(nodes.iter().map(|(n, _, _)| n.len()).sum()),

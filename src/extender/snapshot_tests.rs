@@ -3,12 +3,12 @@ use std::hash::{BuildHasher, BuildHasherDefault};
 use rstest::rstest;
 
 use super::*;
-use crate::extender::fixtures::{PvBuilder, node, pv};
+use crate::extender::fixtures::{NO_CLAIMS, NO_VOLUMES, PvBuilder, node, pv};
 
 fn snapshot(pvs: Vec<PvBuilder>) -> Snapshot {
     Snapshot::new(
         pvs.into_iter().map(PvBuilder::build),
-        [],
+        NO_CLAIMS,
         [],
         [
             node("n1").label("zone", "a").build(),
@@ -128,7 +128,7 @@ fn slots_copy_the_state_the_scan_reads(
     #[case] coming_back: bool,
 ) {
     let v = volume.build();
-    let snap = Snapshot::new([v.clone()], [], [], [node("n1").build()]);
+    let snap = Snapshot::new([v.clone()], NO_CLAIMS, [], [node("n1").build()]);
     let slot = *snap
         .candidates("local", cached(&snap, "n1"))
         .next()
@@ -181,7 +181,7 @@ fn node_lookups_find_every_node_and_only_those() {
         .collect();
     // The same name twice keeps the last labels, as a map would.
     let again = node("node-7").label("i", "again").build();
-    let snap = Snapshot::new([], [], [], nodes.into_iter().chain([again]));
+    let snap = Snapshot::new(NO_VOLUMES, NO_CLAIMS, [], nodes.into_iter().chain([again]));
     assert_eq!(snap.counts()[3].1, 3000);
     for i in 0..3000 {
         let name = format!("node-{i}");

@@ -36,9 +36,10 @@ use super::snapshot::Snapshot;
 /// Quiet time collected before rebuilding, so a burst of changes costs one snapshot.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
+/// Models by object key; shared (`Arc`) with the snapshots built from them.
 struct Store<T> {
-    items: HashMap<String, T>,
-    relist: Option<HashMap<String, T>>,
+    items: HashMap<String, Arc<T>>,
+    relist: Option<HashMap<String, Arc<T>>>,
     synced: bool,
 }
 
@@ -68,8 +69,9 @@ fn key(meta: &kube::api::ObjectMeta) -> String {
     }
 }
 
-/// Applies one watch event to a store; returns whether the store's visible content changed.
-fn apply<K, T>(
+/// Applies one watch event to a store; returns whether the store's visible content changed. An update that leaves
+/// the model as it was (a status or annotation the decision does not read) changes nothing, so it costs no rebuild.
+fn apply<K, T: PartialEq>(
     store: &Mutex<Store<T>>,
     kind: Kind,
     event: Event<DynamicObject>,
@@ -99,7 +101,7 @@ where
         }
         Event::InitApply(obj) => {
             if let (Some(item), Some(relist)) = (decode(&obj), store.relist.as_mut()) {
-                relist.insert(key(&obj.metadata), item);
+                relist.insert(key(&obj.metadata), Arc::new(item));
             }
             false
         }
@@ -112,16 +114,19 @@ where
         Event::Apply(obj) => {
             let k = key(&obj.metadata);
             match decode(&obj) {
-                Some(item) => store.items.insert(k, item),
-                None => store.items.remove(&k),
-            };
-            true
+                Some(item) if store.items.get(&k).is_some_and(|old| **old == item) => false,
+                Some(item) => {
+                    store.items.insert(k, Arc::new(item));
+                    true
+                }
+                None => store.items.remove(&k).is_some(),
+            }
         }
         Event::Delete(obj) => store.items.remove(&key(&obj.metadata)).is_some(),
     }
 }
 
-async fn watch_kind<K, T>(
+async fn watch_kind<K, T: PartialEq>(
     client: Client,
     stores: Arc<Stores>,
     pick: fn(&Stores) -> &Mutex<Store<T>>,
@@ -174,7 +179,7 @@ fn build(stores: &Stores, metrics: &Metrics) -> Option<Snapshot> {
     Some(Snapshot::new(
         volumes.items.values().cloned(),
         claims.items.values().cloned(),
-        classes.items.values().cloned(),
+        classes.items.values().map(|c| Class::clone(c)),
         nodes.items.iter().map(|(k, v)| (k.clone(), v.clone())),
     ))
 }
@@ -312,6 +317,31 @@ mod tests {
             Volume::from_pv
         ));
         assert!(store.lock().expect("not poisoned").items.is_empty());
+    }
+
+    #[test]
+    fn an_update_that_leaves_the_model_as_it_was_costs_no_rebuild() {
+        let store: Mutex<Store<Volume>> = Mutex::default();
+        let pv = |annotation: &str, size: &str| {
+            let meta = json!({"name": "pv1", "resourceVersion": annotation,
+                              "annotations": {"example.com/seen": annotation}});
+            Event::Apply(object(
+                json!({"metadata": meta, "spec": {"capacity": {"storage": size}}}),
+            ))
+        };
+        let apply_pv = |event| apply(&store, Kind::PersistentVolumes, event, Volume::from_pv);
+        assert!(apply_pv(pv("1", "1Gi")), "a new PV is a change");
+        assert!(
+            !apply_pv(pv("2", "1Gi")),
+            "only metadata the decision ignores changed"
+        );
+        assert!(apply_pv(pv("3", "2Gi")), "the capacity changed");
+        let unreadable = object(json!({"metadata": {"name": "pv1"}, "spec": {"capacity": "x"}}));
+        assert!(
+            apply_pv(Event::Apply(unreadable.clone())),
+            "an unreadable update drops the PV"
+        );
+        assert!(!apply_pv(Event::Apply(unreadable)), "nothing left to drop");
     }
 
     #[test]
