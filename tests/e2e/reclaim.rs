@@ -183,6 +183,21 @@ async fn released_volumes_are_wiped_and_recycled_even_across_a_crash_mid_wipe() 
         },
     )
     .await;
+    // NB: "Wiping" is written before the in-process removal, and the cleaner runs after it: kill only once the
+    // cleaner has started (it logs, then sleeps), or a slow machine kills before the first run leaves its line.
+    eventually(
+        "the cleaner to start on vol2",
+        Duration::from_secs(45),
+        || async {
+            let runs = fs::read_to_string(&log).unwrap_or_default();
+            if runs.lines().any(|l| l.ends_with("vol2")) {
+                Ok(())
+            } else {
+                Err(runs)
+            }
+        },
+    )
+    .await;
     w.agent.process.as_mut().expect("agent running").kill();
     let survivor = pvs
         .get(&name2)
