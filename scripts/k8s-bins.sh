@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the control-plane binaries the tests and the demo run (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, helm) from the Go module proxy, at the versions pinned in scripts/versions.env.
+# kube-scheduler, kubectl, kubelet for the real-node tier, helm) from the Go module proxy, at the versions pinned in scripts/versions.env.
 #
 # Output goes to a cache outside the repository: $LOCALPV_K8S_BIN_DIR when set, else
 # $HOME/.cache/localpv/k8s-<version>/bin. When every binary is already there for the pinned versions, nothing is
@@ -14,8 +14,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin_dir=${LOCALPV_K8S_BIN_DIR:-$HOME/.cache/localpv/k8s-$K8S_VERSION/bin}
 work_dir=$(dirname "$bin_dir")/src
 stamp="$bin_dir/.versions"
-want_stamp="k8s=$K8S_VERSION etcd=$ETCD_VERSION helm=$HELM_VERSION"
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm)
+want_stamp="k8s=$K8S_VERSION kubelet etcd=$ETCD_VERSION helm=$HELM_VERSION"
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet helm)
 
 log() { printf 'k8s-bins: %s\n' "$*" >&2; }
 
@@ -74,6 +74,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 EOF
   (cd "$dir" && go mod tidy -e >/dev/null 2>&1 || true; cd "$dir" && go mod download)
@@ -81,7 +82,7 @@ EOF
   local ldflags="-s -w -X $ver.gitVersion=v$K8S_VERSION -X $ver.gitMajor=${K8S_VERSION%%.*}"
   ldflags+=" -X $ver.gitMinor=${minor%%.*} -X $ver.gitTreeState=clean -X $ver.buildDate=1970-01-01T00:00:00Z"
   ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION"
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
     timed "$b v$K8S_VERSION" \
       bash -c "cd '$dir' && go build -trimpath -tags tools -ldflags '$ldflags' -o '$bin_dir/$b.tmp' k8s.io/kubernetes/cmd/$b"
     mv "$bin_dir/$b.tmp" "$bin_dir/$b"
