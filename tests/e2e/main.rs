@@ -5,6 +5,9 @@
 mod support;
 
 mod bench_page;
+mod chart_docs;
+mod chart_pod_security;
+mod chart_scheduler;
 mod cleanup;
 mod config_reload;
 mod extender;

@@ -22,15 +22,15 @@ use crate::support::nodes::create_node;
 use crate::support::proc::Component;
 use crate::support::sa;
 
-const NAMESPACE: &str = "localpv-system";
+pub(crate) const NAMESPACE: &str = "localpv-system";
 const MANIFESTS: &str = "config/manifests/localpv.yaml";
 const ALL_ON: &str = "charts/localpv/ci/all-on-values.yaml";
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn tool(name: &str) -> PathBuf {
+pub(crate) fn tool(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
     assert!(
         path.is_file(),
@@ -40,7 +40,7 @@ fn tool(name: &str) -> PathBuf {
     path
 }
 
-fn run(program: &Path, args: &[&str]) -> Output {
+pub(crate) fn run(program: &Path, args: &[&str]) -> Output {
     Command::new(program)
         .args(args)
         .current_dir(root())
@@ -53,7 +53,7 @@ fn run(program: &Path, args: &[&str]) -> Output {
         })
 }
 
-fn run_ok(program: &Path, args: &[&str]) -> String {
+pub(crate) fn run_ok(program: &Path, args: &[&str]) -> String {
     let out = run(program, args);
     assert!(
         out.status.success(),
@@ -67,7 +67,7 @@ fn run_ok(program: &Path, args: &[&str]) -> String {
 }
 
 /// `helm template` of the chart in `NAMESPACE` with the given extra arguments.
-fn render(release: &str, extra: &[&str]) -> String {
+pub(crate) fn render(release: &str, extra: &[&str]) -> String {
     let mut args = vec![
         "template",
         release,
@@ -79,7 +79,7 @@ fn render(release: &str, extra: &[&str]) -> String {
     run_ok(&tool("helm"), &args)
 }
 
-fn documents(yaml: &str) -> Vec<Value> {
+pub(crate) fn documents(yaml: &str) -> Vec<Value> {
     serde_yaml::Deserializer::from_str(yaml)
         .filter_map(|d| {
             let v: Value = serde::Deserialize::deserialize(d).expect("rendered YAML parses");
@@ -88,22 +88,57 @@ fn documents(yaml: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The two renderings the tests cover: the defaults, and every option on.
+/// The renderings the tests cover: the defaults, every option on, and the certificates from cert-manager (with
+/// the chart's own CA issuer, and with a cluster issuer).
 fn renderings() -> Vec<(&'static str, String)> {
     vec![
         ("defaults", render("localpv", &[])),
         ("all-on", render("t", &["-f", ALL_ON])),
+        (
+            "cert-manager",
+            render(
+                "cm",
+                &[
+                    "--set",
+                    "extender.tls.source=certManager,extender.tls.clientAuth=true,scheduler.enabled=true",
+                ],
+            ),
+        ),
+        (
+            "cert-manager-issuer",
+            // The all-on objects again (same release): only the certificate objects are new.
+            render(
+                "t",
+                &[
+                    "-f",
+                    ALL_ON,
+                    "--set",
+                    "extender.tls.source=certManager,extender.tls.secretName=",
+                ],
+            ),
+        ),
     ]
 }
 
-/// The header of `config/manifests/localpv.yaml`: the namespace the chart's defaults install into.
+/// The namespace file helm users apply before installing (labelled for the `privileged` Pod Security level).
+pub(crate) const NAMESPACE_FILE: &str = "config/manifests/namespace.yaml";
+
+/// The header of `config/manifests/localpv.yaml`: the namespace the chart's defaults install into, as in
+/// `NAMESPACE_FILE`.
 fn manifests_header() -> String {
+    let namespace = fs::read_to_string(root().join(NAMESPACE_FILE)).expect("namespace.yaml exists");
     format!(
-        "# Plain manifests equal to `helm template localpv charts/localpv --namespace {NAMESPACE} --include-crds`,\n\
+        "# Plain manifests equal to `helm template localpv charts/localpv --namespace {NAMESPACE} --include-crds {}`,\n\
          # generated, do not edit: LOCALPV_UPDATE_MANIFESTS=1 cargo test --test e2e packaging::plain rewrites them.\n\
-         # Install: kubectl apply --server-side -f {MANIFESTS}\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"
+         # The extender serves plain HTTP here: a certificate generated into a published file would carry the same\n\
+         # private key to every cluster. For HTTPS use the chart (docs/install.md).\n\
+         # Install: kubectl apply --server-side -f {MANIFESTS}\n---\n{namespace}",
+        MANIFESTS_SET.join(" ")
     )
 }
+
+/// What the plain manifests set on top of the chart's defaults.
+const MANIFESTS_SET: &[&str] = &["--set", "extender.tls.enabled=false"];
 
 #[test]
 fn chart_lints_clean_with_defaults_and_with_every_option_on() {
@@ -146,7 +181,7 @@ fn plain_manifests_are_the_chart_defaults() {
     let expected = format!(
         "{}{}",
         manifests_header(),
-        render("localpv", &["--include-crds"])
+        render("localpv", &[&["--include-crds"], MANIFESTS_SET].concat())
     );
     let path = root().join(MANIFESTS);
     if std::env::var_os("LOCALPV_UPDATE_MANIFESTS").is_some() {
@@ -202,8 +237,40 @@ spec:
         openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
 ";
 
+/// Stand-ins for cert-manager's CRDs, so the cert-manager renderings can be applied.
+const CERT_MANAGER_CRDS: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: certificates.cert-manager.io
+spec:
+  group: cert-manager.io
+  names: {kind: Certificate, plural: certificates, singular: certificate, listKind: CertificateList}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: issuers.cert-manager.io
+spec:
+  group: cert-manager.io
+  names: {kind: Issuer, plural: issuers, singular: issuer, listKind: IssuerList}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+";
+
 /// Applies a file with server-side apply as the admin; returns kubectl's output lines.
-fn apply(cp: &ControlPlane, file: &Path) -> Vec<String> {
+pub(crate) fn apply(cp: &ControlPlane, file: &Path) -> Vec<String> {
     let kubeconfig = cp.admin_kubeconfig.display().to_string();
     let out = run_ok(
         &tool("kubectl"),
@@ -221,9 +288,13 @@ fn apply(cp: &ControlPlane, file: &Path) -> Vec<String> {
 }
 
 /// The chart's CRDs (and the ServiceMonitor stand-in), applied and Established.
-fn install_crds(cp: &ControlPlane) {
+pub(crate) fn install_crds(cp: &ControlPlane) {
     let stub = cp.dir.join("servicemonitor-crd.yaml");
-    fs::write(&stub, SERVICE_MONITOR_CRD).expect("written");
+    fs::write(
+        &stub,
+        format!("{SERVICE_MONITOR_CRD}---\n{CERT_MANAGER_CRDS}"),
+    )
+    .expect("written");
     apply(cp, &stub);
     apply(cp, &root().join("charts/localpv/crds"));
     let kubeconfig = cp.admin_kubeconfig.display().to_string();
@@ -237,6 +308,8 @@ fn install_crds(cp: &ControlPlane) {
             "--timeout=60s",
             "crd/localdisks.localpv.io",
             "crd/servicemonitors.monitoring.coreos.com",
+            "crd/certificates.cert-manager.io",
+            "crd/issuers.cert-manager.io",
         ],
     );
 }
