@@ -7,6 +7,7 @@ mod support;
 mod bench_page;
 mod chart_docs;
 mod chart_pod_security;
+mod chart_reference_values;
 mod chart_scheduler;
 mod cleanup;
 mod config_reload;

@@ -1,16 +1,22 @@
-{{/* Object name prefix: the release name, unless it already says localpv. */}}
+{{/* The chart's name in object names and the app.kubernetes.io/name label (nameOverride). */}}
+{{- define "localpv.name" -}}
+{{- .Values.nameOverride | default .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Object name prefix: the release name, unless it already contains the chart's name. */}}
 {{- define "localpv.fullname" -}}
+{{- $name := include "localpv.name" . -}}
 {{- if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
-{{- else if contains "localpv" .Release.Name -}}
+{{- else if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 40 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-localpv" .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "localpv.labels" -}}
-app.kubernetes.io/name: localpv
+app.kubernetes.io/name: {{ include "localpv.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -19,13 +25,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* Selector labels of one component: call with (dict "ctx" $ "component" "node"). */}}
 {{- define "localpv.selector" -}}
-app.kubernetes.io/name: localpv
+app.kubernetes.io/name: {{ include "localpv.name" .ctx }}
 app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/*
+The image. A string (the reference chart's shape) is used as is, unless it is the reference provisioner's own
+image, which cannot run localpv: then the default repository and tag (NOTES say so).
+*/}}
 {{- define "localpv.image" -}}
-{{- if .Values.image.digest -}}
+{{- if kindIs "string" .Values.image -}}
+{{- if contains "local-volume-provisioner" .Values.image -}}
+{{- printf "ghcr.io/localpv/localpv:%s" .Chart.AppVersion -}}
+{{- else -}}
+{{- tpl .Values.image . -}}
+{{- end -}}
+{{- else if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
 {{- else -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
@@ -37,10 +53,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "localpv.schedulerObjName" -}}{{ include "localpv.fullname" . }}-scheduler{{- end -}}
 
 {{- define "localpv.nodeServiceAccount" -}}
-{{- if .Values.node.serviceAccount.create -}}
-{{- .Values.node.serviceAccount.name | default (include "localpv.nodeName" .) -}}
+{{- $sa := (include "localpv.nodeValues" . | fromJson).serviceAccount -}}
+{{- if $sa.create -}}
+{{- $sa.name | default (include "localpv.nodeName" .) -}}
 {{- else -}}
-{{- .Values.node.serviceAccount.name | default "default" -}}
+{{- $sa.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "localpv.pullPolicy" -}}
+{{- if kindIs "string" .Values.image -}}
+{{- .Values.imagePullPolicy | default "IfNotPresent" -}}
+{{- else -}}
+{{- .Values.imagePullPolicy | default .Values.image.pullPolicy -}}
 {{- end -}}
 {{- end -}}
 
@@ -66,7 +91,7 @@ The storageClassMap entry of one class: every key of the class except `name` and
 settings, not agent settings.
 */}}
 {{- define "localpv.classEntry" -}}
-{{- $entry := omit . "name" "storageClass" -}}
+{{- $entry := omit . "name" "storageClass" "allowedTopologies" -}}
 {{- toYaml $entry -}}
 {{- end -}}
 
@@ -158,4 +183,64 @@ per rendering otherwise (kept in .Values so the Secret and the NOTES see the sam
 {{- $_ := set .Values "__localpvGeneratedTLS" $tls -}}
 {{- end -}}
 {{- toJson (index .Values "__localpvGeneratedTLS") -}}
+{{- end -}}
+
+{{/*
+The node agent's settings as JSON: `node.*`, overridden by the reference chart's top-level keys where a values file
+from sig-storage-local-static-provisioner's chart sets them (docs/migration.md lists the mapping).
+*/}}
+{{- define "localpv.nodeValues" -}}
+{{- $n := deepCopy .Values.node -}}
+{{- $map := dict "tolerations" "tolerations" "affinity" "affinity" "resources" "resources" "priorityClassName" "priorityClassName" "podAnnotations" "podAnnotations" "podLabels" "podLabels" "updateStrategy" "updateStrategy" "privileged" "privileged" "mountDevVolume" "mountDev" "initContainers" "initContainers" "additionalVolumes" "extraVolumes" "additionalVolumeMounts" "extraVolumeMounts" "securityContext" "securityContext" -}}
+{{- range $ref, $ours := $map -}}
+{{- if and (hasKey $.Values $ref) (not (kindIs "invalid" (index $.Values $ref))) -}}
+{{- $_ := set $n $ours (index $.Values $ref) -}}
+{{- end -}}
+{{- end -}}
+{{- with .Values.nodeSelector -}}
+{{- $_ := set $n "nodeSelector" (mergeOverwrite (deepCopy ($n.nodeSelector | default dict)) .) -}}
+{{- end -}}
+{{- with .Values.serviceAccount -}}
+{{- $_ := set $n "serviceAccount" (mergeOverwrite (deepCopy $n.serviceAccount) .) -}}
+{{- end -}}
+{{- toJson $n -}}
+{{- end -}}
+
+{{/*
+Reference-chart values that mean nothing here, one line each, for the NOTES (empty when there are none).
+*/}}
+{{- define "localpv.ignoredReferenceValues" -}}
+{{- $v := .Values -}}
+{{- if kindIs "string" $v.image }}{{ if contains "local-volume-provisioner" $v.image }}
+  image: {{ $v.image }} is the reference provisioner's image; localpv runs its own ({{ include "localpv.image" . }}). Set image.repository/image.tag to choose it.
+{{- end }}{{ end }}
+{{- if $v.enableWindows }}
+  enableWindows: localpv has no Windows agent; no Windows DaemonSet is created.
+{{- end }}
+{{- if $v.nodeSelectorWindows }}
+  nodeSelectorWindows: ignored (no Windows agent).
+{{- end }}
+{{- if $v.hostPID }}
+  hostPID: ignored; the agent does not need the host's PID namespace.
+{{- end }}
+{{- range $k := list "livenessProbe" "readinessProbe" "startupProbe" }}
+{{- if index $v $k }}
+  {{ $k }}: ignored; the agent has its own probes on /livez and /readyz (port node.port).
+{{- end }}
+{{- end }}
+{{- if and $v.rbac $v.rbac.extraRules }}
+  rbac.extraRules: ignored; the agent's roles are fixed (docs/security.md). Give init containers their own ServiceAccount.
+{{- end }}
+{{- if $v.useJobForCleaning }}
+  useJobForCleaning: ignored; wipes run in the agent and resume after a restart.
+{{- end }}
+{{- if $v.removeNodeNotReadyTaint }}
+  removeNodeNotReadyTaint: not acted on yet; the agent never removes a taint.
+{{- end }}
+{{- range $v.classes }}
+{{- $sc := include "localpv.storageClass" . | fromJson }}
+{{- if and $sc.provisioner (ne $sc.provisioner "kubernetes.io/no-provisioner") }}
+  classes[{{ .name }}].storageClass.provisioner: {{ $sc.provisioner }}: the StorageClass gets it, but the extender only scores claims of kubernetes.io/no-provisioner classes (VolumeBinding still binds them).
+{{- end }}
+{{- end }}
 {{- end -}}

@@ -1,0 +1,273 @@
+//! Values files of the reference provisioner's chart (sig-storage-local-static-provisioner) go through our chart:
+//! every example file and its default values.yaml, taken from the reference source tarball at test time, install
+//! (server-side dry run on a real API server) with the classes they name, the settings our chart maps applied to
+//! the DaemonSet, a ConfigMap the agent accepts, and a NOTES warning for each key that has no meaning here.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::packaging::{NAMESPACE, NAMESPACE_FILE, apply, documents, install_crds, root, tool};
+use crate::support::agent::localpv_bin;
+use crate::support::cluster::{ControlPlane, Options};
+
+/// Where the reference chart comes from: `LOCALPV_REFERENCE_TARBALL`, else the peers' tarball on this machine.
+fn reference_tarball() -> PathBuf {
+    if let Some(p) = std::env::var_os("LOCALPV_REFERENCE_TARBALL") {
+        return PathBuf::from(p);
+    }
+    let dir = Path::new("/work/shared/peers");
+    fs::read_dir(dir)
+        .ok()
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("sig-storage-local-static-provisioner-"))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "missing prerequisite: the reference chart's source, a sig-storage-local-static-provisioner-*.tar.gz \
+                 in {} (or set LOCALPV_REFERENCE_TARBALL)",
+                dir.display()
+            )
+        })
+}
+
+/// The reference chart's example values files and its default values.yaml, unpacked into `dir`.
+pub(crate) fn reference_values_files(dir: &Path) -> Vec<PathBuf> {
+    let tarball = reference_tarball();
+    let out = Command::new("tar")
+        .args(["-xzf"])
+        .arg(&tarball)
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "--wildcards",
+            "*/helm/examples/*.yaml",
+            "*/helm/provisioner/values.yaml",
+        ])
+        .output()
+        .expect("tar runs");
+    assert!(
+        out.status.success(),
+        "unpacking {}: {}",
+        tarball.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).expect("readable").filter_map(Result::ok) {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Reference keys our chart ignores, with a NOTES warning when they are set to something.
+const IGNORED: &[&str] = &[
+    "enableWindows",
+    "nodeSelectorWindows",
+    "hostPID",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "useJobForCleaning",
+    "removeNodeNotReadyTaint",
+];
+
+/// Reference keys copied to the node agent's pod: (key, path in the DaemonSet's pod spec).
+const MAPPED: &[(&str, &[&str])] = &[
+    ("tolerations", &["tolerations"]),
+    ("affinity", &["affinity"]),
+    ("priorityClassName", &["priorityClassName"]),
+    ("initContainers", &["initContainers"]),
+];
+
+fn is_set(v: &Value) -> bool {
+    !matches!(v, Value::Null | Value::Bool(false))
+        && v.as_object().is_none_or(|o| !o.is_empty())
+        && v.as_array().is_none_or(|a| !a.is_empty())
+        && v.as_str().is_none_or(|s| !s.is_empty())
+}
+
+fn at<'a>(v: &'a Value, path: &[&str]) -> &'a Value {
+    path.iter().fold(v, |v, k| &v[*k])
+}
+
+/// `helm install --dry-run=server` of our chart with a reference values file: (rendered objects, NOTES).
+fn dry_run_install(cp: &ControlPlane, file: &Path) -> (Vec<Value>, String) {
+    let out = Command::new(tool("helm"))
+        .args(["install", "ref", "charts/localpv", "--namespace", NAMESPACE])
+        .args(["--dry-run=server", "-f"])
+        .arg(file)
+        .env("KUBECONFIG", &cp.admin_kubeconfig)
+        .current_dir(root())
+        .output()
+        .expect("helm runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}: {}{text}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest = text
+        .split("\nMANIFEST:\n")
+        .nth(1)
+        .and_then(|m| m.split("\nNOTES:\n").next())
+        .unwrap_or_else(|| panic!("no MANIFEST in helm's output:\n{text}"));
+    let notes = text.split("\nNOTES:\n").nth(1).unwrap_or_default();
+    (documents(manifest), notes.to_string())
+}
+
+fn assert_config_map_valid(docs: &[Value], dir: &Path, what: &str) -> Value {
+    let cm = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["data"].get("storageClassMap").is_some())
+        .unwrap_or_else(|| panic!("{what}: no agent ConfigMap"));
+    let file = dir.join("configmap.yaml");
+    fs::write(&file, serde_yaml::to_string(cm).expect("serialises")).expect("written");
+    let out = Command::new(localpv_bin())
+        .args(["node", "--check-config", "--config"])
+        .arg(&file)
+        .output()
+        .expect("localpv runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("is valid"),
+        "{what}: the agent refuses the rendered ConfigMap:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_yaml::from_str(cm["data"]["storageClassMap"].as_str().expect("a string"))
+        .expect("storageClassMap parses")
+}
+
+fn check(cp: &ControlPlane, file: &Path, work: &Path) {
+    let what = file.display().to_string();
+    let values: Value =
+        serde_yaml::from_str(&fs::read_to_string(file).expect("readable")).expect("parses");
+    let (docs, notes) = dry_run_install(cp, file);
+    let map = assert_config_map_valid(&docs, work, &what);
+
+    // Every class: in the agent's ConfigMap with its hostDir, and its StorageClass unless `storageClass: false`.
+    let classes: Vec<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "StorageClass")
+        .filter_map(|d| d["metadata"]["name"].as_str())
+        .collect();
+    for class in values["classes"].as_array().into_iter().flatten() {
+        let name = class["name"].as_str().expect("named");
+        assert_eq!(map[name]["hostDir"], class["hostDir"], "{what}: {name}");
+        let wanted = class["storageClass"] != Value::Bool(false);
+        assert_eq!(
+            classes.contains(&name),
+            wanted,
+            "{what}: StorageClass {name}"
+        );
+        if let Some(p) = class["storageClass"]["provisioner"].as_str() {
+            let sc = docs
+                .iter()
+                .find(|d| d["kind"] == "StorageClass" && d["metadata"]["name"] == name)
+                .expect("rendered");
+            assert_eq!(sc["provisioner"], p, "{what}: provisioner kept");
+        }
+    }
+
+    // The agent runs our image, with the pod settings the file gives.
+    let ds = docs
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .unwrap_or_else(|| panic!("{what}: no DaemonSet"));
+    let pod = &ds["spec"]["template"]["spec"];
+    let image = pod["containers"][0]["image"].as_str().expect("an image");
+    assert!(
+        !image.contains("local-volume-provisioner"),
+        "{what}: runs {image}"
+    );
+    for (key, path) in MAPPED {
+        if is_set(&values[*key]) {
+            assert_eq!(at(pod, path), &values[*key], "{what}: {key}");
+        }
+    }
+    for (k, v) in values["nodeSelector"].as_object().into_iter().flatten() {
+        assert_eq!(&pod["nodeSelector"][k], v, "{what}: nodeSelector {k}");
+    }
+    if let Some(limits) = values["resources"].get("limits") {
+        assert_eq!(
+            &pod["containers"][0]["resources"]["limits"], limits,
+            "{what}: resources"
+        );
+    }
+    for volume in values["additionalVolumes"].as_array().into_iter().flatten() {
+        let present = pod["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|v| v["name"] == volume["name"]);
+        assert!(present, "{what}: volume {}", volume["name"]);
+    }
+    if let Some(policy) = values["imagePullPolicy"].as_str() {
+        assert_eq!(pod["containers"][0]["imagePullPolicy"], policy, "{what}");
+    }
+    if values["rbac"]["create"] == Value::Bool(false) {
+        assert!(
+            !docs.iter().any(|d| d["kind"] == "ClusterRole"),
+            "{what}: rbac.create=false"
+        );
+    }
+    if values["serviceMonitor"]["enabled"] == Value::Bool(true) {
+        assert!(
+            docs.iter().any(|d| d["kind"] == "ServiceMonitor"),
+            "{what}: serviceMonitor.enabled"
+        );
+    }
+
+    // What has no meaning here is named in the NOTES.
+    for key in IGNORED {
+        if is_set(&values[*key]) {
+            assert!(
+                notes.contains(&format!("{key}:")),
+                "{what}: no NOTES warning about {key}:\n{notes}"
+            );
+        }
+    }
+    if values["image"]
+        .as_str()
+        .is_some_and(|i| i.contains("local-volume-provisioner"))
+    {
+        assert!(notes.contains("image:"), "{what}: no warning about image");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_values_file_of_the_reference_chart_installs_through_ours() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let files = reference_values_files(dir.path());
+    let examples = files
+        .iter()
+        .filter(|f| f.parent().is_some_and(|p| p.ends_with("examples")))
+        .count();
+    assert!(
+        examples >= 21 && files.len() == examples + 1,
+        "the reference chart's 21 examples and its values.yaml: {files:?}"
+    );
+    let cp = ControlPlane::start(Options::default()).await;
+    install_crds(&cp);
+    apply(&cp, &root().join(NAMESPACE_FILE));
+    for file in &files {
+        check(&cp, file, dir.path());
+    }
+}
