@@ -26,18 +26,27 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry --mount=type=cache,targe
     cargo build --release --locked --bin localpv \
  && install -D -m 0755 target/release/localpv /out/localpv
 
-FROM ${RUNTIME_IMAGE}
+FROM ${RUNTIME_IMAGE} AS runtime-base
 # The binary's only shared libraries beyond glibc. No util-linux tools: discovery, wiping and mount checks are
 # done in-process (ioctls, /proc/self/mountinfo); a configured blockCleanerCommand must bring its own program.
+# kubectl finds `kubectl localpv disks` through the kubectl-localpv link.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libblkid1 libudev1 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
  && groupadd --system --gid 65532 localpv \
- && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin localpv
-COPY --from=builder /out/localpv /usr/local/bin/localpv
-# kubectl finds `kubectl localpv disks` through this name.
-RUN ln -s localpv /usr/local/bin/kubectl-localpv
+ && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin localpv \
+ && ln -s localpv /usr/local/bin/kubectl-localpv
 # The extender's user; the node agent's DaemonSet overrides it with runAsUser: 0.
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/localpv"]
 CMD ["--help"]
+
+# Fast path for tests on this machine (`--target prebuilt`): the runtime stage with a binary built on the host
+# (`cargo build --release`, same Debian release as the runtime image) as the only file of the build context.
+FROM runtime-base AS prebuilt
+ARG PREBUILT_BINARY=localpv
+COPY ${PREBUILT_BINARY} /usr/local/bin/localpv
+
+# The default target: the binary built in the builder stage above.
+FROM runtime-base
+COPY --from=builder /out/localpv /usr/local/bin/localpv

@@ -29,6 +29,12 @@ pub struct ClientCert {
 
 impl Certs {
     pub fn generate(dir: &Path) -> Certs {
+        Self::generate_with_sans(dir, &[])
+    }
+
+    /// Like `generate`, with more names or addresses in the API server's serving certificate (real nodes reach it
+    /// on a bridge address and, from pods, on the `kubernetes` Service IP).
+    pub fn generate_with_sans(dir: &Path, extra_sans: &[&str]) -> Certs {
         fs::create_dir_all(dir).expect("cert dir can be created");
         let ca_key = KeyPair::generate().expect("ECDSA key generation works");
         let mut params =
@@ -61,10 +67,12 @@ impl Certs {
             sa_key,
             sa_pub,
         };
+        let mut sans = vec!["127.0.0.1", "localhost", "kubernetes.default.svc"];
+        sans.extend_from_slice(extra_sans);
         let serving = certs.sign(
             "kube-apiserver",
             &[],
-            &["127.0.0.1", "localhost", "kubernetes.default.svc"],
+            &sans,
             ExtendedKeyUsagePurpose::ServerAuth,
         );
         certs.serving_cert = write(dir, "serving.crt", &serving.cert_pem);
@@ -85,6 +93,11 @@ impl Certs {
             &["127.0.0.1", "localhost"],
             ExtendedKeyUsagePurpose::ServerAuth,
         )
+    }
+
+    /// A serving certificate for the given names and addresses, signed by this CA.
+    pub fn server_for(&self, cn: &str, sans: &[&str]) -> ClientCert {
+        self.sign(cn, &[], sans, ExtendedKeyUsagePurpose::ServerAuth)
     }
 
     /// Writes `cert` under the plane's cert dir, returning (cert path, key path).

@@ -55,6 +55,9 @@ pub fn pinned(key: &str) -> String {
         .to_string()
 }
 
+/// The `kubernetes` Service's ClusterIP: the first address of `--service-cluster-ip-range`.
+pub const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
+
 /// A free TCP port on 127.0.0.1 (the listener is dropped, so a race with another process is possible but rare).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -126,6 +129,10 @@ pub struct Options {
     /// kube-controller-manager's client rate limit (requests per second; burst twice that); None keeps the
     /// Kubernetes default of 20, which makes the PV binder the bottleneck when thousands of claims bind at once.
     pub controller_manager_qps: Option<u32>,
+    /// For kubelets (`support::realnode`): the API server listens on this address instead of loopback, serves
+    /// it and the `kubernetes` Service IP, authorizes nodes (Node authorizer, NodeRestriction), and the
+    /// controller-manager also runs the workload, node-lifecycle and root-CA publisher controllers.
+    pub real_nodes_address: Option<String>,
 }
 
 impl Options {
@@ -148,6 +155,7 @@ pub struct ControlPlane {
     client: Client,
     components: Vec<Component>,
     api_args: Vec<String>,
+    real_nodes: bool,
     // Declared last: dropped after the components, so the watchdog is still there while they stop.
     reaper: Reaper,
 }
@@ -159,9 +167,15 @@ impl ControlPlane {
             std::env::temp_dir().join(format!("localpv-cp-{}-{}", std::process::id(), unique()));
         fs::create_dir_all(&dir).expect("plane dir can be created");
         let reaper = Reaper::start(&dir);
-        let certs = Certs::generate(&dir.join("pki"));
+        let api_host = opts.real_nodes_address.as_deref().unwrap_or("127.0.0.1");
+        let certs = match &opts.real_nodes_address {
+            Some(addr) => {
+                Certs::generate_with_sans(&dir.join("pki"), &[addr, KUBERNETES_SERVICE_IP])
+            }
+            None => Certs::generate(&dir.join("pki")),
+        };
         let api_port = free_port();
-        let api_url = format!("https://127.0.0.1:{api_port}");
+        let api_url = format!("https://{api_host}:{api_port}");
         let admin = certs.client("localpv-test-admin", &["system:masters"]);
         let admin_kubeconfig = write_kubeconfig(&dir, "admin", &api_url, &certs, &admin);
         let mut plane = ControlPlane {
@@ -173,9 +187,10 @@ impl ControlPlane {
             admin_kubeconfig,
             components: Vec::new(),
             api_args: Vec::new(),
+            real_nodes: opts.real_nodes_address.is_some(),
             reaper,
         };
-        plane.start_etcd_and_apiserver(api_port).await;
+        plane.start_etcd_and_apiserver(api_host, api_port).await;
         if opts.controller_manager {
             plane
                 .start_controller_manager(opts.controller_manager_qps)
@@ -273,7 +288,7 @@ impl ControlPlane {
         }
     }
 
-    async fn start_etcd_and_apiserver(&mut self, api_port: u16) {
+    async fn start_etcd_and_apiserver(&mut self, api_host: &str, api_port: u16) {
         let (client_port, peer_port) = (free_port(), free_port());
         let etcd_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
@@ -290,10 +305,11 @@ impl ControlPlane {
         ];
         self.spawn("etcd", "etcd", &etcd_args);
         let c = &self.certs;
-        let api_args = vec![
+        let authz = if self.real_nodes { "Node,RBAC" } else { "RBAC" };
+        let mut api_args = vec![
             format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
+            format!("--bind-address={api_host}"),
+            format!("--advertise-address={api_host}"),
             format!("--secure-port={api_port}"),
             format!("--tls-cert-file={}", c.serving_cert.display()),
             format!("--tls-private-key-file={}", c.serving_key.display()),
@@ -302,7 +318,7 @@ impl ControlPlane {
             format!("--service-account-signing-key-file={}", c.sa_key.display()),
             "--service-account-issuer=https://kubernetes.default.svc".into(),
             "--service-cluster-ip-range=10.96.0.0/16".into(),
-            "--authorization-mode=RBAC".into(),
+            format!("--authorization-mode={authz}"),
             "--allow-privileged=true".into(),
             // Loopback cannot be advertised as the kubernetes Service endpoint; nothing here needs that Service.
             "--endpoint-reconciler-type=none".into(),
@@ -314,6 +330,9 @@ impl ControlPlane {
             format!("--audit-policy-file={}", self.audit_policy().display()),
             "--v=1".into(),
         ];
+        if self.real_nodes {
+            api_args.push("--enable-admission-plugins=NodeRestriction".into());
+        }
         self.spawn("kube-apiserver", "kube-apiserver", &api_args);
         self.api_args = api_args;
         self.wait_ready("kube-apiserver", "/readyz").await;
@@ -343,7 +362,7 @@ impl ControlPlane {
         let kubeconfig =
             self.kubeconfig_for("controller-manager", "system:kube-controller-manager", &[]);
         let port = free_port();
-        let controllers = [
+        let mut controllers = vec![
             "persistentvolume-binder-controller",
             "persistentvolume-protection-controller",
             "persistentvolumeclaim-protection-controller",
@@ -351,6 +370,17 @@ impl ControlPlane {
             "namespace-controller",
             "serviceaccount-controller",
         ];
+        if self.real_nodes {
+            controllers.extend([
+                "daemonset-controller",
+                "deployment-controller",
+                "replicaset-controller",
+                "statefulset-controller",
+                "disruption-controller",
+                "node-lifecycle-controller",
+                "root-ca-certificate-publisher-controller",
+            ]);
+        }
         let mut args = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
             format!("--authentication-kubeconfig={}", kubeconfig.display()),

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod disks;
 pub mod nodes;
 pub mod proc;
+pub mod realnode;
 pub mod sa;
 
 use std::future::Future;

@@ -1,0 +1,11 @@
+//! The real-node tier: two real nodes (containerd, runc, kubelet) on this machine, the chart installed with helm so
+//! the node agent runs only as the DaemonSet's pods, and real pods that mount, write and read the volumes it
+//! publishes. See `support::realnode` for the harness and docs/testing.md for what it needs and costs.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod common;
+mod publish;
+mod statefulset;
+mod walkthrough;

@@ -1,0 +1,80 @@
+//! The undo log of a real-node run: every change the run makes to the host (a bridge, an iptables chain, a mount,
+//! a cgroup, a process tree) is recorded as the shell command that reverts it, before or right after it is made.
+//! `Drop` runs the log backwards; a watchdog shell runs the same log if the test process dies first, so one code
+//! path reverts both ways and nothing outlives the run.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+pub struct Undo {
+    log: PathBuf,
+    watchdog: Option<Child>,
+}
+
+impl Undo {
+    /// Starts the watchdog for a run whose state lives in `state_dir` (outside the run dir it removes).
+    pub fn start(state_dir: &Path) -> Undo {
+        fs::create_dir_all(state_dir).expect("undo state dir can be created");
+        let log = state_dir.join("undo.sh");
+        File::create(&log).expect("undo log can be created");
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done\ntac {log} > {log}.rev; sh {log}.rev >/dev/null 2>&1\nrm -rf {state}",
+            pid = std::process::id(),
+            log = log.display(),
+            state = state_dir.display(),
+        );
+        let watchdog = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("sh is available for the watchdog");
+        Undo {
+            log,
+            watchdog: Some(watchdog),
+        }
+    }
+
+    /// Records a shell command that reverts one change. Commands run last-recorded first, each on its own line.
+    pub fn push(&self, command: &str) {
+        assert!(!command.contains('\n'), "one undo command per line");
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(&self.log)
+            .expect("undo log opens");
+        writeln!(f, "{command}").expect("undo log is writable");
+    }
+
+    /// Runs the log backwards now and empties it.
+    pub fn run(&self) {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        for line in text.lines().rev() {
+            let _ = Command::new("sh")
+                .arg("-c")
+                .arg(line)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = fs::write(&self.log, "");
+    }
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        self.run();
+        if let Some(mut w) = self.watchdog.take() {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+        if let Some(dir) = self.log.parent() {
+            let _ = fs::remove_dir_all(dir);
+        }
+    }
+}
