@@ -245,14 +245,22 @@ pub async fn wait_pod(c: &RealCluster, ns: &str, name: &str, phases: &[&str]) ->
 /// again by a controller (another UID) counts as gone.
 pub async fn delete_pod(c: &RealCluster, ns: &str, name: &str) {
     let api: Api<Pod> = Api::namespaced(c.client(), ns);
-    let uid = api.get_opt(name).await.ok().flatten().and_then(|p| p.metadata.uid);
+    let uid = api
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|p| p.metadata.uid);
     let _ = api.delete(name, &DeleteParams::default()).await;
     let deadline = Instant::now() + POD_TIMEOUT;
     while let Some(p) = api.get_opt(name).await.ok().flatten() {
         if p.metadata.uid != uid {
             break;
         }
-        assert!(Instant::now() < deadline, "pod {ns}/{name} not gone after {POD_TIMEOUT:?}");
+        assert!(
+            Instant::now() < deadline,
+            "pod {ns}/{name} not gone after {POD_TIMEOUT:?}"
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
