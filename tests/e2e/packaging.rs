@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::node_agent::{obj, pvs_of, wait_pvs};
 use crate::support::agent::{http_get, localpv_bin};
-use crate::support::cluster::{ControlPlane, Extender, Options, bin_dir, free_port};
+use crate::support::cluster::{ControlPlane, Extender, Options, bin_dir, free_port, pinned};
 use crate::support::disks::Mount;
 use crate::support::eventually;
 use crate::support::nodes::create_node;
@@ -41,8 +41,21 @@ pub(crate) fn tool(name: &str) -> PathBuf {
 }
 
 pub(crate) fn run(program: &Path, args: &[&str]) -> Output {
+    // NB: helm built from source without release ldflags assumes Kubernetes v1.20.0 when no cluster is asked
+    // (`helm template`, `helm lint`), which the chart's `kubeVersion` refuses: offline renderings name the
+    // version the tests run.
+    let offline = program.ends_with("helm")
+        && matches!(args.first(), Some(&"template" | &"lint"))
+        && !args.contains(&"--kube-version");
+    let kube_version = format!("v{}", pinned("K8S_VERSION"));
+    let extra: &[&str] = if offline {
+        &["--kube-version", &kube_version]
+    } else {
+        &[]
+    };
     Command::new(program)
         .args(args)
+        .args(extra)
         .current_dir(root())
         .output()
         .unwrap_or_else(|e| {
@@ -998,5 +1011,46 @@ fn image_builds_and_runs_localpv_version() {
         user.trim(),
         "65532:65532",
         "the image's default user is not root"
+    );
+}
+
+#[test]
+fn second_scheduler_image_follows_the_clusters_version_unless_pinned() {
+    let image = |extra: &[&str]| {
+        let mut args = vec!["--set", "scheduler.enabled=true"];
+        args.extend_from_slice(extra);
+        documents(&render("localpv", &args))
+            .into_iter()
+            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "localpv-scheduler")
+            .expect("the scheduler Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .expect("an image")
+            .to_string()
+    };
+    assert_eq!(
+        image(&["--kube-version", "v1.35.2-eks-4f3e2d1"]),
+        "registry.k8s.io/kube-scheduler:v1.35.2"
+    );
+    assert_eq!(
+        image(&["--kube-version", "1.36.0"]),
+        "registry.k8s.io/kube-scheduler:v1.36.0"
+    );
+    assert_eq!(
+        image(&["--set", "scheduler.image.tag=v1.34.9"]),
+        "registry.k8s.io/kube-scheduler:v1.34.9"
+    );
+    let old = run(
+        &tool("helm"),
+        &[
+            "template",
+            "x",
+            "charts/localpv",
+            "--kube-version",
+            "1.24.9",
+        ],
+    );
+    assert!(
+        !old.status.success() && String::from_utf8_lossy(&old.stderr).contains("kubeVersion"),
+        "Chart.yaml's kubeVersion refuses clusters older than the APIs the chart uses"
     );
 }
