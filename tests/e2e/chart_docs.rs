@@ -17,6 +17,7 @@ const DOCS: &[&str] = &[
     "docs/install.md",
     "docs/migration.md",
     "docs/uninstall.md",
+    "charts/localpv/README.md",
 ];
 
 /// The fenced blocks of a markdown text with their info string (`sh`, `yaml`...).

@@ -9,6 +9,7 @@ mod chart_docs;
 mod chart_pod_security;
 mod chart_reference_values;
 mod chart_scheduler;
+mod chart_uninstall;
 mod chart_upgrade;
 mod cleanup;
 mod config_reload;
