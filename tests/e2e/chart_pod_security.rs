@@ -10,7 +10,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::node_agent::obj;
-use crate::packaging::{NAMESPACE_FILE, documents, render, root};
+use crate::packaging::{NAMESPACE_FILE, documents, render, root, tool};
 use crate::support::cluster::{ControlPlane, Options};
 
 /// A Pod with the pod template of the rendered workload of `component` (its ServiceAccount swapped for `default`, which
@@ -55,6 +55,27 @@ async fn dry_run(cp: &ControlPlane, ns: &str, pod: &Pod) -> Result<(), String> {
     }
 }
 
+/// The NOTES of `helm install --dry-run=server` of the defaults into `ns`.
+fn notes_of_install(cp: &ControlPlane, ns: &str) -> String {
+    let out = std::process::Command::new(tool("helm"))
+        .args(["install", "psa", "charts/localpv", "--dry-run=server"])
+        .args(["--namespace", ns])
+        .env("KUBECONFIG", &cp.admin_kubeconfig)
+        .current_dir(root())
+        .output()
+        .expect("helm runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.split("\nNOTES:\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn node_agent_pods_need_the_privileged_pod_security_level_that_the_namespace_file_sets() {
     let cp = ControlPlane::start(Options::default()).await;
@@ -81,6 +102,17 @@ async fn node_agent_pods_need_the_privileged_pod_security_level_that_the_namespa
         documented_name,
         crate::packaging::NAMESPACE,
         "the chart's namespace"
+    );
+    // The NOTES look the release namespace up and warn unless it admits the agent.
+    let baseline_notes = notes_of_install(&cp, &baseline);
+    assert!(
+        baseline_notes.contains(&format!("Namespace {baseline} enforces \"baseline\"")),
+        "{baseline_notes}"
+    );
+    let documented_notes = notes_of_install(&cp, &documented_name);
+    assert!(
+        !documented_notes.contains("WARNING: Pod Security"),
+        "{documented_notes}"
     );
     for extra in [
         vec!["--set", "scheduler.enabled=true"],
