@@ -50,6 +50,11 @@ pub(crate) fn run_documented(cp: &ControlPlane, command: &[String]) -> String {
 
 /// The first ```sh block of docs/install.md's "Install the chart" section, run command by command.
 pub(crate) fn run_documented_install(cp: &ControlPlane) {
+    run_documented_install_with(cp, &[]);
+}
+
+/// The documented install, with `extra` arguments added to its `helm install`.
+fn run_documented_install_with(cp: &ControlPlane, extra: &[&str]) {
     let text = fs::read_to_string(root().join("docs/install.md")).expect("docs/install.md");
     let section = text
         .split("## 2. Install the chart")
@@ -64,7 +69,10 @@ pub(crate) fn run_documented_install(cp: &ControlPlane) {
         commands.iter().any(|c| c[..2] == ["helm", "install"]),
         "{commands:?}"
     );
-    for command in commands {
+    for mut command in commands {
+        if command[..2] == ["helm", "install"] {
+            command.extend(extra.iter().map(|s| s.to_string()));
+        }
         run_documented(cp, &command);
     }
 }
@@ -124,13 +132,29 @@ fn write(path: &Path, bytes: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kube_scheduler_with_the_configuration_the_notes_print_calls_the_extender_over_tls() {
+    scheduler_from_the_notes_schedules_through_the_extender(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_client_auth_the_generated_client_certificate_lets_kube_scheduler_in() {
+    scheduler_from_the_notes_schedules_through_the_extender(true).await;
+}
+
+/// Installs as documented (plus `extender.tls.clientAuth` when `client_auth`), then runs an extender with the
+/// generated Secret and kube-scheduler with the configuration the NOTES print, and schedules a pod through them.
+async fn scheduler_from_the_notes_schedules_through_the_extender(client_auth: bool) {
     let cp = ControlPlane::start(Options {
         controller_manager: true,
         ..Options::default()
     })
     .await;
     let client = cp.client();
-    run_documented_install(&cp);
+    let extra: &[&str] = if client_auth {
+        &["--set", "extender.tls.clientAuth=true"]
+    } else {
+        &[]
+    };
+    run_documented_install_with(&cp, extra);
     let notes = run_documented(
         &cp,
         &["helm", "get", "notes", "localpv", "--namespace", NAMESPACE].map(String::from),
@@ -149,17 +173,25 @@ async fn kube_scheduler_with_the_configuration_the_notes_print_calls_the_extende
     let cert = write(&dir.join("tls.crt"), &data["tls.crt"].0);
     let key = write(&dir.join("tls.key"), &data["tls.key"].0);
     let extender_port = free_port();
+    let mut args = vec![
+        "extender".into(),
+        format!("--listen=127.0.0.1:{extender_port}"),
+        format!("--tls-cert={cert}"),
+        format!("--tls-key={key}"),
+        "--node-cleanup=false".into(),
+        "--explain-pending=false".into(),
+    ];
+    if client_auth {
+        // As the chart's Deployment does: the Secret's ca.crt checks client certificates.
+        args.push(format!(
+            "--tls-client-ca={}",
+            write(&dir.join("ca.crt"), &ca.0)
+        ));
+    }
     let mut extender = Component::spawn_with_env(
         "localpv-extender",
         &localpv_bin(),
-        &[
-            "extender".into(),
-            format!("--listen=127.0.0.1:{extender_port}"),
-            format!("--tls-cert={cert}"),
-            format!("--tls-key={key}"),
-            "--node-cleanup=false".into(),
-            "--explain-pending=false".into(),
-        ],
+        &args,
         &[
             ("KUBECONFIG", cp.admin_kubeconfig.to_str().expect("utf-8")),
             ("RUST_LOG", "info,localpv=debug"),
@@ -184,6 +216,26 @@ async fn kube_scheduler_with_the_configuration_the_notes_print_calls_the_extende
     let url = entry["urlPrefix"].as_str().expect("urlPrefix").to_string();
     assert!(url.starts_with("https://"), "{url}");
     entry["urlPrefix"] = json!(format!("https://127.0.0.1:{extender_port}"));
+    if client_auth {
+        // The files the NOTES tell to extract from the generated client Secret, written here instead.
+        let client_secret: Secret = Api::namespaced(client.clone(), NAMESPACE)
+            .get("localpv-scheduler-client")
+            .await
+            .expect("the chart generated the schedulers' client certificate");
+        assert!(
+            notes.contains("get secret localpv-scheduler-client"),
+            "the NOTES say where the client certificate is:\n{notes}"
+        );
+        let data = client_secret.data.expect("data");
+        for (field, key) in [("certFile", "tls.crt"), ("keyFile", "tls.key")] {
+            let printed = entry["tlsConfig"][field]
+                .as_str()
+                .unwrap_or_else(|| panic!("the NOTES print tlsConfig.{field}"))
+                .to_string();
+            let name = Path::new(&printed).file_name().expect("a file name");
+            entry["tlsConfig"][field] = json!(write(&dir.join(name), &data[key].0));
+        }
+    }
     let kubeconfig = cp.kubeconfig_for("scheduler-notes", "system:kube-scheduler", &[]);
     config["clientConnection"]["kubeconfig"] = json!(kubeconfig.display().to_string());
     config["leaderElection"]["leaderElect"] = json!(false);
