@@ -5,11 +5,11 @@
 //! `ignorable: false` a pod is bound only if the scheduler's TLS call to the extender succeeded.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, PostParams};
 use kube::{Client, Config};
 use serde_json::{Value, json};
@@ -22,6 +22,7 @@ use crate::support::cluster::{ControlPlane, Options, bin_dir, free_port};
 use crate::support::eventually;
 use crate::support::nodes::create_node;
 use crate::support::proc::Component;
+use crate::support::sa;
 
 /// Runs a documented `kubectl`/`helm` command as the cluster admin; returns stdout.
 pub(crate) fn run_documented(cp: &ControlPlane, command: &[String]) -> String {
@@ -299,5 +300,121 @@ async fn scheduler_from_the_notes_schedules_through_the_extender(client_auth: bo
         filters >= 1.0,
         "the extender counted the scheduler's filter call:\n{metrics}"
     );
+    drop(extender);
+}
+
+/// The extender as the chart runs it, serving the generated Secret's certificate; returns its port.
+async fn extender_with_generated_certificate(cp: &ControlPlane) -> (Component, u16, PathBuf) {
+    let secret: Secret = Api::namespaced(cp.client(), NAMESPACE)
+        .get("localpv-extender-tls")
+        .await
+        .expect("the chart generated the extender's TLS Secret");
+    let data = secret.data.expect("the Secret has data");
+    let dir = cp.dir.join("extender-tls");
+    fs::create_dir_all(&dir).expect("dir");
+    let port = free_port();
+    let args = vec![
+        "extender".into(),
+        format!("--listen=127.0.0.1:{port}"),
+        format!(
+            "--tls-cert={}",
+            write(&dir.join("tls.crt"), &data["tls.crt"].0)
+        ),
+        format!(
+            "--tls-key={}",
+            write(&dir.join("tls.key"), &data["tls.key"].0)
+        ),
+        "--node-cleanup=false".into(),
+        "--explain-pending=false".into(),
+    ];
+    let ca = dir.join("ca.crt");
+    write(&ca, &data["ca.crt"].0);
+    let mut extender = Component::spawn_with_env(
+        "localpv-extender",
+        &localpv_bin(),
+        &args,
+        &[("KUBECONFIG", cp.admin_kubeconfig.to_str().expect("utf-8"))],
+        &cp.log_dir(),
+        cp.reaper(),
+    );
+    wait_https_ok(&mut extender, port, "/readyz").await;
+    (extender, port, ca)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn second_scheduler_runs_with_the_charts_configuration_and_service_account() {
+    let cp = ControlPlane::start(Options {
+        controller_manager: true,
+        ..Options::default()
+    })
+    .await;
+    let client = cp.client();
+    run_documented_install_with(&cp, &["--set", "scheduler.enabled=true"]);
+    let (extender, extender_port, ca) = extender_with_generated_certificate(&cp).await;
+
+    // The chart's ConfigMap, changed only where a pod and this machine differ: the ServiceAccount's token as a
+    // kubeconfig instead of the mounted one, the CA file where the test wrote it, the extender's address.
+    let cm: ConfigMap = Api::namespaced(client.clone(), NAMESPACE)
+        .get("localpv-scheduler")
+        .await
+        .expect("the scheduler's ConfigMap");
+    let text = cm.data.expect("data")["config.yaml"].clone();
+    let mut config: Value = serde_yaml::from_str(&text).expect("the config parses");
+    let kubeconfig = sa::token_kubeconfig(&cp, NAMESPACE, "localpv-scheduler").await;
+    config["clientConnection"] = json!({"kubeconfig": kubeconfig.display().to_string()});
+    let entry = &mut config["extenders"][0];
+    assert_eq!(
+        entry["tlsConfig"]["caFile"], "/etc/localpv/extender-ca/ca.crt",
+        "the CA path the Deployment mounts"
+    );
+    entry["tlsConfig"]["caFile"] = json!(ca.display().to_string());
+    entry["urlPrefix"] = json!(format!("https://127.0.0.1:{extender_port}"));
+    let config_path = cp.dir.join("second-scheduler.yaml");
+    fs::write(&config_path, serde_yaml::to_string(&config).expect("yaml")).expect("written");
+    let port = free_port();
+    let mut scheduler = Component::spawn(
+        "kube-scheduler-second",
+        &bin_dir().join("kube-scheduler"),
+        &[
+            format!("--config={}", config_path.display()),
+            format!("--authentication-kubeconfig={}", kubeconfig.display()),
+            format!("--authorization-kubeconfig={}", kubeconfig.display()),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            "--v=2".into(),
+        ],
+        &cp.log_dir(),
+        cp.reaper(),
+    );
+    wait_https_ok(&mut scheduler, port, "/healthz").await;
+
+    create_node(&client, "node-1", &[]).await;
+    let ns = cp.namespace("app").await;
+    let pod: Pod = obj(json!({
+        "metadata": {"name": "web"},
+        "spec": {"schedulerName": "localpv-scheduler", "containers": [{"name": "web", "image": "nginx"}]},
+    }));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("pod created");
+    eventually(
+        "the pod to be bound by the second scheduler",
+        Duration::from_secs(90),
+        || async {
+            let p = pods.get("web").await.map_err(|e| e.to_string())?;
+            match p.spec.and_then(|s| s.node_name) {
+                Some(n) => Ok(n),
+                None => Err(format!("{:?}\n{}", p.status, scheduler.tail(10))),
+            }
+        },
+    )
+    .await;
+    let forbidden = sa::answered_with(
+        &cp.log_dir().join("audit.log"),
+        &sa::username(NAMESPACE, "localpv-scheduler"),
+        403,
+    );
+    assert!(forbidden.is_empty(), "forbidden requests: {forbidden:#?}");
     drop(extender);
 }
