@@ -34,26 +34,34 @@ impl Writer {
         !matches!(outcome, ApiOutcome::Error)
     }
 
-    /// Creates a PV; true unless the request failed for a reason worth retrying.
-    pub async fn create(&self, pv: &PersistentVolume) -> bool {
+    /// Creates a PV. `Ok(Some(uid))` with the UID the API server gave it, `Ok(None)` when the name exists already
+    /// (that PV is not necessarily ours), `Err` for a failure worth retrying.
+    pub async fn create(&self, pv: &PersistentVolume) -> Result<Option<String>, ()> {
         let name = pv.metadata.name.clone().unwrap_or_default();
         let pp = PostParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
-        let result = self.pvs.create(&pp, pv).await.map(drop);
+        let result = self.pvs.create(&pp, pv).await;
+        let uid = result.as_ref().ok().and_then(|c| c.metadata.uid.clone());
+        let result = result.map(drop);
         match &result {
             Ok(()) => {
-                info!(pv = %name, path = ?pv.spec.as_ref().and_then(|s| s.local.as_ref()).map(|l| &l.path), "created PV")
+                info!(pv = %name, uid = ?uid, path = ?pv.spec.as_ref().and_then(|s| s.local.as_ref()).map(|l| &l.path), "created PV")
             }
             Err(e) if moot(e) => debug!(pv = %name, "PV already exists"),
             Err(error) => warn!(pv = %name, %error, "failed to create PV"),
         }
-        self.count(ApiVerb::Create, &result)
+        match (self.count(ApiVerb::Create, &result), result.is_ok()) {
+            (true, true) => Ok(uid),
+            (true, false) => Ok(None),
+            (false, _) => Err(()),
+        }
     }
 
     /// Deletes a PV only if it is still the object planned for (UID and resourceVersion preconditions).
-    pub async fn delete(&self, r: &PvRef) -> bool {
+    /// `Ok(true)` when this request deleted it, `Ok(false)` when moot (gone, or changed), `Err` to retry.
+    pub async fn delete(&self, r: &PvRef) -> Result<bool, ()> {
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: Some(r.uid.clone()),
@@ -69,7 +77,10 @@ impl Writer {
             }
             Err(error) => warn!(pv = %r.name, %error, "failed to delete PV"),
         }
-        self.count(ApiVerb::Delete, &result)
+        match (self.count(ApiVerb::Delete, &result), result.is_ok()) {
+            (true, applied) => Ok(applied),
+            (false, _) => Err(()),
+        }
     }
 
     /// Merges labels/annotations into a PV, guarded by UID (and resourceVersion when the patch carries one).

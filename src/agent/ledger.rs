@@ -1,13 +1,27 @@
 //! The disk ledger on the node's own disk: which disks served a claim and must be wiped before they are exposed
 //! again. It lives outside the PVs on purpose: deleting a PV by hand must not make the agent forget a dirty disk.
 //!
-//! Written atomically (temp file, fsync, rename) after every change; read once at start.
+//! The same file records the UIDs of the PVs this agent created or adopted ([`Owners`]): the proof of ownership
+//! that labels cannot give. A file from a release without owners reads as "owners never recorded".
+//!
+//! Written atomically (temp file, fsync, rename, fsync of the directory) after every change; read once at start.
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::plan::DiskLedger;
+use serde::{Deserialize, Serialize};
+
+use crate::plan::{DiskLedger, Owners};
+
+/// The file's content: `{"disks": {..}, "owners": {"recorded": true, "pvs": {<uid>: {"name", "path"}}}}`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Stored {
+    #[serde(flatten)]
+    ledger: DiskLedger,
+    #[serde(default)]
+    owners: Owners,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -44,13 +58,15 @@ impl LedgerFile {
 
     /// The stored ledger; empty when the file does not exist yet. A corrupt file is an error, never "empty":
     /// forgetting dirty disks would let a tenant's data reach the next one.
-    pub fn load(&self) -> Result<DiskLedger, LedgerError> {
+    pub fn load(&self) -> Result<(DiskLedger, Owners), LedgerError> {
         match fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| LedgerError::Parse {
-                path: self.path.clone(),
-                source,
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(DiskLedger::default()),
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(|s: Stored| (s.ledger, s.owners))
+                .map_err(|source| LedgerError::Parse {
+                    path: self.path.clone(),
+                    source,
+                }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Default::default()),
             Err(source) => Err(LedgerError::Read {
                 path: self.path.clone(),
                 source,
@@ -58,7 +74,7 @@ impl LedgerFile {
         }
     }
 
-    pub fn store(&self, ledger: &DiskLedger) -> Result<(), LedgerError> {
+    pub fn store(&self, ledger: &DiskLedger, owners: &Owners) -> Result<(), LedgerError> {
         let err = |source| LedgerError::Write {
             path: self.path.clone(),
             source,
@@ -67,28 +83,64 @@ impl LedgerFile {
             fs::create_dir_all(dir).map_err(err)?;
         }
         let tmp = self.path.with_extension("json.tmp");
-        let bytes = serde_json::to_vec_pretty(ledger).expect("a ledger always serialises");
+        let stored = Stored {
+            ledger: ledger.clone(),
+            owners: owners.clone(),
+        };
+        let bytes = serde_json::to_vec_pretty(&stored).expect("a ledger always serialises");
         let mut f = fs::File::create(&tmp).map_err(err)?;
         f.write_all(&bytes).map_err(err)?;
         f.sync_all().map_err(err)?;
-        fs::rename(&tmp, &self.path).map_err(err)
+        fs::rename(&tmp, &self.path).map_err(err)?;
+        // NB: the rename itself is durable only once the directory is synced.
+        if let Some(dir) = self.path.parent() {
+            fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(err)?;
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::DiskState;
+    use crate::plan::{DiskState, OwnedPv};
 
     #[test]
     fn a_stored_ledger_reads_back_and_a_missing_one_is_empty() {
         let dir = tempfile::tempdir().unwrap();
         let file = LedgerFile::new(&dir.path().join("state"));
-        assert_eq!(file.load().unwrap(), DiskLedger::default());
+        assert_eq!(file.load().unwrap(), Default::default());
         let mut ledger = DiskLedger::default();
         ledger.set("fs:1234", DiskState::Dirty);
-        file.store(&ledger).unwrap();
-        assert_eq!(file.load().unwrap(), ledger);
+        ledger.set("fs:5678", DiskState::Published);
+        let mut owners = Owners {
+            recorded: true,
+            ..Owners::default()
+        };
+        let owned = OwnedPv {
+            name: "pv-1".into(),
+            path: "/mnt/disks/vol1".into(),
+        };
+        owners.pvs.insert("uid-1".into(), owned);
+        file.store(&ledger, &owners).unwrap();
+        assert_eq!(file.load().unwrap(), (ledger, owners));
+    }
+
+    #[test]
+    fn a_ledger_from_before_owners_were_recorded_reads_as_owners_never_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = LedgerFile::new(dir.path());
+        fs::write(
+            dir.path().join("disk-ledger.json"),
+            br#"{"disks": {"fs-uuid:u1": "Dirty"}}"#,
+        )
+        .unwrap();
+        let (ledger, owners) = file.load().unwrap();
+        assert_eq!(ledger.get("fs-uuid:u1"), Some(DiskState::Dirty));
+        assert!(!owners.recorded);
+        assert!(owners.pvs.is_empty());
     }
 
     #[test]

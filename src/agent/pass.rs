@@ -37,8 +37,8 @@ use crate::host::watch::MountWatcher;
 use crate::inventory::{self, LocalDisk, WipeFailures};
 use crate::plan::pv::adoptable;
 use crate::plan::{
-    self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, StorageClassFacts,
-    WipeOrder,
+    self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv, Owners,
+    StorageClassFacts, WipeOrder,
 };
 
 const MAX_BACKOFF: Duration = Duration::from_secs(600);
@@ -71,10 +71,13 @@ pub struct Agent {
     writer: Writer,
     inventory: InventoryWriter,
     ledger: DiskLedger,
+    owners: Owners,
     ledger_file: LedgerFile,
     memory: Memory,
     /// Reference-provisioner PVs of this node found by the start-up list, until adopted (then the watch has them).
     adoptable: Vec<PersistentVolume>,
+    /// The start-up list of every PV, handed to the first pass as its fresh cluster list.
+    listed_at_start: Option<Vec<PersistentVolume>>,
     running: HashMap<String, Running>,
     backoff: HashMap<String, Backoff>,
     done_tx: mpsc::Sender<WipeResult>,
@@ -85,7 +88,7 @@ pub struct Agent {
 impl Agent {
     pub fn new(s: Setup) -> anyhow::Result<Agent> {
         let ledger_file = LedgerFile::new(&s.opts.state_dir);
-        let ledger = ledger_file.load()?;
+        let (ledger, owners) = ledger_file.load()?;
         let reporter = Reporter {
             controller: "localpv-node".into(),
             instance: Some(s.node.clone()),
@@ -103,9 +106,11 @@ impl Agent {
             writer,
             inventory,
             ledger,
+            owners,
             ledger_file,
             memory: Memory::default(),
             adoptable: Vec::new(),
+            listed_at_start: None,
             running: HashMap::new(),
             backoff: HashMap::new(),
             done_tx,
@@ -155,9 +160,18 @@ impl Agent {
                 && self.s.classes.synced()
                 && self.s.disks.synced();
             if synced && self.s.nodes.get(&self.s.node).is_some() {
-                match self.list_adoptable().await {
-                    Ok(found) => {
-                        self.adoptable = found;
+                match self.list_all_pvs().await {
+                    Ok(all) => {
+                        self.adoptable = all
+                            .iter()
+                            .filter(|pv| adoptable(pv, &self.s.node))
+                            .cloned()
+                            .collect();
+                        info!(
+                            count = self.adoptable.len(),
+                            "reference-provisioner PVs to adopt"
+                        );
+                        self.listed_at_start = Some(all);
                         return true;
                     }
                     Err(error) => {
@@ -182,8 +196,10 @@ impl Agent {
         }
     }
 
-    /// One paginated list of all PVs at start: the reference provisioner's PVs of this node carry no label of ours.
-    async fn list_adoptable(&self) -> anyhow::Result<Vec<PersistentVolume>> {
+    /// One paginated list of every PV in the cluster. At start it finds the reference provisioner's PVs of this
+    /// node (they carry no label of ours); before a wipe or a new PV it finds PVs without our label that reach our
+    /// disks (the watch is label-scoped and cannot see them).
+    async fn list_all_pvs(&self) -> anyhow::Result<Vec<PersistentVolume>> {
         let api: Api<PersistentVolume> = Api::all(self.s.client.clone());
         let mut found = Vec::new();
         let mut lp = ListParams::default().limit(500);
@@ -192,17 +208,12 @@ impl Agent {
                 .list(&lp)
                 .await
                 .context("failed to list PersistentVolumes")?;
-            found.extend(
-                page.items
-                    .into_iter()
-                    .filter(|pv| adoptable(pv, &self.s.node)),
-            );
+            found.extend(page.items);
             match page.metadata.continue_ {
                 Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
                 _ => break,
             }
         }
-        info!(count = found.len(), "reference-provisioner PVs to adopt");
         Ok(found)
     }
 
@@ -322,19 +333,51 @@ impl Agent {
         self.adoptable
             .retain(|a| !existing.iter().any(|e| e.metadata.name == a.metadata.name));
         existing.extend(self.adoptable.iter().cloned());
-        let plan = plan::plan(&Inputs {
-            node: &node,
-            config: &self.s.config,
-            classes: &classes,
-            found: &found,
-            existing: &existing,
-            ledger: &self.ledger,
-            memory: &self.memory,
-            now: SystemTime::now(),
-        });
+        let mut cluster = self.listed_at_start.take();
+        let plan_with = |cluster: Option<&[PersistentVolume]>| {
+            plan::plan(&Inputs {
+                node: &node,
+                config: &self.s.config,
+                classes: &classes,
+                found: &found,
+                existing: &existing,
+                ledger: &self.ledger,
+                owners: &self.owners,
+                cluster,
+                memory: &self.memory,
+                now: SystemTime::now(),
+            })
+        };
+        let mut plan = plan_with(cluster.as_deref());
         let mut retry = false;
+        if plan.needs_cluster_list && cluster.is_none() {
+            // NB: planned again on a list taken just now; the actions of the plan without it are dropped.
+            match self.list_all_pvs().await {
+                Ok(all) => {
+                    cluster = Some(all);
+                    plan = plan_with(cluster.as_deref());
+                }
+                Err(error) => {
+                    warn!(error = %format!("{error:#}"), "failed to list PersistentVolumes; no wipe and no new PV this pass");
+                    retry = true;
+                }
+            }
+        }
+        drop(cluster);
+        let mut halted = false;
         for action in plan.actions {
-            retry |= !self.execute(action).await;
+            if halted && !matches!(action, Action::Event(_)) {
+                continue;
+            }
+            match self.execute(action).await {
+                Step::Done => {}
+                Step::Retry => retry = true,
+                Step::Halt => {
+                    // NB: an unpersisted ledger change must not be acted on: skip the rest of the plan's writes.
+                    retry = true;
+                    halted = true;
+                }
+            }
         }
         self.memory = plan.memory;
         let inventory_after = self
@@ -442,19 +485,50 @@ impl Agent {
         }));
     }
 
-    /// Applies one action; false when it failed in a way the next pass should retry soon.
-    async fn execute(&mut self, action: Action) -> bool {
+    /// Applies one action.
+    async fn execute(&mut self, action: Action) -> Step {
+        let retry = |ok: bool| if ok { Step::Done } else { Step::Retry };
+        let halt = |ok: bool| if ok { Step::Done } else { Step::Halt };
         match action {
-            Action::CreatePv(pv) => self.writer.create(&pv).await,
-            Action::DeletePv(r) => self.writer.delete(&r).await,
+            Action::CreatePv(pv) => match self.writer.create(&pv).await {
+                Ok(Some(uid)) => {
+                    let owned = OwnedPv {
+                        name: pv.metadata.name.clone().unwrap_or_default(),
+                        path: pv
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.local.as_ref())
+                            .map(|l| PathBuf::from(&l.path))
+                            .unwrap_or_default(),
+                    };
+                    halt(self.update_owners(|o| {
+                        o.pvs.insert(uid, owned);
+                    }))
+                }
+                Ok(None) => Step::Done,
+                Err(()) => Step::Retry,
+            },
+            Action::DeletePv(r) => retry(self.writer.delete(&r).await.is_ok()),
+            Action::DeleteUnclaimedPv { pv, disk } => match self.writer.delete(&pv).await {
+                Ok(true) => halt(self.set_disk_state(&disk, DiskState::Clean)),
+                Ok(false) => Step::Done,
+                Err(()) => Step::Retry,
+            },
             Action::AdoptPv { name, patch } | Action::RecordIdentity { name, patch } => {
-                self.writer.patch(&name, &patch).await.is_ok()
+                retry(self.writer.patch(&name, &patch).await.is_ok())
             }
-            Action::SetDiskState { key, state } => self.set_disk_state(&key, state),
-            Action::Wipe(order) => self.start_wipe(*order).await,
+            Action::SetDiskState { key, state } => halt(self.set_disk_state(&key, state)),
+            Action::RecordOwner { uid, pv } => halt(self.update_owners(|o| {
+                o.pvs.insert(uid, pv);
+            })),
+            Action::ForgetOwner { uid } => halt(self.update_owners(|o| {
+                o.pvs.remove(&uid);
+            })),
+            Action::OwnersRecorded => halt(self.update_owners(|o| o.recorded = true)),
+            Action::Wipe(order) => retry(self.start_wipe(*order).await),
             Action::Event(e) => {
                 self.writer.event(&e).await;
-                true
+                Step::Done
             }
         }
     }
@@ -465,12 +539,44 @@ impl Agent {
         }
         let before = self.ledger.clone();
         self.ledger.set(key, state);
-        if let Err(error) = self.ledger_file.store(&self.ledger) {
-            // NB: an unpersisted ledger change must not be acted on (a dirty disk could be forgotten on restart).
-            warn!(error = %crate::host::error_chain(&error), "failed to persist the disk ledger");
+        if !self.persist() {
             self.ledger = before;
             return false;
         }
         true
     }
+
+    /// Changes the recorded owners and persists them; false (and nothing changed) when they could not be stored.
+    fn update_owners(&mut self, change: impl FnOnce(&mut Owners)) -> bool {
+        let before = self.owners.clone();
+        change(&mut self.owners);
+        if self.owners == before {
+            return true;
+        }
+        if !self.persist() {
+            self.owners = before;
+            return false;
+        }
+        true
+    }
+
+    fn persist(&self) -> bool {
+        match self.ledger_file.store(&self.ledger, &self.owners) {
+            Ok(()) => true,
+            Err(error) => {
+                // NB: an unpersisted ledger change must not be acted on (a dirty disk could be forgotten on restart).
+                warn!(error = %crate::host::error_chain(&error), "failed to persist the disk ledger");
+                false
+            }
+        }
+    }
+}
+
+/// How executing one action went.
+enum Step {
+    Done,
+    /// Failed in a way the next pass should retry soon.
+    Retry,
+    /// The ledger could not be written: nothing after it in this plan may run.
+    Halt,
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::identity::{self, IdentityCheck};
+use super::owners::OtherPv;
 use super::pv::{
     ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, MetaPatch, NODE_LABEL, Origin, Phase, Policy, PvRef, PvView,
     WIPE_PHASE_WIPED, WIPE_PHASE_WIPING, WipePhase, lifetime,
@@ -20,11 +21,15 @@ use crate::disk::{Disk, UnusableReason};
 /// How soon to look again when something is waiting on our own writes.
 const SOON: Duration = Duration::from_secs(1);
 
+mod own;
 mod place;
 
 pub(super) struct Planner<'a> {
     inputs: &'a Inputs<'a>,
     pvs: Vec<PvView>,
+    /// PVs that are not ours (see `own`).
+    others: Vec<OtherPv>,
+    needs_cluster: bool,
     disks: BTreeMap<&'a Path, &'a Disk>,
     unknown_paths: BTreeSet<&'a Path>,
     failed_classes: BTreeSet<&'a str>,
@@ -39,16 +44,13 @@ pub(super) struct Planner<'a> {
 
 impl<'a> Planner<'a> {
     pub(super) fn new(inputs: &'a Inputs<'a>) -> Self {
-        let mut pvs: Vec<PvView> = inputs
-            .existing
-            .iter()
-            .filter_map(|pv| PvView::read(pv, inputs.node))
-            .collect();
-        pvs.sort_by(|a, b| a.pv_ref.name.cmp(&b.pv_ref.name));
+        let split = own::split(inputs);
         let found = inputs.found;
         Planner {
             inputs,
-            pvs,
+            pvs: split.pvs,
+            others: split.others,
+            needs_cluster: false,
             disks: found
                 .disks
                 .iter()
@@ -65,7 +67,7 @@ impl<'a> Planner<'a> {
                 .iter()
                 .map(|f| f.class.as_str())
                 .collect(),
-            writes: Vec::new(),
+            writes: split.writes,
             events: Vec::new(),
             memory: Memory::default(),
             unpublished: Vec::new(),
@@ -85,6 +87,7 @@ impl<'a> Planner<'a> {
         for disk in disks {
             self.place_disk(disk);
         }
+        self.report_foreign();
         let mut actions = self.writes;
         actions.append(&mut self.events);
         Plan {
@@ -92,6 +95,7 @@ impl<'a> Planner<'a> {
             memory: self.memory,
             unpublished: self.unpublished,
             requeue_after: self.requeue_after,
+            needs_cluster_list: self.needs_cluster,
         }
     }
 
@@ -142,6 +146,9 @@ impl<'a> Planner<'a> {
             labels: BTreeMap::from([(NODE_LABEL.to_string(), self.inputs.node.name.clone())]),
             annotations,
         };
+        // NB: the owner is recorded before the label is added: a crash in between adopts again on the next start,
+        // whereas a labelled PV without a recorded owner would be foreign for good.
+        self.writes.push(own::record_owner(pv));
         self.writes.push(Action::AdoptPv {
             name: pv.pv_ref.name.clone(),
             patch,
@@ -153,8 +160,17 @@ impl<'a> Planner<'a> {
         self.requeue(SOON);
     }
 
-    /// A PV holding a tenant's data marks its disk in the ledger, so a hand-deleted PV cannot leak it.
+    /// A PV holding a tenant's data marks its disk in the ledger, so a hand-deleted PV cannot leak it; an unclaimed
+    /// one marks it `Published` (PVs from before that state existed), so a PV deleted behind the agent's back
+    /// cannot either.
     fn track_dirty(&mut self, pv: &PvView, disk: Option<&Disk>, check: Option<&IdentityCheck>) {
+        if pv.is_unclaimed() {
+            let key = self.pv_key(pv, disk, check);
+            if matches!(self.inputs.ledger.get(&key), None | Some(DiskState::Clean)) {
+                self.set_disk_state(key, DiskState::Published);
+            }
+            return;
+        }
         if !pv.holds_data() {
             return;
         }
@@ -314,6 +330,20 @@ impl<'a> Planner<'a> {
     fn reclaim(&mut self, pv: &PvView, disk: &Disk, check: IdentityCheck, class: &ClassFacts) {
         match check {
             IdentityCheck::Same => {
+                if let Some(other) = self.foreign_on(disk) {
+                    let message = format!(
+                        "not wiping {}: PV {}, which localpv did not create or adopt, reaches this disk; the PV \
+                         stays Released while it exists",
+                        pv.path.display(),
+                        other.pv_ref.name
+                    );
+                    let why = reason::WIPE_REFUSED;
+                    self.condition(pv, Condition::WipeRefused, EventType::Warning, why, message);
+                    return;
+                }
+                if !self.listed() {
+                    return;
+                }
                 let order = self.wipe_order(pv, disk, class);
                 self.writes.push(Action::Wipe(Box::new(order)));
             }
@@ -384,10 +414,22 @@ impl<'a> Planner<'a> {
             .find(|c| c.config.host_dir == parent)
     }
 
+    /// Deletes a PV of ours. An unclaimed one hands its disk back as `Clean` once the API confirms the deletion.
     fn delete(&mut self, pv: &PvView) {
-        if self.deleted.insert(pv.pv_ref.uid.clone()) {
-            self.writes.push(Action::DeletePv(pv.pv_ref.clone()));
+        if !self.deleted.insert(pv.pv_ref.uid.clone()) {
+            return;
         }
+        let action = if pv.is_unclaimed() {
+            let disk = self.disks.get(pv.path.as_path()).copied();
+            let check = disk.map(|d| identity::check(pv.mode, pv.recorded.as_ref(), d));
+            Action::DeleteUnclaimedPv {
+                pv: pv.pv_ref.clone(),
+                disk: self.pv_key(pv, disk, check.as_ref()),
+            }
+        } else {
+            Action::DeletePv(pv.pv_ref.clone())
+        };
+        self.writes.push(action);
     }
 
     fn set_disk_state(&mut self, key: String, state: DiskState) {
@@ -405,7 +447,18 @@ impl<'a> Planner<'a> {
         why: &'static str,
         message: String,
     ) {
-        let uid = &pv.pv_ref.uid;
+        self.condition_on(&pv.pv_ref, condition, type_, why, message);
+    }
+
+    fn condition_on(
+        &mut self,
+        pv: &PvRef,
+        condition: Condition,
+        type_: EventType,
+        why: &'static str,
+        message: String,
+    ) {
+        let uid = &pv.uid;
         let new_this_pass = self
             .memory
             .conditions
@@ -413,7 +466,7 @@ impl<'a> Planner<'a> {
             .or_default()
             .insert(condition);
         if new_this_pass && !self.inputs.memory.had(uid, condition) {
-            self.event(&pv.pv_ref, type_, why, message);
+            self.event(pv, type_, why, message);
         }
     }
 

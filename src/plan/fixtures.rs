@@ -15,7 +15,8 @@ use super::pv::{
     ANN_PROVISIONED_BY, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, MetaPatch, NODE_LABEL, lifetime,
 };
 use super::{
-    Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, Plan, StorageClassFacts,
+    Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv, Owners, Plan,
+    StorageClassFacts,
 };
 use crate::config::{ClassConfig, Config, WipeMethod};
 use crate::disk::{Discovery, Disk, DiskIdentity, VolumeMode};
@@ -136,6 +137,56 @@ impl Pv {
         });
         spec.storage_class_name = Some(disk.class.clone());
         spec.volume_mode = Some(disk.mode.as_str().into());
+        self
+    }
+
+    /// `spec.local.path` spelled exactly as given.
+    pub fn at_path(mut self, path: &str) -> Pv {
+        self.spec().local = Some(LocalVolumeSource {
+            path: path.into(),
+            fs_type: None,
+        });
+        self
+    }
+
+    /// A `hostPath` volume at `path` instead of a local one.
+    pub fn host_path(mut self, path: &str) -> Pv {
+        let spec = self.spec();
+        spec.local = None;
+        spec.host_path = Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
+            path: path.into(),
+            type_: None,
+        });
+        self
+    }
+
+    pub fn uid(mut self, uid: &str) -> Pv {
+        self.0.metadata.uid = Some(uid.into());
+        self
+    }
+
+    pub fn unlabelled(mut self) -> Pv {
+        self.0.metadata.labels = None;
+        self
+    }
+
+    /// Required node affinity `kubernetes.io/hostname In [hostname]`.
+    pub fn affine_to(mut self, hostname: &str) -> Pv {
+        use k8s_openapi::api::core::v1::{
+            NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, VolumeNodeAffinity,
+        };
+        self.spec().node_affinity = Some(VolumeNodeAffinity {
+            required: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_expressions: Some(vec![NodeSelectorRequirement {
+                        key: "kubernetes.io/hostname".into(),
+                        operator: "In".into(),
+                        values: Some(vec![hostname.into()]),
+                    }]),
+                    match_fields: None,
+                }],
+            }),
+        });
         self
     }
 
@@ -265,15 +316,51 @@ pub struct World {
     pub classes: Vec<ClassFacts>,
     pub found: Discovery,
     pub existing: Vec<PersistentVolume>,
+    /// PVs outside the agent's label-scoped watch; only a cluster list shows them.
+    pub others: Vec<PersistentVolume>,
+    /// Whether `plan` is given a fresh list of every PV (`existing` and `others`).
+    pub listed: bool,
     pub ledger: DiskLedger,
+    pub owners: Owners,
     pub memory: Memory,
     pub now: SystemTime,
     created: u32,
 }
 
 impl World {
-    /// Node n1 with class `local-storage` on `/mnt/disks` (Filesystem), these disks and PVs.
+    /// Node n1 with class `local-storage` on `/mnt/disks` (Filesystem), these disks and PVs. The PVs labelled for n1
+    /// are recorded as ours (as if the agent had created them); the cluster list is given to every pass.
     pub fn new(disks: Vec<Disk>, pvs: Vec<PersistentVolume>) -> World {
+        let owned = pvs
+            .iter()
+            .filter(|pv| {
+                pv.metadata.labels.as_ref().and_then(|l| l.get(NODE_LABEL))
+                    == Some(&NODE.to_string())
+            })
+            .map(|pv| {
+                let uid = pv.metadata.uid.clone().unwrap_or_default();
+                let path = pv
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.local.as_ref())
+                    .map(|l| PathBuf::from(&l.path))
+                    .unwrap_or_default();
+                let name = pv.metadata.name.clone().unwrap_or_default();
+                (uid, OwnedPv { name, path })
+            })
+            .collect();
+        let mut ledger = DiskLedger::default();
+        for pv in &pvs {
+            let published = super::pv::PvView::read(pv, &node())
+                .filter(|v| v.is_unclaimed() && v.origin == super::pv::Origin::Ours);
+            if let Some(rec) = published.as_ref().and_then(|v| v.recorded.as_ref()) {
+                let v = published.as_ref().expect("checked");
+                let key =
+                    identity::ledger_key(v.mode, &rec.identity, rec.mount_root.as_deref(), &v.path);
+                // As the agent recorded it before creating the PV.
+                ledger.set(&key, DiskState::Published);
+            }
+        }
         World {
             node: node(),
             config: Config::default(),
@@ -287,7 +374,13 @@ impl World {
                 ..Discovery::default()
             },
             existing: pvs,
-            ledger: DiskLedger::default(),
+            others: Vec::new(),
+            listed: true,
+            ledger,
+            owners: Owners {
+                recorded: true,
+                pvs: owned,
+            },
             memory: Memory::default(),
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000),
             created: 0,
@@ -295,6 +388,8 @@ impl World {
     }
 
     pub fn plan(&self) -> Plan {
+        let cluster: Vec<PersistentVolume> =
+            self.existing.iter().chain(&self.others).cloned().collect();
         super::plan(&Inputs {
             node: &self.node,
             config: &self.config,
@@ -302,6 +397,8 @@ impl World {
             found: &self.found,
             existing: &self.existing,
             ledger: &self.ledger,
+            owners: &self.owners,
+            cluster: self.listed.then_some(cluster.as_slice()),
             memory: &self.memory,
             now: self.now,
         })
@@ -327,11 +424,21 @@ impl World {
         for action in &plan.actions {
             match action {
                 Action::CreatePv(pv) => self.create(pv),
-                Action::DeletePv(r) => self.existing.retain(|pv| {
-                    let meta = &pv.metadata;
-                    !(meta.uid.as_ref() == Some(&r.uid)
-                        && meta.resource_version.as_ref() == Some(&r.resource_version))
-                }),
+                Action::DeletePv(r) => {
+                    self.delete(r);
+                }
+                Action::DeleteUnclaimedPv { pv, disk } => {
+                    if self.delete(pv) {
+                        self.ledger.set(disk, DiskState::Clean);
+                    }
+                }
+                Action::RecordOwner { uid, pv } => {
+                    self.owners.pvs.insert(uid.clone(), pv.clone());
+                }
+                Action::ForgetOwner { uid } => {
+                    self.owners.pvs.remove(uid);
+                }
+                Action::OwnersRecorded => self.owners.recorded = true,
                 Action::AdoptPv { patch, .. } | Action::RecordIdentity { patch, .. } => {
                     self.patch(patch)
                 }
@@ -347,6 +454,17 @@ impl World {
         self.memory = plan.memory.clone();
     }
 
+    /// Deletes with the UID and resourceVersion preconditions; true when a PV was deleted.
+    fn delete(&mut self, r: &super::PvRef) -> bool {
+        let before = self.existing.len();
+        self.existing.retain(|pv| {
+            let meta = &pv.metadata;
+            !(meta.uid.as_ref() == Some(&r.uid)
+                && meta.resource_version.as_ref() == Some(&r.resource_version))
+        });
+        self.existing.len() < before
+    }
+
     fn create(&mut self, pv: &PersistentVolume) {
         if self
             .existing
@@ -358,6 +476,17 @@ impl World {
         self.created += 1;
         let mut pv = pv.clone();
         pv.metadata.uid = Some(format!("created-{}", self.created));
+        // The shell records the owner from the create response.
+        let path = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.local.as_ref())
+            .map(|l| PathBuf::from(&l.path))
+            .unwrap_or_default();
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        self.owners
+            .pvs
+            .insert(format!("created-{}", self.created), OwnedPv { name, path });
         pv.metadata.resource_version = Some("1".into());
         pv.status = Some(PersistentVolumeStatus {
             phase: Some("Available".into()),

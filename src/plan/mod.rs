@@ -3,21 +3,31 @@
 //! ```text
 //!  NodeFacts, ClassFacts (config + StorageClass)  ─┐
 //!  Discovery (disks found on the host)            ─┤
-//!  existing PVs (ours by label + reference ones)  ─┼─> plan() ─> Plan { actions, memory, unpublished, requeue }
-//!  DiskLedger (dirty disks), Memory (reported)    ─┘                │
-//!                                                                    v
-//!        shell executes actions in order: CreatePv / DeletePv (preconditions) / AdoptPv / RecordIdentity /
-//!        SetDiskState (ledger) / Wipe (see WipeOrder) / Event; then keeps `memory` for the next pass.
+//!  existing PVs (ours by label + reference ones)  ─┼─> plan() ─> Plan { actions, memory, unpublished, requeue,
+//!  cluster: a fresh list of all PVs (or None)     ─┤                     needs_cluster_list }
+//!  DiskLedger (dirty disks), Owners (our PV UIDs) ─┤                │
+//!  Memory (reported)                              ─┘                v
+//!        shell executes actions in order: RecordOwner / CreatePv / DeletePv (preconditions) / AdoptPv /
+//!        RecordIdentity / SetDiskState (ledger) / Wipe (see WipeOrder) / Event; then keeps `memory`.
+//!        With `needs_cluster_list` it lists every PV and plans again with `cluster` before executing anything.
 //! ```
+//!
+//! Ownership: a PV is ours only when its UID is in [`Owners`] (recorded from the create response, or on adoption).
+//! Any other PV that carries our label or reaches one of our disks (by normalised path, or by the identity it
+//! records) is foreign: it gets one `ForeignPersistentVolume` Event and nothing else, and while it exists the disk
+//! it reaches is neither wiped nor published. Because the agent's watch only sees labelled PVs, no wipe and no new
+//! PV is ordered without a fresh list of all PVs (`cluster`).
 //!
 //! Rules, in short: one PV per disk path; a disk leaves only with its Available PV (Bound and Released PVs are
 //! never deleted or re-exposed because of a vanished or changed disk); Released + Delete is wiped after its
 //! identity is verified and deleted only once a wipe completed for that PV's lifetime; a disk that served a claim
-//! is remembered in the ledger and wiped before any new PV exposes it; a pass over an unchanged world returns no
+//! is remembered in the ledger and wiped before any new PV exposes it (from the moment it is published: a PV deleted
+//! while the agent was down leaves a `Published` disk, wiped or retained per the class's policy); a pass over an unchanged world returns no
 //! write action and repeats no Event.
 
 mod decide;
 pub mod identity;
+pub mod owners;
 pub mod pv;
 pub mod state;
 
@@ -36,7 +46,7 @@ use serde::Serialize;
 use crate::config::{ClassConfig, Config, WipeMethod};
 use crate::disk::{Discovery, DiskIdentity, VolumeMode};
 pub use pv::{MetaPatch, PvRef};
-pub use state::{Condition, DiskLedger, DiskState, Memory};
+pub use state::{Condition, DiskLedger, DiskState, Memory, OwnedPv, Owners};
 
 /// The node this agent runs on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -77,6 +87,11 @@ pub struct Inputs<'a> {
     /// ignored.
     pub existing: &'a [PersistentVolume],
     pub ledger: &'a DiskLedger,
+    pub owners: &'a Owners,
+    /// Every PV in the cluster, listed afresh for this pass; `None` when the shell has not listed. Without it no
+    /// wipe and no new PV is planned (`Plan::needs_cluster_list` asks for it): a PV without our label can reach
+    /// our disks too, and the watch does not see it.
+    pub cluster: Option<&'a [PersistentVolume]>,
     pub memory: &'a Memory,
     pub now: SystemTime,
 }
@@ -93,6 +108,8 @@ pub struct Plan {
     /// Plan again after this long even without an event: something is waiting (a deletion to finish, a grace
     /// period to run out).
     pub requeue_after: Option<Duration>,
+    /// A wipe or a new PV is due but `cluster` was not given: list every PV and plan again.
+    pub needs_cluster_list: bool,
 }
 
 impl Plan {
@@ -111,6 +128,25 @@ pub enum Action {
     /// Delete the PV only if it still has this UID and resourceVersion (a PV bound meanwhile survives).
     /// `NotFound` is success.
     DeletePv(PvRef),
+    /// Delete an unclaimed PV of ours (as `DeletePv`); only when the API server confirms this very deletion (the
+    /// preconditions held, so no claim ever bound it since the agent looked) set the disk `disk` to `Clean`.
+    /// If the deletion fails, is moot, or the agent dies first, the disk stays `Published` and is wiped (Delete)
+    /// or retained (Retain) before it is exposed again.
+    DeleteUnclaimedPv {
+        pv: PvRef,
+        disk: String,
+    },
+    /// Remember this PV as ours in the node-local ledger; persisted before any later action of the plan runs.
+    RecordOwner {
+        uid: String,
+        pv: OwnedPv,
+    },
+    /// Forget a PV of ours that no longer exists.
+    ForgetOwner {
+        uid: String,
+    },
+    /// Ownership is recorded on this node from now on (ends the one-time take-over of labelled PVs).
+    OwnersRecorded,
     /// Take over a reference-provisioner PV in place: add our label and identity annotations. Never touches the
     /// disk and never re-creates the PV.
     AdoptPv {
@@ -185,6 +221,8 @@ pub mod reason {
     pub const RECLAIM_POLICY_UNSUPPORTED: &str = "ReclaimPolicyUnsupported";
     pub const NAME_COLLISION: &str = "NameCollision";
     pub const ADOPTED: &str = "Adopted";
+    /// On a PV the agent did not create or adopt that carries its label or reaches one of its disks.
+    pub const FOREIGN_PV: &str = "ForeignPersistentVolume";
 }
 
 /// Why a found disk has no PV.
@@ -194,7 +232,8 @@ pub enum HoldReason {
     Retained,
     /// Dirty, or new with `wipeOnFirstDiscovery`: published once the wipe is recorded.
     AwaitingWipe,
-    /// Another PV of ours holds the same disk (it moved to this path).
+    /// Another PV holds the same disk: one of ours (the disk moved to this path), or one the agent did not create
+    /// or adopt that reaches it (a foreign PV: nothing is published or wiped while it exists).
     HeldByAnotherPv,
     /// A PV at this path is being deleted or replaced; published once it is gone.
     AwaitingDeletion,

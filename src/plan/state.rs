@@ -3,10 +3,14 @@
 //! - [`DiskLedger`]: which disks have served a claim and must be wiped (or kept) before any new PV exposes them.
 //!   Safety depends on it: the shell must persist it outside the PVs (a LocalDisk status, a node-local file) and
 //!   apply every `SetDiskState` before acting on later passes.
+//! - [`Owners`]: the UIDs of the PVs this agent created or adopted. Labels and annotations can be copied by anyone
+//!   with PV rights; a UID recorded here cannot. The agent patches, wipes for or deletes only PVs listed here.
+//!   Persisted in the same file as the ledger, with the same rule: applied before anything acts on it.
 //! - [`Memory`]: which conditions were already reported as Events, so a resync that changes nothing says nothing.
 //!   Best effort: losing it repeats each standing Event once.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -21,6 +25,11 @@ pub enum DiskState {
     Retained,
     /// Wiped, or seen empty: may be published.
     Clean,
+    /// A PV of ours exposes it and no claim was seen on it (yet). Written before the PV is created, so a crash at
+    /// any instant cannot forget it. If its PV disappears without the agent deleting it as unclaimed (the agent was
+    /// down, or someone deleted it by hand), nobody can say whether a claim used it meanwhile: under the class's
+    /// reclaim policy Delete it is wiped before it is published again, under Retain it is kept out of the pool.
+    Published,
 }
 
 /// Disk key (see `identity::ledger_key`) -> state.
@@ -39,6 +48,31 @@ impl DiskLedger {
     }
 }
 
+/// One PV this agent created (UID from the create response) or adopted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnedPv {
+    pub name: String,
+    pub path: PathBuf,
+}
+
+/// The PVs this agent can prove are its own, by UID.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owners {
+    /// False until ownership was first recorded on this node (no ledger yet, or one written by a release that did
+    /// not record owners). The first pass then takes over this node's labelled PVs once, each only if it is the one
+    /// PV at its exact path (see `plan::owners`); from then on a label alone proves nothing.
+    #[serde(default)]
+    pub recorded: bool,
+    #[serde(default)]
+    pub pvs: BTreeMap<String, OwnedPv>,
+}
+
+impl Owners {
+    pub fn owns(&self, uid: &str) -> bool {
+        self.pvs.contains_key(uid)
+    }
+}
+
 /// A standing situation on a PV that was reported once with an Event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Condition {
@@ -49,6 +83,8 @@ pub enum Condition {
     Retained,
     UnsupportedPolicy,
     NameCollision,
+    /// A PV we do not own that carries our label or reaches one of our disks.
+    Foreign,
 }
 
 /// What earlier passes reported, keyed by PV UID (a re-created PV with the same name starts afresh).

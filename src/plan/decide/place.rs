@@ -33,6 +33,15 @@ impl Planner<'_> {
             }
             return;
         }
+        if let Some(other) = self.foreign_on(disk) {
+            let message = format!(
+                "PV {}, which localpv did not create or adopt, reaches this disk: nothing is published or wiped \
+                 while it exists",
+                other.pv_ref.name
+            );
+            self.hold(disk, HoldReason::HeldByAnotherPv, message);
+            return;
+        }
         if self.held_elsewhere(disk) {
             return;
         }
@@ -47,6 +56,7 @@ impl Planner<'_> {
                 key,
                 "it served a claim and was not wiped since".into(),
             ),
+            (Some(DiskState::Published), _) => self.published_without_pv(disk, class, key),
             (None, true) => {
                 self.wipe_unpublished(disk, class, key, "wipeOnFirstDiscovery is set".into())
             }
@@ -95,7 +105,34 @@ impl Planner<'_> {
         true
     }
 
+    /// Published by us, and its PV went without the agent deleting it as unclaimed: a claim may have used it.
+    fn published_without_pv(&mut self, disk: &Disk, class: &ClassFacts, key: String) {
+        let Some(storage_class) = &class.storage_class else {
+            let message = format!("StorageClass {} does not exist", class.config.name);
+            self.hold(disk, HoldReason::NoStorageClass, message);
+            return;
+        };
+        match storage_class.reclaim_policy.as_deref() {
+            None | Some("Delete") => self.wipe_unpublished(
+                disk,
+                class,
+                key,
+                "its PV went while the agent could not see whether a claim used it".into(),
+            ),
+            Some(policy) => {
+                let message = format!(
+                    "its PV went while the agent could not see whether a claim used it, and the class's reclaim \
+                     policy is {policy}: it stays unpublished until an operator releases disk {key}"
+                );
+                self.hold(disk, HoldReason::Retained, message);
+            }
+        }
+    }
+
     fn wipe_unpublished(&mut self, disk: &Disk, class: &ClassFacts, key: String, why: String) {
+        if !self.listed() {
+            return;
+        }
         let order = WipeOrder {
             key,
             pv: None,
@@ -149,6 +186,11 @@ impl Planner<'_> {
             );
             return;
         }
+        if !self.listed() {
+            return;
+        }
+        // NB: remembered before the PV exists: a crash after the create must not forget what the disk exposed.
+        self.set_disk_state(identity::disk_key(disk), DiskState::Published);
         let new = NewPv {
             name: &name,
             node,

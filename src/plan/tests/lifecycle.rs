@@ -15,7 +15,11 @@ fn an_unclaimed_pv_whose_disk_vanished_is_deleted_with_preconditions(#[case] pv:
         uid: "uid-vol1".into(),
         resource_version: "1".into(),
     };
-    assert_eq!(plan.actions, [Action::DeletePv(expected)]);
+    let disk = "fs-uuid:uuid-vol1".to_string();
+    assert_eq!(
+        plan.actions,
+        [Action::DeleteUnclaimedPv { pv: expected, disk }]
+    );
 }
 
 #[rstest]
@@ -124,9 +128,19 @@ fn a_disk_that_could_not_be_looked_at_is_not_taken_for_missing(
 
 #[test]
 fn a_pv_labelled_for_another_node_is_not_ours() {
-    let theirs = Pv::test().on_node("n2").bound().build();
+    let theirs = Pv::test()
+        .on_node("n2")
+        .affine_to("n2-host")
+        .bound()
+        .build();
     let world = World::new(vec![disk("vol1")], vec![theirs]);
-    assert_eq!(summary(&world.plan()), ["create /mnt/disks/vol1"]);
+    assert_eq!(
+        summary(&world.plan()),
+        [
+            "ledger fs-uuid:uuid-vol1 Published",
+            "create /mnt/disks/vol1"
+        ]
+    );
 }
 
 #[test]
@@ -197,7 +211,15 @@ fn an_available_disk_moved_to_another_path_is_republished_there() {
     );
     let plans = world.settle();
     assert_eq!(summary(&plans[0]), ["delete uid-vol1"]);
-    assert_eq!(summary(&plans[1]), ["create /mnt/disks/vol9"]);
+    assert_eq!(
+        summary(&plans[1]),
+        [
+            "forget uid-vol1",
+            "ledger fs-uuid:uuid-vol1 Published",
+            "create /mnt/disks/vol9"
+        ],
+        "not wiped: the agent itself deleted its PV while unclaimed"
+    );
 }
 
 #[test]
@@ -240,8 +262,11 @@ fn reference_pvs_of_this_node_are_adopted_in_place(#[case] provisioned_by: &str)
         .build();
     let mut world = World::new(vec![disk("vol1")], vec![reference]);
     let plan = world.plan();
-    assert_eq!(summary(&plan), ["adopt uid-vol1", "event uid-vol1 Adopted"]);
-    let Action::AdoptPv { name, patch } = &plan.actions[0] else {
+    assert_eq!(
+        summary(&plan),
+        ["own uid-vol1", "adopt uid-vol1", "event uid-vol1 Adopted"]
+    );
+    let Action::AdoptPv { name, patch } = &plan.actions[1] else {
         panic!("adopt")
     };
     assert_eq!(name, "local-pv-e3f48c6a");
@@ -256,6 +281,7 @@ fn reference_pvs_of_this_node_are_adopted_in_place(#[case] provisioned_by: &str)
     assert_eq!(
         rest,
         [
+            "own uid-vol1",
             "adopt uid-vol1",
             "event uid-vol1 Adopted",
             "ledger fs-uuid:uuid-vol1 Dirty"
@@ -268,15 +294,34 @@ fn reference_pvs_of_this_node_are_adopted_in_place(#[case] provisioned_by: &str)
 #[case::other_node("local-volume-provisioner-n2")]
 #[case::node_with_our_name_as_prefix("local-volume-provisioner-n1-2")]
 #[case::prefix_node_with_uid("local-volume-provisioner-n1-2-0a1b2c3d-0000-4000-8000-00000000000a")]
-#[case::another_provisioner("rancher.io/local-path")]
-fn pvs_of_other_nodes_or_provisioners_are_ignored(#[case] provisioned_by: &str) {
+fn pvs_of_other_nodes_are_not_adopted(#[case] provisioned_by: &str) {
     let foreign = Pv::test()
         .reference(provisioned_by)
+        .name("foreign")
+        .affine_to("n2-host")
+        .bound()
+        .build();
+    let world = World::new(vec![disk("vol1")], vec![foreign]);
+    assert_eq!(
+        summary(&world.plan()),
+        [
+            "ledger fs-uuid:uuid-vol1 Published",
+            "create /mnt/disks/vol1"
+        ]
+    );
+}
+
+#[test]
+fn a_pv_of_another_provisioner_on_our_disk_is_not_adopted_and_holds_the_disk() {
+    let foreign = Pv::test()
+        .reference("rancher.io/local-path")
         .name("foreign")
         .bound()
         .build();
     let world = World::new(vec![disk("vol1")], vec![foreign]);
-    assert_eq!(summary(&world.plan()), ["create /mnt/disks/vol1"]);
+    let plan = world.plan();
+    assert_eq!(summary(&plan), ["event uid-vol1 ForeignPersistentVolume"]);
+    assert_eq!(plan.unpublished[0].reason, HoldReason::HeldByAnotherPv);
 }
 
 #[test]

@@ -9,6 +9,7 @@ use super::*;
 use crate::config::PvNaming;
 use crate::disk::{ClassFailure, Disk, Unusable, UnusableReason};
 use crate::pvname;
+use std::path::PathBuf;
 
 /// One line per action: `create <path>`, `delete <uid>`, `wipe <path> for <uid>`, `event <uid> <Reason>`, ...
 fn summary(plan: &Plan) -> Vec<String> {
@@ -17,6 +18,10 @@ fn summary(plan: &Plan) -> Vec<String> {
         .map(|action| match action {
             Action::CreatePv(pv) => format!("create {}", local_path(pv)),
             Action::DeletePv(pv) => format!("delete {}", pv.uid),
+            Action::DeleteUnclaimedPv { pv, .. } => format!("delete {}", pv.uid),
+            Action::RecordOwner { uid, .. } => format!("own {uid}"),
+            Action::ForgetOwner { uid } => format!("forget {uid}"),
+            Action::OwnersRecorded => "owners recorded".into(),
             Action::AdoptPv { patch, .. } => format!("adopt {}", patch.uid),
             Action::RecordIdentity { patch, .. } => format!("record {}", patch.uid),
             Action::SetDiskState { key, state } => format!("ledger {key} {state:?}"),
@@ -105,7 +110,13 @@ fn a_new_disk_becomes_one_pv_with_the_reference_spec() {
         .expect("sc")
         .mount_options = vec!["noatime".into()];
     let plan = world.plan();
-    assert_eq!(summary(&plan), ["create /mnt/disks/vol1"]);
+    assert_eq!(
+        summary(&plan),
+        [
+            "ledger fs-uuid:uuid-vol1 Published",
+            "create /mnt/disks/vol1"
+        ]
+    );
     let pv = only_created(&plan);
     let meta = &pv.metadata;
     assert_eq!(
@@ -331,4 +342,5 @@ fn an_agent_restart_creates_no_duplicates() {
 }
 
 mod lifecycle;
+mod ownership;
 mod reclaim;

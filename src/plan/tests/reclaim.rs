@@ -119,12 +119,15 @@ fn a_reclaimed_disk_comes_back_as_a_fresh_available_pv() {
             "ledger fs-uuid:uuid-vol1 Dirty",
             "wipe /mnt/disks/vol1 for uid-vol1",
             "delete uid-vol1",
+            "forget uid-vol1",
+            "ledger fs-uuid:uuid-vol1 Published",
             "create /mnt/disks/vol1",
         ]
     );
     assert_eq!(
         world.ledger.get("fs-uuid:uuid-vol1"),
-        Some(DiskState::Clean)
+        Some(DiskState::Published),
+        "wiped (Clean), then remembered again as it is published"
     );
     let pv = &world.existing[0];
     assert_eq!(
@@ -169,10 +172,19 @@ fn a_hand_deleted_pv_does_not_leak_its_disk(#[case] pv: Pv) {
     }
     world.existing.clear();
     let plan = world.plan();
-    assert_eq!(summary(&plan), ["wipe /mnt/disks/vol1 for no pv"]);
+    assert_eq!(
+        summary(&plan),
+        ["forget uid-vol1", "wipe /mnt/disks/vol1 for no pv"]
+    );
     assert_eq!(plan.unpublished[0].reason, HoldReason::AwaitingWipe);
     world.apply(&plan);
-    assert_eq!(summary(&world.plan()), ["create /mnt/disks/vol1"]);
+    assert_eq!(
+        summary(&world.plan()),
+        [
+            "ledger fs-uuid:uuid-vol1 Published",
+            "create /mnt/disks/vol1"
+        ]
+    );
 }
 
 #[test]
@@ -193,7 +205,7 @@ fn a_retained_disk_without_its_pv_stays_unpublished_and_untouched() {
 
 #[rstest]
 #[case::unknown_disk(None, vec!["wipe /mnt/disks/vol1 for no pv"])]
-#[case::known_clean_disk(Some(DiskState::Clean), vec!["create /mnt/disks/vol1"])]
+#[case::known_clean_disk(Some(DiskState::Clean), vec!["ledger fs-uuid:uuid-vol1 Published", "create /mnt/disks/vol1"])]
 fn wipe_on_first_discovery_wipes_unknown_disks_once(
     #[case] known: Option<DiskState>,
     #[case] expected: Vec<&str>,
