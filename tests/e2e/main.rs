@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod attack_ownership;
 mod bench_page;
 mod chart_docs;
 mod chart_pod_security;
