@@ -271,3 +271,30 @@ async fn every_values_file_of_the_reference_chart_installs_through_ours() {
         check(&cp, file, dir.path());
     }
 }
+
+#[test]
+fn every_reference_key_the_schema_accepts_is_in_the_migration_guide() {
+    let schema: Value = serde_json::from_str(
+        &fs::read_to_string(root().join("charts/localpv/values.schema.json")).expect("schema"),
+    )
+    .expect("the schema parses");
+    let guide = fs::read_to_string(root().join("docs/migration.md")).expect("migration.md");
+    let table = guide
+        .split("## Values files of the reference chart")
+        .nth(1)
+        .expect("docs/migration.md has the values section");
+    let mut checked = 0;
+    for (key, property) in schema["properties"].as_object().expect("properties") {
+        let from_reference = property["description"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sig-storage-local-static-provisioner chart key"));
+        if from_reference {
+            assert!(
+                table.contains(&format!("`{key}`")) || table.contains(&format!("`{key}.")),
+                "docs/migration.md does not say what the reference key {key} becomes"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} reference keys in the schema");
+}
