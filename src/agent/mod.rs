@@ -70,11 +70,18 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     crate::config::values::go_duration(text)
 }
 
-/// Loads and validates the configuration, logging each warning (unsupported keys are accepted, not fatal).
+/// Loads and validates the configuration, logging each warning once per change of the text (unsupported keys
+/// are accepted, not fatal). Unchanged text is not parsed again (`LoadCache`): the agent polls every few seconds.
 pub fn load_config(path: &std::path::Path) -> anyhow::Result<Config> {
-    let loaded = Config::load(path)?;
-    for w in &loaded.warnings {
-        warn!(key = %w.key, "{}", w.message);
+    static CACHE: std::sync::LazyLock<std::sync::Mutex<crate::config::LoadCache>> =
+        std::sync::LazyLock::new(Default::default);
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let parses = cache.parses();
+    let loaded = cache.load(path).map_err(anyhow::Error::msg)?;
+    if cache.parses() != parses {
+        for w in &loaded.warnings {
+            warn!(key = %w.key, "{}", w.message);
+        }
     }
     Ok(loaded.config)
 }

@@ -10,8 +10,13 @@
 //! Parsing is pure (`Config::from_yaml`, `Config::from_files`); `Config::load` is the one function that reads the
 //! file system. Every key, its default and its origin are documented in `docs/configuration.md`.
 
+pub mod dirs;
 mod parse;
+mod source;
 pub mod values;
+
+pub use parse::MAX_CLASSES;
+pub use source::{LoadCache, MAX_CONFIG_BYTES, MAX_DEPTH, Source};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -105,6 +110,16 @@ pub struct ClassConfig {
 }
 
 impl ClassConfig {
+    /// This class's directories for `dirs::problems`, the mount directory resolved by `resolve`.
+    pub fn dirs(&self, resolve: impl Fn(&Path) -> PathBuf) -> dirs::ClassDirs {
+        dirs::ClassDirs {
+            name: self.name.clone(),
+            host_dir: self.host_dir.clone(),
+            mount_dir: self.mount_dir.clone(),
+            resolved_mount_dir: resolve(&self.mount_dir),
+        }
+    }
+
     /// What discovery needs from this class.
     pub fn discovery_class(&self) -> DiscoveryClass {
         DiscoveryClass {
@@ -213,6 +228,8 @@ pub enum ConfigError {
     },
     #[error("invalid configuration: {}", join(problems))]
     Invalid { problems: Vec<Problem> },
+    #[error("configuration {origin} is too large: {what}")]
+    TooLarge { origin: String, what: String },
 }
 
 fn join(problems: &[Problem]) -> String {
@@ -224,54 +241,28 @@ fn join(problems: &[Problem]) -> String {
 }
 
 impl Config {
-    /// Reads a configuration directory (a mounted ConfigMap: one file per key) or a single YAML file.
+    /// Reads a configuration directory (a mounted ConfigMap: one file per key) or a single YAML file, then checks
+    /// its directories again with symlinks resolved on this host.
     pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
-        let read_err = |source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        };
-        if std::fs::metadata(path).map_err(read_err)?.is_dir() {
-            Self::from_dir(path)
-        } else {
-            Self::from_file(path)
-        }
+        let loaded = Source::read(path)?.parse()?;
+        loaded.check_on_host()
     }
 
     /// Reads a single YAML file holding the keys at top level (or a whole ConfigMap manifest).
     pub fn from_file(path: &Path) -> Result<Loaded, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::from_yaml(&text, &path.display().to_string())
+        Source::read_file(path)?.parse()
     }
 
     /// Reads a mounted ConfigMap directory: every visible regular file (symlinks followed) is one key.
     /// Names starting with `.` are the kubelet's `..data` machinery and are skipped.
     pub fn from_dir(dir: &Path) -> Result<Loaded, ConfigError> {
-        let read_err = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| ConfigError::Read { path, source }
-        };
-        let mut files = BTreeMap::new();
-        for entry in std::fs::read_dir(dir).map_err(read_err(dir))? {
-            let entry = entry.map_err(read_err(dir))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let path = entry.path();
-            if name.starts_with('.')
-                || !std::fs::metadata(&path).map_err(read_err(&path))?.is_file()
-            {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).map_err(read_err(&path))?;
-            files.insert(name, text);
-        }
-        Self::from_files(&files, &dir.display().to_string())
+        Source::read_dir(dir)?.parse()
     }
 
     /// Parses one YAML document holding the keys at top level. A ConfigMap manifest (`kind: ConfigMap` with
     /// `data`) is accepted too and read like a mounted directory. `origin` names the source in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<Loaded, ConfigError> {
+        source::check_text(text, origin)?;
         let value: serde_yaml::Value =
             serde_yaml::from_str(text).map_err(|source| ConfigError::Parse {
                 origin: origin.to_string(),
@@ -290,6 +281,7 @@ impl Config {
     ) -> Result<Loaded, ConfigError> {
         let mut document = serde_yaml::Mapping::new();
         for (key, text) in files {
+            source::check_text(text, &format!("{origin}/{key}"))?;
             let value: serde_yaml::Value =
                 serde_yaml::from_str(text).map_err(|source| ConfigError::Parse {
                     origin: format!("{origin}/{key}"),
@@ -313,5 +305,28 @@ impl Config {
     }
 }
 
+impl Loaded {
+    /// Checks the directories again with every symlink resolved on this host (`dirs::resolve`): a directory
+    /// spelled through a symlink is refused like the directory it leads to.
+    pub fn check_on_host(self) -> Result<Loaded, ConfigError> {
+        let dirs: Vec<_> = self
+            .config
+            .classes
+            .iter()
+            .map(|class| class.dirs(dirs::resolve))
+            .collect();
+        let problems = dirs::problems(&dirs);
+        if problems.is_empty() {
+            Ok(self)
+        } else {
+            Err(ConfigError::Invalid { problems })
+        }
+    }
+}
+
+#[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;

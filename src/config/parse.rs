@@ -7,6 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::NodeSelectorTerm;
 use serde_yaml::Value;
 
+use super::dirs::{self, ClassDirs};
 use super::values::is_dns_subdomain;
 use super::{ClassConfig, Config, ConfigError, Loaded, Problem, Warning, WipeMethod};
 use crate::disk::VolumeMode;
@@ -69,6 +70,9 @@ struct Reader {
     problems: Vec<Problem>,
     warnings: Vec<Warning>,
 }
+
+/// At most this many classes: each costs a discovery scan per pass and a mount watch.
+pub const MAX_CLASSES: usize = 256;
 
 /// The per-class keys before they are combined and checked together.
 #[derive(Default)]
@@ -192,7 +196,17 @@ impl Reader {
 
     fn classes(&mut self, value: &Value, global_wipe_first: bool) -> Vec<ClassConfig> {
         let mut classes = Vec::new();
-        for (name, body) in self.entries("storageClassMap", value, "storageClassMap.") {
+        let entries = self.entries("storageClassMap", value, "storageClassMap.");
+        if entries.len() > MAX_CLASSES {
+            // NB: checked before any class is read; each class is compared with every other one.
+            let message = format!(
+                "{} classes: at most {MAX_CLASSES} are allowed",
+                entries.len()
+            );
+            self.problem("storageClassMap", message);
+            return classes;
+        }
+        for (name, body) in entries {
             let prefix = format!("storageClassMap.{name}");
             if !is_dns_subdomain(&name) {
                 self.problem(
@@ -206,7 +220,12 @@ impl Reader {
             }
         }
         classes.sort_by(|a, b| a.name.cmp(&b.name));
-        self.check_directories(&classes);
+        // As written here; `Config::load` checks again with symlinks resolved on the host.
+        let dirs: Vec<ClassDirs> = classes
+            .iter()
+            .map(|c| c.dirs(|p| p.to_path_buf()))
+            .collect();
+        self.problems.extend(dirs::problems(&dirs));
         classes
     }
 
@@ -357,37 +376,6 @@ impl Reader {
                 method
             }
             None => WipeMethod::Command(argv.to_vec()),
-        }
-    }
-
-    /// Refuses two classes sharing a directory; warns about one class's directory inside another's.
-    fn check_directories(&mut self, classes: &[ClassConfig]) {
-        for (i, class) in classes.iter().enumerate() {
-            for earlier in &classes[..i] {
-                for (key, mine, theirs) in [
-                    ("hostDir", &class.host_dir, &earlier.host_dir),
-                    ("mountDir", &class.mount_dir, &earlier.mount_dir),
-                ] {
-                    let path = format!("storageClassMap.{}.{key}", class.name);
-                    if mine == theirs {
-                        let message = format!(
-                            "{} is also the {key} of class {:?}",
-                            mine.display(),
-                            earlier.name
-                        );
-                        self.problem(&path, message);
-                    } else if mine.starts_with(theirs) || theirs.starts_with(mine) {
-                        let message = format!(
-                            "{} and the {key} of class {:?} ({}) are nested: an entry of one may be published by \
-                             the other",
-                            mine.display(),
-                            earlier.name,
-                            theirs.display()
-                        );
-                        self.warn(&path, message);
-                    }
-                }
-            }
         }
     }
 }

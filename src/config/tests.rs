@@ -8,7 +8,7 @@ use super::*;
 use crate::disk::VolumeMode;
 
 /// The reference provisioner's documented ConfigMap shape: every value is a string holding YAML.
-const REFERENCE_CONFIGMAP: &str = r#"
+pub(super) const REFERENCE_CONFIGMAP: &str = r#"
 apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -499,10 +499,6 @@ fn malformed_yaml_names_its_origin() {
 #[case::unknown_class_key("", "storageClassMap.fast-disks.colour: unknown key, ignored")]
 #[case::job_tolerations("jobTolerations: [{key: a}]", "jobTolerations: accepted but ignored")]
 #[case::use_job("useJobForCleaning: on", "useJobForCleaning: accepted but ignored")]
-#[case::nested_dirs(
-    "storageClassMap:\n  outer: {hostDir: /mnt}\n",
-    r#"storageClassMap.outer.hostDir: /mnt and the hostDir of class "fast-disks" (/mnt/d) are nested"#
-)]
 fn unsupported_keys_are_accepted_with_a_warning_naming_them(
     #[case] extra: &str,
     #[case] expected: &str,
