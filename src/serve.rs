@@ -1,5 +1,13 @@
-//! Small pieces both long-running components (`localpv node`, `localpv extender`) share: the shutdown signal and
-//! the Prometheus text response.
+//! Small pieces both long-running components (`localpv node`, `localpv extender`) share: the shutdown signal, the
+//! Prometheus text response, and the bounded HTTP server (`listen`, `guard`, `conns`, `limits`) that keeps a
+//! flood of clients from taking the process down or starving its real work.
+
+pub mod conns;
+pub mod guard;
+pub mod limits;
+pub mod listen;
+
+pub use limits::{LimitArgs, Limits};
 
 use anyhow::Context;
 use axum::http::{StatusCode, header};

@@ -380,7 +380,7 @@ mod https {
 
     use super::*;
 
-    fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    pub(super) fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("valid params");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.distinguished_name.push(DnType::CommonName, name);
@@ -401,7 +401,7 @@ mod https {
         (cert.pem(), key.serialize_pem())
     }
 
-    fn write_server_files(dir: &Path, ca: &CertifiedIssuer<'static, KeyPair>) {
+    pub(super) fn write_server_files(dir: &Path, ca: &CertifiedIssuer<'static, KeyPair>) {
         let (cert, key) = leaf(ca, ExtendedKeyUsagePurpose::ServerAuth);
         std::fs::write(dir.join("tls.crt"), cert).expect("write cert");
         std::fs::write(dir.join("tls.key"), key).expect("write key");
@@ -549,5 +549,394 @@ mod https {
         }
         stop.send(()).expect("server still running");
         task.await.expect("server joined");
+    }
+}
+
+mod limits {
+    //! The bounds of `serve::listen` and `serve::guard` on a real loopback socket (the same code serves the agent,
+    //! and the extender over HTTP and HTTPS): body limit from Content-Length, the shared body budget, slow
+    //! bodies, slow headers, idle keep-alive, request slots, the connection cap, and a TLS client that never speaks.
+
+    use axum::Router;
+    use axum::body::Bytes;
+    use axum::routing::{get, post};
+    use localpv::serve::Limits;
+    use localpv::serve::listen::{guarded, serve};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+
+    fn small() -> Limits {
+        Limits {
+            max_connections: 64,
+            max_requests: 4,
+            body_limit: 80 << 10,
+            body_budget: 100 << 10,
+            header_timeout: Duration::from_millis(400),
+            body_timeout: Duration::from_millis(400),
+            idle_timeout: Duration::from_millis(400),
+        }
+    }
+
+    fn router() -> Router {
+        Router::new()
+            .route(
+                "/echo",
+                post(|body: Bytes| async move { body.len().to_string() }),
+            )
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_millis(800)).await;
+                    "done"
+                }),
+            )
+            .route("/readyz", get(|| async { "ok" }))
+    }
+
+    async fn start(limits: Limits) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("bound address");
+        let app = guarded(router(), &limits);
+        tokio::spawn(serve(
+            listener,
+            limits,
+            move |tcp, _| {
+                let app = app.clone();
+                async move { Some((tcp, app)) }
+            },
+            std::future::pending(),
+        ));
+        addr
+    }
+
+    /// Reads until EOF or `within`; the text read and whether the server closed the connection.
+    async fn read_until_closed(s: &mut TcpStream, within: Duration) -> (String, bool) {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&out).into(), true),
+                Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+                Err(_) => return (String::from_utf8_lossy(&out).into(), false),
+            }
+        }
+    }
+
+    async fn request(addr: SocketAddr, text: &str) -> String {
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(text.as_bytes()).await.expect("write");
+        read_until_closed(&mut s, Duration::from_secs(5)).await.0
+    }
+
+    fn status(response: &str) -> &str {
+        response.split_whitespace().nth(1).unwrap_or("none")
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_refused_from_its_content_length_before_it_is_sent() {
+        let addr = start(small()).await;
+        let response = request(
+            addr,
+            "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10485760\r\n\r\n",
+        )
+        .await;
+        assert_eq!(status(&response), "413", "{response}");
+        assert!(
+            response.contains("10485760 bytes exceed the limit of 81920"),
+            "{response}"
+        );
+    }
+
+    #[tokio::test]
+    async fn bodies_beyond_the_shared_budget_get_503_with_the_reason_and_the_first_completes() {
+        let addr = start(small()).await;
+        let size = 70 << 10;
+        let head = format!(
+            "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {size}\r\n\r\n"
+        );
+        let mut first = TcpStream::connect(addr).await.expect("connect");
+        first.write_all(head.as_bytes()).await.expect("write");
+        first.write_all(&vec![b'a'; 1024]).await.expect("write");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let second = request(addr, &head).await;
+        assert_eq!(status(&second), "503", "{second}");
+        assert!(
+            second.contains("budget of request bodies held at once"),
+            "{second}"
+        );
+        first
+            .write_all(&vec![b'a'; size - 1024])
+            .await
+            .expect("write");
+        let (answer, _) = read_until_closed(&mut first, Duration::from_secs(5)).await;
+        assert_eq!(status(&answer), "200", "{answer}");
+        assert!(answer.ends_with(&size.to_string()), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_body_that_does_not_arrive_in_time_gets_408() {
+        let addr = start(small()).await;
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+            .await
+            .expect("write");
+        let (response, _) = read_until_closed(&mut s, Duration::from_secs(3)).await;
+        assert_eq!(status(&response), "408", "{response}");
+    }
+
+    #[tokio::test]
+    async fn headers_that_never_finish_are_cut_off_after_the_header_timeout() {
+        let addr = start(small()).await;
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .expect("write");
+        let started = std::time::Instant::now();
+        let mut closed = false;
+        while !closed && started.elapsed() < Duration::from_secs(3) {
+            let _ = s.write_all(b"X-Slow: 1\r\n").await;
+            let (_, c) = read_until_closed(&mut s, Duration::from_millis(100)).await;
+            closed = c;
+        }
+        assert!(closed, "a slowloris client was never cut off");
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_after_the_idle_timeout() {
+        let addr = start(small()).await;
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let (response, closed) = read_until_closed(&mut s, Duration::from_secs(3)).await;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(closed, "an idle keep-alive connection stayed open");
+        let mut never = TcpStream::connect(addr).await.expect("connect");
+        let (_, closed) = read_until_closed(&mut never, Duration::from_secs(3)).await;
+        assert!(closed, "a connection that never sent a byte stayed open");
+    }
+
+    #[tokio::test]
+    async fn requests_beyond_the_slots_get_503_while_probes_still_answer() {
+        let addr = start(Limits {
+            max_requests: 1,
+            ..small()
+        })
+        .await;
+        let slow = tokio::spawn(request(
+            addr,
+            "GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        ));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let busy = request(
+            addr,
+            "GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert_eq!(status(&busy), "503", "{busy}");
+        assert!(busy.contains("1 requests are already in flight"), "{busy}");
+        let probe = request(
+            addr,
+            "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert_eq!(status(&probe), "200", "{probe}");
+        assert_eq!(status(&slow.await.expect("slow request")), "200");
+    }
+
+    #[tokio::test]
+    async fn at_the_connection_cap_idle_connections_give_way_to_requests() {
+        let limits = Limits {
+            max_connections: 8,
+            idle_timeout: Duration::from_secs(60),
+            header_timeout: Duration::from_secs(60),
+            ..small()
+        };
+        let addr = start(limits).await;
+        let mut idle = Vec::new();
+        for _ in 0..50 {
+            idle.push(TcpStream::connect(addr).await.expect("connect"));
+        }
+        for _ in 0..5 {
+            let ok = request(
+                addr,
+                "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            )
+            .await;
+            assert_eq!(status(&ok), "200", "{ok}");
+        }
+        let mut closed = 0;
+        for s in &mut idle {
+            closed += usize::from(read_until_closed(s, Duration::from_millis(20)).await.1);
+        }
+        assert!(
+            closed >= 42,
+            "only {closed} of 50 idle connections were closed at a cap of 8"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tls_client_that_never_says_hello_is_cut_off() {
+        use localpv::extender::tls::{TlsFiles, serve_limited};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ca = super::https::ca("server");
+        super::https::write_server_files(dir.path(), &ca);
+        let files = TlsFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+            client_ca: None,
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("bound address");
+        tokio::spawn(serve_limited(
+            listener,
+            files,
+            router(),
+            small(),
+            std::future::pending(),
+        ));
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        let (_, closed) = read_until_closed(&mut s, Duration::from_secs(3)).await;
+        assert!(closed, "a TLS connection without a ClientHello stayed open");
+    }
+}
+
+mod fuzz {
+    //! Property tests of the request decoder (`wire::ExtenderArgs::decode`, a hand-written JSON walker): arbitrary
+    //! bytes and mutations of real requests never panic, are answered quickly, and a deep nesting bomb is refused
+    //! without exhausting the stack. Case counts are modest so this runs in seconds.
+
+    use std::time::Instant;
+
+    use axum::body::Bytes;
+    use localpv::extender::wire::ExtenderArgs;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const BOUND: Duration = Duration::from_millis(500);
+
+    fn samples() -> Vec<Vec<u8>> {
+        let nodes = json!({"items": [node_json("n1"), node_json("n2")]});
+        [
+            json!({"Pod": pod("data"), "Nodes": null, "NodeNames": ["n1", "n2", "n3"]}),
+            json!({"Pod": pod("data"), "Nodes": nodes, "NodeNames": null}),
+            json!({"pod": pod("data"), "nodenames": ["n1"]}),
+        ]
+        .iter()
+        .map(|v| v.to_string().into_bytes())
+        .collect()
+    }
+
+    fn decode_timed(bytes: Vec<u8>) -> Duration {
+        let started = Instant::now();
+        let _ = ExtenderArgs::decode(Bytes::from(bytes));
+        started.elapsed()
+    }
+
+    #[derive(Clone, Debug)]
+    enum Mutation {
+        Set(usize, u8),
+        Insert(usize, Vec<u8>),
+        Remove(usize, usize),
+        Truncate(usize),
+        Repeat(usize, usize, u8),
+    }
+
+    fn mutation() -> impl Strategy<Value = Mutation> {
+        let token = prop::sample::select(vec![
+            b"{".to_vec(),
+            b"}".to_vec(),
+            b"[".to_vec(),
+            b"]".to_vec(),
+            b"\"".to_vec(),
+            b"\\".to_vec(),
+            b",".to_vec(),
+            b":".to_vec(),
+            b"null".to_vec(),
+            b"\"Nodes\":".to_vec(),
+            b"\"items\":[".to_vec(),
+            b"\\u0000".to_vec(),
+            b"\\ud800".to_vec(),
+            b"1e999999".to_vec(),
+            vec![0xff, 0xfe],
+        ]);
+        prop_oneof![
+            (any::<usize>(), any::<u8>()).prop_map(|(at, b)| Mutation::Set(at, b)),
+            (any::<usize>(), token).prop_map(|(at, t)| Mutation::Insert(at, t)),
+            (any::<usize>(), 0usize..40).prop_map(|(at, n)| Mutation::Remove(at, n)),
+            any::<usize>().prop_map(Mutation::Truncate),
+            (
+                any::<usize>(),
+                1usize..2000,
+                prop::sample::select(b"[{\"".to_vec())
+            )
+                .prop_map(|(at, n, b)| Mutation::Repeat(at, n, b)),
+        ]
+    }
+
+    fn apply(mut bytes: Vec<u8>, mutations: &[Mutation]) -> Vec<u8> {
+        for m in mutations {
+            let len = bytes.len();
+            match m.clone() {
+                Mutation::Set(at, b) if len > 0 => bytes[at % len] = b,
+                Mutation::Insert(at, t) => {
+                    let at = at % (len + 1);
+                    bytes.splice(at..at, t);
+                }
+                Mutation::Remove(at, n) if len > 0 => {
+                    let at = at % len;
+                    bytes.drain(at..(at + n).min(len));
+                }
+                Mutation::Truncate(at) => bytes.truncate(at % (len + 1)),
+                Mutation::Repeat(at, n, b) => {
+                    let at = at % (len + 1);
+                    bytes.splice(at..at, std::iter::repeat_n(b, n));
+                }
+                _ => {}
+            }
+        }
+        bytes
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        #[test]
+        fn arbitrary_bytes_never_panic_and_are_answered_quickly(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
+            prop_assert!(decode_timed(bytes) < BOUND);
+        }
+
+        #[test]
+        fn mutated_real_requests_never_panic_and_are_answered_quickly(
+            which in 0usize..3,
+            mutations in prop::collection::vec(mutation(), 1..6),
+        ) {
+            let bytes = apply(samples()[which].clone(), &mutations);
+            prop_assert!(decode_timed(bytes) < BOUND);
+        }
+    }
+
+    #[rstest]
+    #[case::arrays_in_pod(format!("{{\"Pod\": {}", "[".repeat(1_000_000)))]
+    #[case::objects_in_pod(format!("{{\"Pod\": {}", "{\"a\":".repeat(300_000)))]
+    #[case::arrays_in_nodes(format!("{{\"Nodes\": {{\"items\": [{}", "[".repeat(1_000_000)))]
+    #[case::arrays_in_node(format!("{{\"Nodes\": {{\"items\": [{{\"metadata\": {}", "[".repeat(1_000_000)))]
+    fn a_nesting_bomb_is_refused_without_exhausting_the_stack(#[case] body: String) {
+        let started = Instant::now();
+        let result = ExtenderArgs::decode(Bytes::from(body));
+        assert!(result.is_err(), "a nesting bomb decoded");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "took {:?}",
+            started.elapsed()
+        );
     }
 }

@@ -4,7 +4,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use anyhow::Context;
 use axum::Router;
 use axum::extract::State as Extract;
 use axum::http::StatusCode;
@@ -13,11 +12,15 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use crate::serve::{Limits, listen};
+
 #[derive(Clone)]
 pub struct State {
     ready: Arc<AtomicBool>,
     registry: Arc<Registry>,
     disks: Arc<RwLock<serde_json::Value>>,
+    /// A line `/readyz` adds while something optional is off (the inventory without its CRD).
+    note: Arc<RwLock<Option<String>>>,
 }
 
 impl State {
@@ -26,11 +29,16 @@ impl State {
             ready: Arc::new(AtomicBool::new(false)),
             registry: Arc::new(registry),
             disks: Arc::new(RwLock::new(serde_json::json!({"ready": false}))),
+            note: Arc::new(RwLock::new(None)),
         }
     }
 
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    pub fn set_note(&self, note: Option<String>) {
+        *self.note.write().unwrap_or_else(|e| e.into_inner()) = note;
     }
 
     pub fn set_disks(&self, value: serde_json::Value) {
@@ -48,10 +56,15 @@ pub fn app(state: State) -> Router {
 }
 
 async fn readyz(Extract(state): Extract<State>) -> Response {
-    if state.ready.load(Ordering::SeqCst) {
-        "ok".into_response()
+    let note = state.note.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let (status, text) = if state.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ok")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    };
+    match note {
+        Some(note) => (status, format!("{text}\n{note}\n")).into_response(),
+        None => (status, text).into_response(),
     }
 }
 
@@ -68,17 +81,30 @@ async fn disks(Extract(state): Extract<State>) -> Response {
     axum::Json(value).into_response()
 }
 
+/// Serves `app` within `limits` (connection cap, timeouts, request slots: `serve::listen`) until shutdown. The cap
+/// keeps the port's descriptors far below RLIMIT_NOFILE, so a flood of clients never starves discovery, wipes
+/// or config reloads of descriptors.
 pub async fn serve(
     listener: TcpListener,
     state: State,
+    limits: Limits,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let flag = state.clone();
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(async move {
-            let _ = shutdown.wait_for(|s| *s).await;
-            flag.set_ready(false);
-        })
-        .await
-        .context("HTTP server failed")
+    let app = listen::guarded(app(state), &limits);
+    let stopped = async move {
+        let _ = shutdown.wait_for(|s| *s).await;
+        flag.set_ready(false);
+    };
+    listen::serve(
+        listener,
+        limits,
+        move |tcp, _| {
+            let app = app.clone();
+            async move { Some((tcp, app)) }
+        },
+        stopped,
+    )
+    .await;
+    Ok(())
 }

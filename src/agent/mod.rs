@@ -59,6 +59,9 @@ pub struct Options {
     /// How often the configuration is re-read for changes.
     #[arg(long, env = "LOCALPV_CONFIG_POLL", default_value = "2s", value_parser = parse_duration)]
     pub config_poll: Duration,
+    /// Bounds of the HTTP port (defaults: `serve::Limits::agent`).
+    #[command(flatten)]
+    pub http: crate::serve::LimitArgs,
 }
 
 /// The label selector scoping a watch to this node's objects (PVs and LocalDisks carry the same label).
@@ -145,7 +148,12 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     };
     let (signalled, served, ..) = tokio::join!(
         signals,
-        http::serve(listener, state, shutdown.clone()),
+        http::serve(
+            listener,
+            state,
+            opts.http.apply(crate::serve::Limits::agent()),
+            shutdown.clone()
+        ),
         watch::run(
             client.clone(),
             own_pvs,

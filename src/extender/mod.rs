@@ -95,6 +95,9 @@ pub struct Options {
     /// This replica's identity in the Lease (the chart passes the pod name).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Bounds of the HTTP(S) port (defaults: `serve::Limits::extender`, body limit from --body-limit).
+    #[command(flatten)]
+    pub http: crate::serve::LimitArgs,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -102,6 +105,15 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 impl Options {
+    /// The server's bounds: `--body-limit` plus the `--http-*` flags over the extender's defaults.
+    pub fn limits(&self) -> crate::serve::Limits {
+        let defaults = crate::serve::Limits {
+            body_limit: self.body_limit,
+            ..crate::serve::Limits::extender()
+        };
+        self.http.apply(defaults)
+    }
+
     fn server_config(&self) -> ServerConfig {
         ServerConfig {
             filter_path: self.filter_path.clone(),
@@ -162,17 +174,21 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
                     key: key.clone(),
                     client_ca: opts.tls_client_ca.clone(),
                 };
-                tls::serve(opts.listen, files, app, stopped).await
+                tls::serve(opts.listen, files, app, opts.limits(), stopped).await
             }
             _ => {
                 let listener = tokio::net::TcpListener::bind(opts.listen)
                     .await
                     .with_context(|| format!("failed to listen on {}", opts.listen))?;
                 info!(listen = %opts.listen, "serving the extender over HTTP");
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stopped)
-                    .await
-                    .context("failed to serve HTTP")
+                let limits = opts.limits();
+                let app = crate::serve::listen::guarded(app, &limits);
+                let connect = move |tcp, _| {
+                    let app = app.clone();
+                    async move { Some((tcp, app)) }
+                };
+                crate::serve::listen::serve(listener, limits, connect, stopped).await;
+                Ok(())
             }
         }
     };

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //!  files (cert, key, client CA) ──poll mtime/len──> load() ──> current: RwLock<Arc<ServerConfig>>
-//!  TcpListener ── accept ──> TlsAcceptor(current) ── handshake (timeout) ──> hyper ──> axum Router
+//!  serve::listen (cap, timeouts) ── accept ──> TlsAcceptor(current) ── handshake ──> hyper ──> axum Router
 //! ```
 //!
 //! Reloading polls file metadata instead of using inotify: Kubernetes updates mounted Secrets by swapping a
@@ -25,21 +25,17 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use rustls::RootCertStore;
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
+use crate::serve::{Limits, listen};
+
 const RELOAD_EVERY: Duration = Duration::from_secs(5);
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Debug)]
 pub struct TlsFiles {
@@ -178,23 +174,37 @@ async fn require_client_cert(req: Request, next: Next) -> Response {
     }
 }
 
-/// Serves `app` over HTTPS on `listen` until `stopped` resolves, then drains open connections.
+/// Serves `app` over HTTPS on `listen` within `limits` until `stopped` resolves, then drains open connections.
 pub async fn serve(
     listen: SocketAddr,
     files: TlsFiles,
     app: Router,
+    limits: Limits,
     stopped: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("failed to listen on {listen}"))?;
-    serve_on(listener, files, app, stopped).await
+    serve_limited(listener, files, app, limits, stopped).await
 }
 
+/// `serve_limited` with the extender's default limits.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     files: TlsFiles,
     app: Router,
+    stopped: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    serve_limited(listener, files, app, Limits::extender(), stopped).await
+}
+
+/// The TLS handshake runs inside the connection's slot and within its header timeout (`serve::listen`), so a
+/// client that connects and never says hello holds a slot only until then, or until a newcomer needs it.
+pub async fn serve_limited(
+    listener: tokio::net::TcpListener,
+    files: TlsFiles,
+    app: Router,
+    limits: Limits,
     stopped: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let config = load(&files).context("failed to load the TLS certificates")?;
@@ -208,27 +218,18 @@ pub async fn serve_on(
     };
     let reloader = tokio::spawn(reload_loop(files.clone(), current.clone(), reload_stop));
     info!(listen = %listener.local_addr().context("failed to read the listen address")?, mtls = files.client_ca.is_some(), "serving the extender over HTTPS");
-    let mut connections = JoinSet::new();
-    tokio::pin!(stopped);
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = &mut stopped => break,
-        };
-        let (tcp, peer) = match accepted {
-            Ok(conn) => conn,
-            Err(error) => {
-                warn!(%error, "failed to accept a connection");
-                continue;
-            }
-        };
+    let app = listen::guarded(app, &limits);
+    let mtls = files.client_ca.is_some();
+    let connect = move |tcp, peer: SocketAddr| {
         let acceptor = TlsAcceptor::from(current.read().unwrap_or_else(|e| e.into_inner()).clone());
-        let (app, mtls) = (app.clone(), files.client_ca.is_some());
-        connections.spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(error)) => return debug!(%peer, %error, "TLS handshake failed"),
-                Err(_) => return debug!(%peer, "TLS handshake timed out"),
+        let app = app.clone();
+        async move {
+            let tls = match acceptor.accept(tcp).await {
+                Ok(tls) => tls,
+                Err(error) => {
+                    debug!(%peer, %error, "TLS handshake failed");
+                    return None;
+                }
             };
             let verified = tls
                 .get_ref()
@@ -240,23 +241,11 @@ pub async fn serve_on(
             } else {
                 app
             };
-            let service = TowerToHyperService::new(app);
-            if let Err(error) = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(tls), service)
-                .await
-            {
-                debug!(%peer, %error, "connection ended with an error");
-            }
-        });
-        // Reap finished connections so the set does not grow without bound.
-        while connections.try_join_next().is_some() {}
-    }
+            Some((tls, app))
+        }
+    };
+    listen::serve(listener, limits, connect, stopped).await;
     let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
-    connections.abort_all();
     reloader
         .await
         .context("failed to join the certificate reloader")?;

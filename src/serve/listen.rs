@@ -1,0 +1,176 @@
+//! The accept loop both servers share, plain or TLS: a connection table (cap, eviction), a handshake bounded in
+//! time, hyper with header and idle timeouts, and a drain on shutdown. The loop never dies on an accept error.
+//!
+//! ```text
+//!  TcpListener ─accept (EMFILE: back off, go on)─> Table::admit ─refused─> close at once
+//!                                                      └─> task: handshake (≤ header_timeout) ─> hyper (h1/h2)
+//!                                                          closed on: end, eviction, idle_timeout, shutdown
+//! ```
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use super::conns::{Admission, Entry, Table};
+use super::guard::{self, Guard};
+use super::limits::Limits;
+
+/// How long open connections may finish their requests after shutdown begins.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest pause after failing accepts (out of descriptors, memory): the loop retries, it never gives up.
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+/// HTTP/2 streams per connection; the request slots bound the total anyway.
+const H2_STREAMS: u32 = 16;
+
+/// Puts `limits`' per-request bounds (`guard::limit`) in front of every route of `app`.
+pub fn guarded(app: Router, limits: &Limits) -> Router {
+    let guard = Guard::new(limits.clone());
+    app.layer(middleware::from_fn_with_state(guard, guard::limit))
+}
+
+/// Serves `app` (already `guarded`) on `listener` until `stopped` resolves. `connect` turns an accepted TCP
+/// stream into the stream to speak HTTP on (identity, or a TLS handshake) and the router for that connection;
+/// `None` closes it. It is given at most `header_timeout`.
+pub async fn serve<C, F, I>(
+    listener: TcpListener,
+    limits: Limits,
+    connect: C,
+    stopped: impl Future<Output = ()>,
+) where
+    C: Fn(TcpStream, SocketAddr) -> F,
+    F: Future<Output = Option<(I, Router)>> + Send + 'static,
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let table = Arc::new(Table::new(limits.max_connections));
+    let limits = Arc::new(limits);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut connections = JoinSet::new();
+    let mut backoff = Duration::ZERO;
+    tokio::pin!(stopped);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = &mut stopped => break,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(conn) => {
+                backoff = Duration::ZERO;
+                conn
+            }
+            Err(error) => {
+                // NB: EMFILE/ENFILE/ENOMEM leave the connection in the backlog; retrying at once would spin.
+                backoff = (backoff * 2).clamp(Duration::from_millis(5), MAX_ACCEPT_BACKOFF);
+                warn!(%error, retry_in = ?backoff, "failed to accept a connection");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => continue,
+                    _ = &mut stopped => break,
+                }
+            }
+        };
+        let entry = match table.admit() {
+            Admission::Admitted(entry) => entry,
+            Admission::Refused => {
+                debug!(%peer, cap = limits.max_connections, "connection refused: every connection is busy");
+                drop(tcp);
+                continue;
+            }
+        };
+        let handshake = connect(tcp, peer);
+        let (table, limits, stop) = (table.clone(), limits.clone(), stop_rx.clone());
+        connections.spawn(async move {
+            one_connection(handshake, peer, &entry, &limits, stop).await;
+            table.release(&entry);
+        });
+        while connections.try_join_next().is_some() {}
+    }
+    info!(
+        open = table.open(),
+        "HTTP server stopping; draining connections"
+    );
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    connections.abort_all();
+}
+
+/// Marks the connection busy while a request is handled, so eviction and the idle timeout pass it by.
+fn tracked(app: Router, entry: &Arc<Entry>) -> Router {
+    let entry = entry.clone();
+    app.layer(middleware::from_fn(move |req: Request, next: Next| {
+        let entry = entry.clone();
+        async move {
+            entry.request_started();
+            let response: Response = next.run(req).await;
+            entry.request_finished();
+            response
+        }
+    }))
+}
+
+async fn one_connection<F, I>(
+    handshake: F,
+    peer: SocketAddr,
+    entry: &Arc<Entry>,
+    limits: &Limits,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
+    F: Future<Output = Option<(I, Router)>>,
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let connected = tokio::select! {
+        done = tokio::time::timeout(limits.header_timeout, handshake) => done,
+        _ = entry.evicted.notified() => return,
+    };
+    let Ok(Some((io, app))) = connected else {
+        return debug!(%peer, "connection closed before it spoke HTTP");
+    };
+    let service = TowerToHyperService::new(tracked(app, entry));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_STREAMS)
+        .keep_alive_interval(limits.idle_timeout / 2)
+        .keep_alive_timeout(limits.header_timeout);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let mut tick = tokio::time::interval((limits.idle_timeout / 4).max(Duration::from_millis(50)));
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(error) = result {
+                    debug!(%peer, %error, "connection ended with an error");
+                }
+                return;
+            }
+            _ = entry.evicted.notified() => return debug!(%peer, "idle connection closed for a new one"),
+            _ = tick.tick() => {
+                if entry.idle_for().is_some_and(|idle| idle >= limits.idle_timeout) {
+                    return debug!(%peer, "idle connection closed");
+                }
+            }
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
+}
