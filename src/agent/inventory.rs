@@ -1,17 +1,140 @@
 //! Writes the LocalDisk inventory the pure `inventory::build` decides: create, server-side apply of spec and
 //! status with one field manager, delete. A steady state produces no change, hence no request.
+//!
+//! The inventory is optional: PVs and wipes never wait for it. `watch_when_installed` checks for the LocalDisk
+//! CRD; while it is missing the agent runs without the inventory (its store counts as synced and empty, writes
+//! answer 404 and count as moot), says so once (log, Node Event, `localpv_node_inventory_available` 0, a line in
+//! `/readyz`), and starts the LocalDisk watch as soon as the CRD appears.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use tracing::{debug, warn};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
 
 use super::metrics::{ApiOutcome, ApiVerb, Metrics};
 use crate::inventory::{Change, LocalDisk, WipeFailures, WipeSample};
+
+/// How often the agent looks for the LocalDisk CRD while it is missing.
+pub const CRD_POLL: Duration = Duration::from_secs(5);
+
+/// The `/readyz` line while the inventory is off.
+pub const NO_CRD_NOTE: &str =
+    "inventory: the LocalDisk CRD is not installed; PVs and wipes run without the inventory";
+
+/// `localpv_node_inventory_available`: 1 while the LocalDisk watch runs, 0 while the CRD is missing.
+pub fn register_available(reg: &mut Registry) -> Gauge {
+    let gauge = Gauge::default();
+    reg.sub_registry_with_prefix("localpv_node").register(
+        "inventory_available",
+        "1 when the LocalDisk CRD is installed and the inventory is kept, 0 while the agent runs without it",
+        gauge.clone(),
+    );
+    gauge
+}
+
+/// What `watch_when_installed` needs besides the watch's own inputs.
+pub struct Gate {
+    pub client: Client,
+    pub node: String,
+    pub http: super::http::State,
+    pub available: Gauge,
+}
+
+/// Runs the LocalDisk watch once the CRD exists; until then marks the store synced and empty and says why once.
+pub async fn watch_when_installed(
+    gate: Gate,
+    config: watcher::Config,
+    store: Arc<super::watch::Store<LocalDisk>>,
+    changed: Arc<Notify>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let api: Api<LocalDisk> = Api::all(gate.client.clone());
+    let probe = ListParams::default().limit(1);
+    let mut announced = false;
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match api.list_metadata(&probe).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                if !announced {
+                    announced = true;
+                    store.set_synced();
+                    changed.notify_one();
+                    gate.available.set(0);
+                    gate.http.set_note(Some(NO_CRD_NOTE.to_string()));
+                    announce_missing(&gate).await;
+                }
+                delay = CRD_POLL;
+            }
+            Err(error) => {
+                warn!(%error, "failed to look for the LocalDisk CRD; retrying");
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+    if announced {
+        info!("LocalDisk CRD installed: starting the inventory");
+        gate.http.set_note(None);
+    }
+    gate.available.set(1);
+    super::watch::run(gate.client, config, store, changed, shutdown).await
+}
+
+/// One log line and one Warning Event on the Node: PVs and wipes go on without the inventory.
+async fn announce_missing(gate: &Gate) {
+    let message = "the LocalDisk CRD is not installed: publishing PVs and wiping without the LocalDisk \
+                   inventory; it starts when the CRD is applied (`localpv crd | kubectl apply -f -`)";
+    warn!(node = %gate.node, "{message}");
+    let uid = match Api::<Node>::all(gate.client.clone())
+        .get_opt(&gate.node)
+        .await
+    {
+        Ok(node) => node.and_then(|n| n.metadata.uid),
+        Err(error) => {
+            debug!(%error, "failed to read the Node for the InventoryUnavailable Event");
+            None
+        }
+    };
+    let reference = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(gate.node.clone()),
+        uid,
+        ..Default::default()
+    };
+    let reporter = Reporter {
+        controller: "localpv-node".into(),
+        instance: Some(gate.node.clone()),
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "InventoryUnavailable".into(),
+        note: Some(message.into()),
+        action: "InventoryUnavailable".into(),
+        secondary: None,
+    };
+    if let Err(error) = Recorder::new(gate.client.clone(), reporter)
+        .publish(&event, &reference)
+        .await
+    {
+        warn!(%error, "failed to publish the InventoryUnavailable Event");
+    }
+}
 
 pub struct InventoryWriter {
     pub api: Api<LocalDisk>,

@@ -113,7 +113,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
     let mut registry = Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
+    let inventory_available = inventory::register_available(&mut registry);
     let state = http::State::new(registry);
+    let http_state = state.clone();
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await
         .with_context(|| format!("failed to listen on {}", opts.listen))?;
@@ -175,8 +177,13 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             changed.clone(),
             shutdown.clone()
         ),
-        watch::run(
-            client.clone(),
+        inventory::watch_when_installed(
+            inventory::Gate {
+                client: client.clone(),
+                node: node.clone(),
+                http: http_state,
+                available: inventory_available,
+            },
             own_pvs_like(&node),
             disks,
             changed.clone(),
