@@ -4,6 +4,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod attack_config;
+mod attack_flood;
+mod attack_inventory;
 mod attack_ownership;
 mod bench_page;
 mod chart_docs;

@@ -1,0 +1,427 @@
+//! Floods against both servers run as real processes, each in a memory cgroup at the chart's limit (extender
+//! 512 MiB, agent 256 MiB) with the machine's 20,000-descriptor limit: tens of thousands of idle connections,
+//! slowloris clients and concurrent 60 MiB bodies. A well-formed request is answered throughout, the processes
+//! are never OOM-killed, and the agent still publishes a tmpfs mounted during the flood.
+//!
+//! Floods only target 127.0.0.1 ports these tests opened, are bounded in count and time, and stop by themselves.
+//! More than 20,000 connections cannot come from one process here (the same limit), so idle floods run in helper
+//! processes: this test binary run again for `flood_helper`. Up to 21,000 connections are tried; how many a
+//! loaded machine manages in the time is printed, and at least 5,000 (many times either cap) are required.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::node_agent::{local_storage_class, wait_pvs};
+use crate::support::agent::{Agent, http_get, install_crd, localpv_bin};
+use crate::support::cluster::{ControlPlane, Options, free_port};
+use crate::support::disks::Mount;
+use crate::support::nodes::create_node;
+use crate::support::proc::Component;
+
+/// A memory cgroup (v1) of the test's own; processes are moved out and it is removed on drop.
+struct MemCgroup {
+    dir: PathBuf,
+}
+
+impl MemCgroup {
+    fn new(limit: u64) -> MemCgroup {
+        let root = PathBuf::from("/sys/fs/cgroup/memory");
+        assert!(
+            root.join("cgroup.procs").exists(),
+            "the memory cgroup v1 hierarchy is missing at {}: the flood tests need it",
+            root.display()
+        );
+        let dir = root.join(format!(
+            "localpv-flood-{}",
+            crate::support::cluster::unique()
+        ));
+        std::fs::create_dir(&dir)
+            .unwrap_or_else(|e| panic!("failed to create {}: {e}", dir.display()));
+        let cg = MemCgroup { dir };
+        cg.write("memory.limit_in_bytes", &limit.to_string());
+        cg
+    }
+
+    fn write(&self, file: &str, value: &str) {
+        std::fs::write(self.dir.join(file), value).unwrap_or_else(|e| {
+            panic!(
+                "failed to write {value} to {}/{file}: {e}",
+                self.dir.display()
+            )
+        });
+    }
+
+    fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.dir.join(file)).unwrap_or_default()
+    }
+
+    fn add(&self, pid: u32) {
+        self.write("cgroup.procs", &pid.to_string());
+    }
+
+    /// OOM kills inside the cgroup so far (`memory.oom_control`'s `oom_kill`).
+    fn oom_kills(&self) -> u64 {
+        self.read("memory.oom_control")
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn max_usage_mib(&self) -> u64 {
+        self.read("memory.max_usage_in_bytes")
+            .trim()
+            .parse::<u64>()
+            .unwrap_or(0)
+            >> 20
+    }
+}
+
+impl Drop for MemCgroup {
+    fn drop(&mut self) {
+        let parent = self.dir.parent().map(|p| p.join("cgroup.procs"));
+        for pid in self.read("cgroup.procs").lines() {
+            if let Some(parent) = &parent {
+                let _ = std::fs::write(parent, pid);
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// A helper process holding `count` connections to `port` for `secs` seconds (`mode`: idle or slowloris).
+fn flood(port: u16, count: usize, secs: u64, mode: &str) -> Child {
+    Command::new(std::env::current_exe().expect("test binary path"))
+        .args([
+            "attack_flood::flood_helper",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("LOCALPV_FLOOD_PORT", port.to_string())
+        .env("LOCALPV_FLOOD_COUNT", count.to_string())
+        .env("LOCALPV_FLOOD_SECS", secs.to_string())
+        .env("LOCALPV_FLOOD_MODE", mode)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("flood helper starts")
+}
+
+/// What a helper reported: (connected, closed by the server before the end).
+fn flood_report(child: Child) -> (usize, usize) {
+    let out = child.wait_with_output().expect("flood helper ends");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.split_once("FLOOD ").map(|(_, report)| report))
+        .unwrap_or_else(|| panic!("no report: {text}"));
+    let mut parts = line
+        .split_whitespace()
+        .map(|n| n.parse::<usize>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+#[test]
+#[ignore = "helper process of the attack_flood tests, started by them with LOCALPV_FLOOD_* set"]
+fn flood_helper() {
+    let var = |k: &str| {
+        std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set: run by attack_flood only"))
+    };
+    let port: u16 = var("LOCALPV_FLOOD_PORT").parse().expect("port");
+    let count: usize = var("LOCALPV_FLOOD_COUNT").parse().expect("count");
+    let secs: u64 = var("LOCALPV_FLOOD_SECS").parse().expect("secs");
+    let slow = var("LOCALPV_FLOOD_MODE") == "slowloris";
+    let until = Instant::now() + Duration::from_secs(secs);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // Four connecting threads: one blocking connect at a time cannot outpace a busy server's accept loop.
+    let connectors: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                while held.len() < count.div_ceil(4) && Instant::now() < until {
+                    match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+                        Ok(mut s) => {
+                            if slow {
+                                let _ = s.write_all(b"POST /filter HTTP/1.1\r\nHost: x\r\n");
+                            }
+                            held.push(s);
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                    }
+                }
+                held
+            })
+        })
+        .collect();
+    let mut held: Vec<TcpStream> = connectors
+        .into_iter()
+        .flat_map(|t| t.join().expect("connector thread"))
+        .collect();
+    let connected = held.len();
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(500));
+        if slow {
+            for s in &mut held {
+                let _ = s.write_all(b"X: y\r\n");
+            }
+        }
+    }
+    let mut closed = 0;
+    for s in &mut held {
+        let _ = s.set_nonblocking(true);
+        let mut buf = [0u8; 512];
+        match s.read(&mut buf) {
+            Ok(_) => closed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => closed += 1,
+        }
+    }
+    println!("FLOOD {connected} {closed}");
+}
+
+/// POST `body` on a fresh connection; the status, or `None` when nothing answered within `timeout`.
+fn post(port: u16, path: &str, body: &[u8], timeout: Duration) -> Option<u16> {
+    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout).ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    s.set_write_timeout(Some(timeout * 4)).ok()?;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).ok()?;
+    let _ = s.write_all(body);
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).ok()?;
+    std::str::from_utf8(&buf[..n])
+        .ok()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn filter_body() -> Vec<u8> {
+    json!({"Pod": {"metadata": {"name": "web", "namespace": "default", "uid": "u"},
+                   "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+           "Nodes": null, "NodeNames": ["node-1"]})
+    .to_string()
+    .into_bytes()
+}
+
+/// About `mib` MiB of ExtenderArgs: a NodeList of label-heavy nodes (what a huge cluster could send).
+fn big_body(mib: usize) -> Vec<u8> {
+    let labels: serde_json::Map<String, serde_json::Value> = (0..60)
+        .map(|i| {
+            (
+                format!("example.com/label-{i}"),
+                json!(format!("value-{i:040}")),
+            )
+        })
+        .collect();
+    let one = json!({"metadata": {"name": "node-x", "labels": labels}}).to_string();
+    let mut body = String::from(
+        r#"{"Pod":{"metadata":{"name":"web","namespace":"default"}},"Nodes":{"items":["#,
+    );
+    let mut i = 0;
+    while body.len() < mib << 20 {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&one.replace("node-x", &format!("node-{i}")));
+        i += 1;
+    }
+    body.push_str("]},\"NodeNames\":null}");
+    body.into_bytes()
+}
+
+/// Checks `probe` every 250 ms until `until`; panics naming the first miss.
+fn answered_throughout(
+    what: &str,
+    until: Instant,
+    mut probe: impl FnMut() -> Option<u16>,
+) -> usize {
+    let mut n = 0;
+    while Instant::now() < until {
+        let started = Instant::now();
+        let status = probe();
+        assert_eq!(
+            status,
+            Some(200),
+            "{what} not answered during the flood (after {n} answers, {:?})",
+            started.elapsed()
+        );
+        n += 1;
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_extender_answers_filter_through_floods_slowloris_and_big_bodies_under_its_memory_limit()
+ {
+    let cp = ControlPlane::start(Options::default()).await;
+    let client = cp.client();
+    create_node(&client, "node-1", &[]).await;
+    let port = free_port();
+    let args = vec![
+        "extender".to_string(),
+        format!("--listen=127.0.0.1:{port}"),
+        "--node-cleanup=false".to_string(),
+        "--explain-pending=false".to_string(),
+    ];
+    let kubeconfig = cp
+        .admin_kubeconfig
+        .to_str()
+        .expect("utf-8 path")
+        .to_string();
+    let env = [("KUBECONFIG", kubeconfig.as_str()), ("RUST_LOG", "info")];
+    let mut process = Component::spawn_with_env(
+        "localpv-extender",
+        &localpv_bin(),
+        &args,
+        &env,
+        &cp.log_dir(),
+        cp.reaper(),
+    );
+    let cgroup = MemCgroup::new(512 << 20);
+    cgroup.add(process.pid().expect("extender pid"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(http_get(port, "/readyz"), Some((200, _))) {
+        assert!(
+            process.running() && Instant::now() < deadline,
+            "extender not ready:\n{}",
+            process.tail(40)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let filter = filter_body();
+    assert_eq!(
+        post(port, "/filter", &filter, Duration::from_secs(5)),
+        Some(200)
+    );
+
+    // 1. 21,000 idle connections (more than the process's 20,000 descriptors) from three helpers, for 25 s.
+    let floods: Vec<Child> = (0..3).map(|_| flood(port, 7_000, 25, "idle")).collect();
+    let slow = flood(port, 300, 25, "slowloris");
+    std::thread::sleep(Duration::from_secs(2));
+    let answers = answered_throughout("/filter", Instant::now() + Duration::from_secs(20), || {
+        post(port, "/filter", &filter, Duration::from_secs(5))
+    });
+    let reports: Vec<(usize, usize)> = floods.into_iter().map(flood_report).collect();
+    let (slow_connected, slow_closed) = flood_report(slow);
+    eprintln!(
+        "idle floods {reports:?}; slowloris {slow_connected} connected, {slow_closed} closed; {answers} answers"
+    );
+    assert!(
+        reports.iter().map(|r| r.0).sum::<usize>() >= 5_000,
+        "{reports:?}"
+    );
+    assert!(
+        slow_closed * 10 >= slow_connected * 9,
+        "slowloris connections were not timed out: {slow_closed}/{slow_connected}"
+    );
+
+    // 2. Four concurrent 60 MiB bodies while /filter keeps being asked.
+    let big = std::sync::Arc::new(big_body(60));
+    let senders: Vec<_> = (0..4)
+        .map(|_| {
+            let big = big.clone();
+            std::thread::spawn(move || post(port, "/filter", &big, Duration::from_secs(20)))
+        })
+        .collect();
+    let answers = answered_throughout("/filter", Instant::now() + Duration::from_secs(8), || {
+        post(port, "/filter", &filter, Duration::from_secs(5))
+    });
+    let statuses: Vec<Option<u16>> = senders
+        .into_iter()
+        .map(|t| t.join().expect("sender"))
+        .collect();
+    eprintln!(
+        "big bodies answered {statuses:?}; {answers} small answers; peak {} MiB",
+        cgroup.max_usage_mib()
+    );
+    assert!(
+        statuses.contains(&Some(503)),
+        "the body budget refused none of four 60 MiB bodies: {statuses:?}"
+    );
+    assert!(
+        process.running(),
+        "the extender died:\n{}",
+        process.tail(40)
+    );
+    assert_eq!(cgroup.oom_kills(), 0, "the extender was OOM-killed");
+    assert_eq!(
+        post(port, "/filter", &filter, Duration::from_secs(5)),
+        Some(200)
+    );
+    process.stop(Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_publishes_a_new_disk_and_answers_readyz_while_its_port_is_flooded() {
+    let cp = ControlPlane::start(Options::default()).await;
+    let client = cp.client();
+    install_crd(&cp).await;
+    local_storage_class(&client, "local-storage", "Delete").await;
+    create_node(&client, "node-1", &[]).await;
+    let mut agent = Agent::new(&cp, "node-1", "local-storage");
+    let _m1 = Mount::tmpfs(&agent.disk("vol1"), "64M", cp.reaper());
+    agent.start(&cp);
+    let cgroup = MemCgroup::new(256 << 20);
+    cgroup.add(
+        agent
+            .process
+            .as_ref()
+            .and_then(|p| p.pid())
+            .expect("agent pid"),
+    );
+    agent.wait_ready().await;
+    let vol1 = agent.disk("vol1").display().to_string();
+    wait_pvs(&client, "node-1", std::slice::from_ref(&vol1), "Pending").await;
+
+    let floods: Vec<Child> = (0..3)
+        .map(|_| flood(agent.port, 7_000, 30, "idle"))
+        .collect();
+    let slow = flood(agent.port, 300, 30, "slowloris");
+    std::thread::sleep(Duration::from_secs(8));
+    let _m2 = Mount::tmpfs(&agent.disk("vol2"), "64M", cp.reaper());
+    let vol2 = agent.disk("vol2").display().to_string();
+    let port = agent.port;
+    let probing = std::thread::spawn(move || {
+        answered_throughout("/readyz", Instant::now() + Duration::from_secs(15), || {
+            http_get(port, "/readyz").map(|(status, _)| status)
+        })
+    });
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        wait_pvs(&client, "node-1", &[vol1.clone(), vol2.clone()], "Pending"),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("vol2 not published during the flood:\n{}", agent.log()));
+    let answers = probing
+        .join()
+        .expect("/readyz answered throughout the flood");
+    let reports: Vec<(usize, usize)> = floods.into_iter().map(flood_report).collect();
+    let slow = flood_report(slow);
+    eprintln!(
+        "agent floods {reports:?}, slowloris {slow:?}, {answers} /readyz answers, peak {} MiB",
+        cgroup.max_usage_mib()
+    );
+    assert!(
+        reports.iter().map(|r| r.0).sum::<usize>() >= 5_000,
+        "{reports:?}"
+    );
+    assert!(
+        agent.process.as_mut().is_some_and(|p| p.running()),
+        "agent died:\n{}",
+        agent.log()
+    );
+    assert_eq!(cgroup.oom_kills(), 0, "the agent was OOM-killed");
+}
