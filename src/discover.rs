@@ -20,7 +20,7 @@ use crate::disk::{
     ClassFailure, Discovery, DiscoveryClass, Disk, DiskIdentity, Unusable, UnusableReason,
     VolumeMode,
 };
-use crate::host::{DevId, Host, HostError, MountEntry, MountTable, error_chain};
+use crate::host::{DevId, Host, HostError, MountEntry, MountTable, VolumeTag, error_chain};
 
 pub mod classify;
 pub mod pattern;
@@ -85,7 +85,12 @@ fn measure(host: &dyn Host, candidate: &Candidate<'_>) -> Result<Disk, HostError
     let (capacity_bytes, available_bytes, mount_root, identity) = match &candidate.kind {
         CandidateKind::Filesystem { mount } => {
             let size = host.statvfs(&candidate.probe_path)?;
-            let identity = filesystem_identity(host, mount)?;
+            let mut identity = filesystem_identity(host, mount)?;
+            match host.volume_id(&candidate.probe_path)? {
+                VolumeTag::Present(id) => identity.volume_id = Some(id),
+                VolumeTag::Absent => {}
+                VolumeTag::Unsupported => identity.volume_id_unsupported = true,
+            }
             let root = (mount.root != Path::new("/")).then(|| mount.root.display().to_string());
             (size.total_bytes, Some(size.available_bytes), root, identity)
         }

@@ -43,6 +43,14 @@ pub struct DiskIdentity {
     pub model: Option<String>,
     pub vendor: Option<String>,
     pub rotational: Option<bool>,
+    /// The random id the agent stored on a filesystem volume's root directory (xattr `trusted.localpv.id`): the
+    /// identity of filesystems without a UUID (tmpfs, NFS...) and of each directory bind-mounted from one
+    /// filesystem. Never set for block volumes: the agent never writes to a raw device to give it an identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_id: Option<String>,
+    /// The volume root's filesystem does not support extended attributes, so it cannot carry a `volume_id`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub volume_id_unsupported: bool,
 }
 
 /// A usable disk found under a discovery directory.

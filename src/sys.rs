@@ -66,3 +66,46 @@ pub fn set_idle_io_priority() -> nix::Result<()> {
     };
     nix::errno::Errno::result(rc).map(drop)
 }
+
+/// The extended attribute holding the agent's volume id on a volume's root directory. In the `trusted.` namespace
+/// so only CAP_SYS_ADMIN can set or remove it: a tenant owning the directory cannot forge or erase it.
+pub const VOLUME_ID_XATTR: &std::ffi::CStr = c"trusted.localpv.id";
+
+/// The value of extended attribute `name` of the file open at `fd`; `None` when it is not set (`ENODATA`).
+/// `EOPNOTSUPP` (a filesystem without extended attributes) is returned as an error for the caller to tell apart.
+pub fn get_xattr(fd: impl AsFd, name: &std::ffi::CStr) -> nix::Result<Option<Vec<u8>>> {
+    let mut buf = vec![0u8; 256];
+    // SAFETY: fgetxattr writes at most `buf.len()` bytes into `buf`, valid for the call; `name` is NUL-terminated.
+    let rc = unsafe {
+        nix::libc::fgetxattr(
+            fd.as_fd().as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    match nix::errno::Errno::result(rc) {
+        Ok(len) => {
+            buf.truncate(usize::try_from(len).unwrap_or(0));
+            Ok(Some(buf))
+        }
+        Err(nix::errno::Errno::ENODATA) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sets extended attribute `name` of the file open at `fd` only if it does not exist yet (`XATTR_CREATE`: `EEXIST`
+/// otherwise). Metadata of the inode only: no file data is written.
+pub fn create_xattr(fd: impl AsFd, name: &std::ffi::CStr, value: &[u8]) -> nix::Result<()> {
+    // SAFETY: fsetxattr reads `value.len()` bytes from `value` and the NUL-terminated `name`, both valid for the call.
+    let rc = unsafe {
+        nix::libc::fsetxattr(
+            fd.as_fd().as_raw_fd(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            nix::libc::XATTR_CREATE,
+        )
+    };
+    nix::errno::Errno::result(rc).map(drop)
+}

@@ -526,6 +526,16 @@ impl Agent {
             })),
             Action::OwnersRecorded => halt(self.update_owners(|o| o.recorded = true)),
             Action::Wipe(order) => retry(self.start_wipe(*order).await),
+            Action::TagVolume { host_path, path } => match self.host.tag_volume(&path) {
+                Ok(id) => {
+                    info!(path = %host_path.display(), volume_id = %id, "stored the volume id");
+                    Step::Done
+                }
+                Err(error) => {
+                    warn!(path = %host_path.display(), error = %crate::host::error_chain(&error), "failed to store the volume id");
+                    Step::Retry
+                }
+            },
             Action::Event(e) => {
                 self.writer.event(&e).await;
                 Step::Done

@@ -1,18 +1,23 @@
 //! Runs one wipe order on a blocking thread: re-verify the disk at the path, then erase it.
 //!
 //! The planner already compared identities when it ordered the wipe; this second look happens right before the
-//! first byte is touched, because minutes may have passed (a disk swapped meanwhile must never be wiped).
+//! first byte is touched, because minutes may have passed (a disk swapped meanwhile must never be wiped). The
+//! device number the wipe then pins the root to is the one found now, not the recorded one: once a strong id
+//! matched, a renumbered device (a loop device re-attached, a disk on another port) is still the same disk.
+//! Afterwards the volume must be empty (`lost+found` aside) with no mount inside, or the wipe failed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::WipeMethod as ClassWipe;
 use crate::discover::discover;
-use crate::disk::{DiscoveryClass, VolumeMode};
-use crate::host::Host;
+use crate::disk::{DiscoveryClass, Disk, VolumeMode};
+use crate::host::{Host, HostError};
 use crate::plan::WipeOrder;
 use crate::plan::identity::{self, IdentityCheck, Recorded};
-use crate::wipe::{self, BlockOptions, Control, DevId, Expected, FsOptions};
+use crate::wipe::{
+    self, BlockOptions, Control, DevId, Expected, FsOptions, FsWipeError, WipeReport,
+};
 
 /// What a finished wipe did, for logs, events and metrics.
 #[derive(Debug)]
@@ -20,8 +25,6 @@ pub struct Done {
     pub method: &'static str,
     pub bytes: u64,
     pub entries: u64,
-    /// Mount points found inside the volume and left alone.
-    pub nested_mounts: Vec<PathBuf>,
 }
 
 /// Why a wipe did not happen or did not finish.
@@ -29,8 +32,11 @@ pub struct Done {
 pub enum Failed {
     /// The disk at the path is not the one expected: nothing was touched. Never retried blindly.
     Refused(String),
-    /// The wipe ran and failed, or left data behind; retried with backoff.
+    /// The wipe ran and failed; retried with backoff.
     Error(String),
+    /// The wipe ran but the volume is not empty afterwards (a mount inside it, entries written meanwhile): it is
+    /// not published; retried with backoff.
+    Incomplete(String),
 }
 
 /// Verifies and wipes. Blocks for the whole wipe: call from `spawn_blocking`.
@@ -48,14 +54,20 @@ pub fn run(
     share: Share,
     ctl: &Control,
 ) -> Result<Done, Failed> {
-    verify(host.as_ref(), class, order)?;
+    let found = verify(host.as_ref(), class, order)?;
+    let dev = found.identity.dev_id.as_deref().and_then(DevId::parse);
     match order.mode {
-        VolumeMode::Filesystem => wipe_filesystem(order, share, ctl),
-        VolumeMode::Block => wipe_block(order, share, ctl),
+        VolumeMode::Filesystem => {
+            let done = wipe_filesystem(order, dev, share, ctl)?;
+            no_mounts_below(host.as_ref(), &order.path)?;
+            Ok(done)
+        }
+        VolumeMode::Block => wipe_block(order, dev, share, ctl),
     }
 }
 
-fn verify(host: &dyn Host, class: &DiscoveryClass, order: &WipeOrder) -> Result<(), Failed> {
+/// The disk at the order's path, once its identity matched the order's.
+fn verify(host: &dyn Host, class: &DiscoveryClass, order: &WipeOrder) -> Result<Disk, Failed> {
     let found = discover(host, std::slice::from_ref(class));
     let Some(disk) = found.disks.iter().find(|d| d.host_path == order.host_path) else {
         let why = found
@@ -74,7 +86,7 @@ fn verify(host: &dyn Host, class: &DiscoveryClass, order: &WipeOrder) -> Result<
         mount_root: order.expected_mount_root.clone(),
     };
     match identity::check(order.mode, Some(&recorded), disk) {
-        IdentityCheck::Same => Ok(()),
+        IdentityCheck::Same => Ok(disk.clone()),
         IdentityCheck::Changed(what) => Err(Failed::Refused(format!(
             "{} holds a different disk: {what}",
             order.host_path.display()
@@ -86,8 +98,30 @@ fn verify(host: &dyn Host, class: &DiscoveryClass, order: &WipeOrder) -> Result<
     }
 }
 
-fn wipe_filesystem(order: &WipeOrder, share: Share, ctl: &Control) -> Result<Done, Failed> {
-    let dev = order.expected.dev_id.as_deref().and_then(DevId::parse);
+/// The mount table, read after the wipe: any mount point beneath the volume hides files the wipe could not reach.
+fn no_mounts_below(host: &dyn Host, path: &Path) -> Result<(), Failed> {
+    let error = |e: HostError| Failed::Incomplete(crate::host::error_chain(&e));
+    let path = host.canonicalize(path).map_err(error)?;
+    let below = host.mount_table().map_err(error)?.mounts_below(&path);
+    if below.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = below.iter().map(|m| m.display().to_string()).collect();
+    Err(Failed::Incomplete(format!(
+        "{} mount(s) inside {} hide data the wipe cannot reach: {}; the volume is not published until they are \
+         unmounted",
+        below.len(),
+        path.display(),
+        shown.join(", ")
+    )))
+}
+
+fn wipe_filesystem(
+    order: &WipeOrder,
+    dev: Option<DevId>,
+    share: Share,
+    ctl: &Control,
+) -> Result<Done, Failed> {
     let opts = FsOptions {
         command: match &order.method {
             ClassWipe::Command(argv) => Some(argv.clone()),
@@ -95,9 +129,20 @@ fn wipe_filesystem(order: &WipeOrder, share: Share, ctl: &Control) -> Result<Don
         },
         concurrency: share.concurrency,
         idle_io_priority: share.idle_io_priority,
+        ..FsOptions::default()
     };
-    let report = wipe::wipe_filesystem(&order.path, &Expected { dev, check: None }, &opts, ctl)
-        .map_err(|e| Failed::Error(crate::host::error_chain(&e)))?;
+    let id_check = order.expected.volume_id.clone().map(wipe::volume_id_check);
+    let expected = Expected {
+        dev,
+        check: id_check.as_ref().map(|c| c as &wipe::fs::RootCheck),
+    };
+    let report =
+        wipe::wipe_filesystem(&order.path, &expected, &opts, ctl).map_err(|e| match e {
+            FsWipeError::WrongFilesystem { .. } | FsWipeError::RootCheck { .. } => {
+                Failed::Refused(crate::host::error_chain(&e))
+            }
+            e => Failed::Error(crate::host::error_chain(&e)),
+        })?;
     if !report.skipped.is_empty() {
         let first: Vec<String> = report
             .skipped
@@ -111,15 +156,47 @@ fn wipe_filesystem(order: &WipeOrder, share: Share, ctl: &Control) -> Result<Don
             first.join(", ")
         )));
     }
+    incomplete(&report)?;
     Ok(Done {
         method: "remove",
         bytes: report.removed_bytes,
         entries: report.removed_entries,
-        nested_mounts: report.nested_mounts,
     })
 }
 
-fn wipe_block(order: &WipeOrder, share: Share, ctl: &Control) -> Result<Done, Failed> {
+/// A wipe that left mounts inside the volume or found entries written after it is not a completed wipe.
+fn incomplete(report: &WipeReport) -> Result<(), Failed> {
+    let shown = |paths: &[PathBuf]| -> String {
+        let first: Vec<String> = paths
+            .iter()
+            .take(3)
+            .map(|p| p.display().to_string())
+            .collect();
+        first.join(", ")
+    };
+    if !report.nested_mounts.is_empty() {
+        return Err(Failed::Incomplete(format!(
+            "mounts inside the volume were left in place with their contents: {}; the volume is not published \
+             until they are unmounted",
+            shown(&report.nested_mounts)
+        )));
+    }
+    if !report.left.is_empty() {
+        return Err(Failed::Incomplete(format!(
+            "{} entries were written while the volume was wiped, e.g. {}: something still writes to it",
+            report.left.len(),
+            shown(&report.left)
+        )));
+    }
+    Ok(())
+}
+
+fn wipe_block(
+    order: &WipeOrder,
+    dev: Option<DevId>,
+    share: Share,
+    ctl: &Control,
+) -> Result<Done, Failed> {
     let (method, command) = match &order.method {
         ClassWipe::ZeroOut | ClassWipe::RemoveContents => (wipe::WipeMethod::ZeroOut, None),
         ClassWipe::Discard => (wipe::WipeMethod::Discard, None),
@@ -134,13 +211,11 @@ fn wipe_block(order: &WipeOrder, share: Share, ctl: &Control) -> Result<Done, Fa
         idle_io_priority: share.idle_io_priority,
         ..BlockOptions::default()
     };
-    let dev = order.expected.dev_id.as_deref().and_then(DevId::parse);
     let report = wipe::wipe_block(&order.path, dev, &opts, ctl)
         .map_err(|e| Failed::Error(crate::host::error_chain(&e)))?;
     Ok(Done {
         method: report.method.as_str(),
         bytes: report.bytes,
         entries: 0,
-        nested_mounts: Vec::new(),
     })
 }

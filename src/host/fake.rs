@@ -8,7 +8,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::{DevId, DirEntry, FsProbe, FsSize, HardwareIds, Host, HostError, MountTable};
+use super::{
+    DevId, DirEntry, FsProbe, FsSize, HardwareIds, Host, HostError, MountTable, VolumeTag,
+};
 
 /// A host call, as recorded by [`FakeHost`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,6 +23,8 @@ pub enum Call {
     ProbeFilesystem(PathBuf),
     HardwareIds(DevId),
     DeviceNode(DevId),
+    VolumeId(PathBuf),
+    TagVolume(PathBuf),
 }
 
 /// A canned answer: the value, or the errno the call fails with.
@@ -36,6 +40,9 @@ pub struct FakeHost {
     pub probes: HashMap<PathBuf, Canned<FsProbe>>,
     pub hardware: HashMap<DevId, Canned<HardwareIds>>,
     pub nodes: HashMap<DevId, PathBuf>,
+    /// Volume ids on directories; a directory not listed has none ([`VolumeTag::Absent`]). `tag_volume` stores
+    /// `fake-id:<path>` here unless the entry is an error or [`VolumeTag::Unsupported`].
+    pub volume_ids: Mutex<HashMap<PathBuf, Canned<VolumeTag>>>,
     calls: Mutex<Vec<Call>>,
 }
 
@@ -83,6 +90,17 @@ impl FakeHost {
     pub fn with_device_node(mut self, dev: DevId, node: impl Into<PathBuf>) -> Self {
         self.nodes.insert(dev, node.into());
         self
+    }
+
+    pub fn with_volume_id(self, path: impl Into<PathBuf>, tag: VolumeTag) -> Self {
+        self.lock_ids().insert(path.into(), Ok(tag));
+        self
+    }
+
+    fn lock_ids(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Canned<VolumeTag>>> {
+        self.volume_ids
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Every call so far, in order.
@@ -196,5 +214,36 @@ impl Host for FakeHost {
     fn device_node(&self, dev: DevId) -> Result<Option<PathBuf>, HostError> {
         self.record(Call::DeviceNode(dev));
         Ok(self.nodes.get(&dev).cloned())
+    }
+
+    fn volume_id(&self, path: &Path) -> Result<VolumeTag, HostError> {
+        self.record(Call::VolumeId(path.into()));
+        match self.lock_ids().get(path) {
+            Some(Ok(tag)) => Ok(tag.clone()),
+            Some(Err(code)) => Err(HostError::ReadVolumeId {
+                path: path.into(),
+                source: errno(*code),
+            }),
+            None => Ok(VolumeTag::Absent),
+        }
+    }
+
+    fn tag_volume(&self, path: &Path) -> Result<String, HostError> {
+        self.record(Call::TagVolume(path.into()));
+        let failed = |code| HostError::TagVolume {
+            path: path.into(),
+            source: errno(code),
+        };
+        let mut ids = self.lock_ids();
+        match ids.get(path) {
+            Some(Ok(VolumeTag::Present(id))) => Ok(id.clone()),
+            Some(Ok(VolumeTag::Unsupported)) => Err(failed(nix::libc::EOPNOTSUPP)),
+            Some(Err(code)) => Err(failed(*code)),
+            Some(Ok(VolumeTag::Absent)) | None => {
+                let id = format!("fake-id:{}", path.display());
+                ids.insert(path.into(), Ok(VolumeTag::Present(id.clone())));
+                Ok(id)
+            }
+        }
     }
 }

@@ -13,9 +13,15 @@ use std::path::{Path, PathBuf};
 use blkid::prober::{ProbeState, Prober};
 use tracing::debug;
 
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, open};
+use nix::sys::stat::Mode;
+
 use super::{
     DevId, DirEntry, EntryKind, FsProbe, FsSize, HardwareIds, Host, HostError, MountTable,
+    VolumeTag,
 };
+use crate::sys::{VOLUME_ID_XATTR, create_xattr, get_xattr};
 
 /// Where the real host keeps what we read. The defaults are the usual paths; tests and unusual layouts (a host
 /// `/sys` mounted elsewhere) can point them somewhere else.
@@ -167,6 +173,58 @@ impl Host for LinuxHost {
             .find_map(|line| line.strip_prefix("DEVNAME="))
             .map(|name| self.dev.join(name)))
     }
+
+    fn volume_id(&self, path: &Path) -> Result<VolumeTag, HostError> {
+        let failed = |source| HostError::ReadVolumeId {
+            path: path.into(),
+            source,
+        };
+        let fd = open_volume_root(path).map_err(failed)?;
+        read_tag(&fd).map_err(failed)
+    }
+
+    fn tag_volume(&self, path: &Path) -> Result<String, HostError> {
+        let failed = |source| HostError::TagVolume {
+            path: path.into(),
+            source,
+        };
+        let fd = open_volume_root(path).map_err(failed)?;
+        let id = random_id().map_err(failed)?;
+        match create_xattr(&fd, VOLUME_ID_XATTR, id.as_bytes()) {
+            Ok(()) => Ok(id),
+            // Someone (an earlier pass, another agent) tagged it first: theirs stands.
+            Err(Errno::EEXIST) => match read_tag(&fd).map_err(failed)? {
+                VolumeTag::Present(existing) => Ok(existing),
+                _ => Err(failed(io::Error::from(Errno::EEXIST))),
+            },
+            Err(errno) => Err(failed(errno.into())),
+        }
+    }
+}
+
+/// The volume root, opened without following a symlink (a tenant cannot redirect the tag elsewhere).
+fn open_volume_root(path: &Path) -> Result<std::os::fd::OwnedFd, io::Error> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    open(path, flags, Mode::empty()).map_err(io::Error::from)
+}
+
+fn read_tag(fd: &std::os::fd::OwnedFd) -> Result<VolumeTag, io::Error> {
+    match get_xattr(fd, VOLUME_ID_XATTR) {
+        Ok(Some(value)) => Ok(VolumeTag::Present(
+            String::from_utf8_lossy(&value).trim().to_string(),
+        )),
+        Ok(None) => Ok(VolumeTag::Absent),
+        Err(Errno::EOPNOTSUPP) => Ok(VolumeTag::Unsupported),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+/// 128 random bits from the kernel, as 32 hex digits.
+fn random_id() -> Result<String, io::Error> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// `lstat` the entry and, for a symlink, `stat` what it leads to.

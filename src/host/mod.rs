@@ -20,7 +20,8 @@ pub mod watch;
 
 pub use mountinfo::{DevId, MountEntry, MountInfoError, MountTable};
 
-/// What the agent asks the host. Each method is one observation; none of them changes anything on the machine.
+/// What the agent asks the host. Each method is one observation, except [`Host::tag_volume`]: the one change the
+/// agent makes outside a wipe, an extended attribute on a volume's root directory (inode metadata, never data).
 pub trait Host: Send + Sync {
     /// The mount table of this process's mount namespace.
     fn mount_table(&self) -> Result<MountTable, HostError>;
@@ -49,6 +50,22 @@ pub trait Host: Send + Sync {
     /// Device node of block device `dev` (`/dev/<DEVNAME>` from `/sys/dev/block/M:m/uevent`); `None` when the
     /// kernel has no block device with that number.
     fn device_node(&self, dev: DevId) -> Result<Option<PathBuf>, HostError>;
+
+    /// The agent's volume id stored on directory `path` (xattr `trusted.localpv.id`), never following a symlink.
+    fn volume_id(&self, path: &Path) -> Result<VolumeTag, HostError>;
+
+    /// Stores a fresh random volume id on directory `path` unless it already carries one; returns the id it carries
+    /// afterwards. Fails on filesystems without extended attributes. Never used on block devices.
+    fn tag_volume(&self, path: &Path) -> Result<String, HostError>;
+}
+
+/// What a volume root says about the agent's volume id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VolumeTag {
+    Present(String),
+    Absent,
+    /// The filesystem does not support extended attributes (`EOPNOTSUPP`).
+    Unsupported,
 }
 
 /// One first-level entry of a discovery directory.
@@ -177,6 +194,18 @@ pub enum HostError {
         device: PathBuf,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("failed to read the volume id of {path}")]
+    ReadVolumeId {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("failed to store a volume id on {path}")]
+    TagVolume {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
     },
     #[error("failed to read {path}")]
     ReadSysfs {

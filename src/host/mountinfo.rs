@@ -117,6 +117,20 @@ impl MountTable {
             .rev()
             .find(|entry| entry.mount_point == path)
     }
+
+    /// Mount points strictly beneath `path` (spelled as the table spells mount points: resolve symlinks first),
+    /// sorted. A mount placed inside a volume hides whatever is under it from a wipe.
+    pub fn mounts_below(&self, path: &Path) -> Vec<PathBuf> {
+        let mut below: Vec<PathBuf> = self
+            .entries
+            .iter()
+            .filter(|entry| entry.mount_point != path && entry.mount_point.starts_with(path))
+            .map(|entry| entry.mount_point.clone())
+            .collect();
+        below.sort();
+        below.dedup();
+        below
+    }
 }
 
 fn parse_line(line: &[u8]) -> Result<MountEntry, &'static str> {
@@ -222,6 +236,18 @@ mod tests {
 
     fn sample() -> MountTable {
         MountTable::parse(SAMPLE.as_bytes()).expect("sample parses")
+    }
+
+    #[rstest]
+    #[case::a_volume_without_mounts_inside("/mnt/disks/vol1", vec![])]
+    #[case::the_discovery_directory("/mnt/disks", vec!["/mnt/disks/bound", "/mnt/disks/stacked", "/mnt/disks/vol1", "/mnt/disks/with space"])]
+    #[case::a_sibling_with_a_common_prefix_is_not_inside("/mnt/disks/vol", vec![])]
+    fn mounts_below_lists_only_mount_points_strictly_inside(
+        #[case] path: &str,
+        #[case] expected: Vec<&str>,
+    ) {
+        let expected: Vec<PathBuf> = expected.into_iter().map(PathBuf::from).collect();
+        assert_eq!(sample().mounts_below(Path::new(path)), expected);
     }
 
     #[test]

@@ -261,6 +261,8 @@ fn hold_verdict(held: &Unpublished) -> Verdict {
         HoldReason::NoStorageClass => (LocalDiskPhase::Unusable, "NoStorageClass"),
         HoldReason::NameTaken => (LocalDiskPhase::Unusable, "NameTaken"),
         HoldReason::PathNotUtf8 => (LocalDiskPhase::Unusable, "PathNotUtf8"),
+        HoldReason::AwaitingVolumeId => (LocalDiskPhase::Available, "AwaitingVolumeId"),
+        HoldReason::NoStableIdentity => (LocalDiskPhase::Unusable, "NoStableIdentity"),
     };
     verdict(phase, reason, held.message.clone())
 }

@@ -349,7 +349,8 @@ impl<'a> Planner<'a> {
             }
             IdentityCheck::Unverifiable => {
                 let message = format!(
-                    "not wiping {}: the disk there shows none of the ids this PV recorded; the PV stays Released",
+                    "not wiping {}: no id this PV recorded can confirm the disk there is its disk (a device number \
+                     alone never can); the PV stays Released: wipe it by hand and delete the PV",
                     pv.path.display()
                 );
                 self.condition(

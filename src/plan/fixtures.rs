@@ -448,6 +448,13 @@ impl World {
                     self.ledger.set(&order.key, DiskState::Clean);
                     order.on_success.iter().for_each(|p| self.patch(p));
                 }
+                Action::TagVolume { host_path, .. } => {
+                    let found = self.found.disks.iter_mut();
+                    for disk in found.filter(|d| &d.host_path == host_path) {
+                        let id = format!("vid-{}", disk.entry);
+                        disk.identity.volume_id.get_or_insert(id);
+                    }
+                }
                 Action::Event(_) => {}
             }
         }

@@ -1,5 +1,11 @@
 //! A disk's identity as recorded on its PV (annotations), compared with what discovery finds now, and the key
 //! under which the disk ledger remembers it.
+//!
+//! Rules (issue 14): only a strong id authorises a wipe. Strong ids are the filesystem UUID, the agent's own
+//! volume id (an xattr on the volume root, for filesystems without UUID and for bind-mounted directories), the
+//! WWN and the serial. The device number and the device path are hints: when they differ and nothing strong was
+//! compared the disk is another one, but when they agree that proves nothing (a remounted tmpfs gets the number the
+//! previous one freed), and when a strong id matches they may differ (a loop device re-attached as another number).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,6 +23,7 @@ pub const ANN_MODEL: &str = "localpv.io/model";
 pub const ANN_VENDOR: &str = "localpv.io/vendor";
 pub const ANN_ROTATIONAL: &str = "localpv.io/rotational";
 pub const ANN_MOUNT_ROOT: &str = "localpv.io/mount-root";
+pub const ANN_VOLUME_ID: &str = "localpv.io/volume-id";
 
 /// What a PV remembers about the disk it was created for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -53,6 +60,7 @@ pub fn annotations(disk: &Disk) -> BTreeMap<String, String> {
         (ANN_VENDOR, id.vendor.clone()),
         (ANN_ROTATIONAL, id.rotational.map(|r| r.to_string())),
         (ANN_MOUNT_ROOT, disk.mount_root.clone()),
+        (ANN_VOLUME_ID, id.volume_id.clone()),
     ];
     fields
         .into_iter()
@@ -74,8 +82,11 @@ pub fn recorded(annotations: &BTreeMap<String, String>) -> Option<Recorded> {
         model: get(ANN_MODEL),
         vendor: get(ANN_VENDOR),
         rotational: get(ANN_ROTATIONAL).and_then(|r| r.parse().ok()),
+        volume_id: get(ANN_VOLUME_ID),
+        volume_id_unsupported: false,
     };
     let any = [
+        &identity.volume_id,
         &identity.fs_uuid,
         &identity.dev_id,
         &identity.device,
@@ -92,23 +103,24 @@ pub fn recorded(annotations: &BTreeMap<String, String>) -> Option<Recorded> {
 
 /// Compares what a PV recorded with the disk discovered at its path.
 ///
-/// Filesystem volumes are known by filesystem UUID (plus hardware ids when both sides have them, and the bind
-/// mount root); a filesystem without UUID (tmpfs) by its device number. Block volumes are known by WWN or serial;
-/// the device path counts only when neither is known. NB: a block volume's filesystem UUID is never compared:
-/// its tenant may have reformatted it.
+/// Filesystem volumes are known by the agent's volume id, the filesystem UUID and hardware ids (each compared when
+/// both sides have it), plus the bind mount root. Block volumes are known by WWN or serial only. NB: a block
+/// volume's filesystem UUID is never compared: its tenant may have reformatted it. See the module doc for why a
+/// device number or device path can only refute, never confirm.
 pub fn check(mode: VolumeMode, recorded: Option<&Recorded>, disk: &Disk) -> IdentityCheck {
     let Some(recorded) = recorded else {
         return IdentityCheck::NotRecorded;
     };
     let (was, now) = (&recorded.identity, &disk.identity);
-    let mut compared = false;
     let mut pairs = vec![
         ("WWN", &was.wwn, &now.wwn),
         ("serial", &was.serial, &now.serial),
     ];
     if mode == VolumeMode::Filesystem {
         pairs.insert(0, ("filesystem UUID", &was.fs_uuid, &now.fs_uuid));
+        pairs.insert(0, ("volume id", &was.volume_id, &now.volume_id));
     }
+    let mut compared = false;
     for (what, was, now) in pairs {
         match (was, now) {
             (Some(was), Some(now)) if was != now => return changed(what, was, now),
@@ -117,8 +129,8 @@ pub fn check(mode: VolumeMode, recorded: Option<&Recorded>, disk: &Disk) -> Iden
         }
     }
     if mode == VolumeMode::Filesystem {
-        if let (Some(was), None) = (&was.fs_uuid, &now.fs_uuid) {
-            return IdentityCheck::Changed(format!("filesystem UUID {was} is gone"));
+        if let Some(gone) = filesystem_id_gone(was, now) {
+            return IdentityCheck::Changed(gone);
         }
         let root = |r: &Option<String>| r.clone().unwrap_or_else(|| "/".to_string());
         if compared && root(&recorded.mount_root) != root(&disk.mount_root) {
@@ -129,21 +141,38 @@ pub fn check(mode: VolumeMode, recorded: Option<&Recorded>, disk: &Disk) -> Iden
             );
         }
     }
-    if !compared {
-        let fallback = match mode {
-            VolumeMode::Filesystem => ("device number", &was.dev_id, &now.dev_id),
-            VolumeMode::Block => ("device", &was.device, &now.device),
-        };
-        match fallback {
-            (what, Some(was), Some(now)) if was != now => return changed(what, was, now),
-            (_, Some(_), Some(_)) => compared = true,
-            _ => {}
-        }
-    }
     if compared {
-        IdentityCheck::Same
-    } else {
-        IdentityCheck::Unverifiable
+        return IdentityCheck::Same;
+    }
+    let hint = match mode {
+        VolumeMode::Filesystem => ("device number", &was.dev_id, &now.dev_id),
+        VolumeMode::Block => ("device", &was.device, &now.device),
+    };
+    match hint {
+        (what, Some(was), Some(now)) if was != now => changed(what, was, now),
+        _ => IdentityCheck::Unverifiable,
+    }
+}
+
+/// A strong id the PV recorded that the filesystem now at its path does not carry at all.
+fn filesystem_id_gone(was: &DiskIdentity, now: &DiskIdentity) -> Option<String> {
+    if let (Some(was), None) = (&was.volume_id, &now.volume_id) {
+        return Some(format!("volume id {was} is gone"));
+    }
+    if let (Some(was), None) = (&was.fs_uuid, &now.fs_uuid) {
+        return Some(format!("filesystem UUID {was} is gone"));
+    }
+    None
+}
+
+/// Whether `identity` carries an id that can authorise a wipe for a volume of `mode` (see the module doc).
+pub fn is_strong(mode: VolumeMode, identity: &DiskIdentity) -> bool {
+    let hardware = identity.wwn.is_some() || identity.serial.is_some();
+    match mode {
+        VolumeMode::Filesystem => {
+            hardware || identity.fs_uuid.is_some() || identity.volume_id.is_some()
+        }
+        VolumeMode::Block => hardware,
     }
 }
 
@@ -152,7 +181,8 @@ fn changed(what: &str, was: &str, now: &str) -> IdentityCheck {
 }
 
 /// The key under which the disk ledger remembers a disk: its most stable id for the volume mode, falling back to
-/// the host path when it has none.
+/// the host path when it has none. NB: never the device number (it is reused by other disks); a `path:` key only
+/// remembers, it never authorises a wipe (see [`is_strong`]).
 pub fn ledger_key(
     mode: VolumeMode,
     identity: &DiskIdentity,
@@ -164,11 +194,11 @@ pub fn ledger_key(
         VolumeMode::Filesystem => prefixed("fs-uuid", &identity.fs_uuid)
             .or_else(|| prefixed("wwn", &identity.wwn))
             .or_else(|| prefixed("serial", &identity.serial))
-            .or_else(|| prefixed("dev", &identity.dev_id))
             .map(|key| match mount_root {
                 Some(root) if root != "/" => format!("{key}:{root}"),
                 _ => key,
-            }),
+            })
+            .or_else(|| prefixed("volume-id", &identity.volume_id)),
         VolumeMode::Block => {
             prefixed("wwn", &identity.wwn).or_else(|| prefixed("serial", &identity.serial))
         }
@@ -213,6 +243,13 @@ mod tests {
         disk(VolumeMode::Filesystem, |id| id.fs_uuid = Some(uuid.into()))
     }
 
+    fn tmpfs(volume_id: &str, dev: &str) -> Disk {
+        disk(VolumeMode::Filesystem, |id| {
+            id.volume_id = Some(volume_id.into());
+            id.dev_id = Some(dev.into());
+        })
+    }
+
     fn recorded_from(disk: &Disk) -> Option<Recorded> {
         recorded(&annotations(disk))
     }
@@ -225,9 +262,46 @@ mod tests {
         disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())),
         IdentityCheck::Changed("filesystem UUID u1 is gone".into())
     )]
-    #[case::tmpfs_same_instance(
+    // NB: the kernel hands a remounted tmpfs the number the previous one freed: an equal number proves nothing.
+    #[case::tmpfs_same_number_only(
         disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())),
         disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())),
+        IdentityCheck::Unverifiable
+    )]
+    #[case::tmpfs_same_volume_id(tmpfs("v1", "0:55"), tmpfs("v1", "0:55"), IdentityCheck::Same)]
+    #[case::tmpfs_swapped_on_the_same_number(
+        tmpfs("v1", "0:55"),
+        disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())),
+        IdentityCheck::Changed("volume id v1 is gone".into())
+    )]
+    #[case::tmpfs_other_volume_id(
+        tmpfs("v1", "0:55"),
+        tmpfs("v2", "0:55"),
+        IdentityCheck::Changed("volume id v1 became v2".into())
+    )]
+    #[case::volume_id_recorded_but_unsupported_now(
+        tmpfs("v1", "0:55"),
+        disk(VolumeMode::Filesystem, |id| { id.dev_id = Some("0:55".into()); id.volume_id_unsupported = true }),
+        IdentityCheck::Changed("volume id v1 is gone".into())
+    )]
+    #[case::renumbered_loop_device_same_uuid(
+        disk(VolumeMode::Filesystem, |id| { id.fs_uuid = Some("u1".into()); id.dev_id = Some("7:3".into()) }),
+        disk(VolumeMode::Filesystem, |id| { id.fs_uuid = Some("u1".into()); id.dev_id = Some("7:6".into()) }),
+        IdentityCheck::Same
+    )]
+    #[case::renumbered_tmpfs_same_volume_id(
+        tmpfs("v1", "0:55"),
+        tmpfs("v1", "0:61"),
+        IdentityCheck::Same
+    )]
+    #[case::same_uuid_other_volume_id(
+        disk(VolumeMode::Filesystem, |id| { id.fs_uuid = Some("u1".into()); id.volume_id = Some("v1".into()) }),
+        disk(VolumeMode::Filesystem, |id| { id.fs_uuid = Some("u1".into()); id.volume_id = Some("v2".into()) }),
+        IdentityCheck::Changed("volume id v1 became v2".into())
+    )]
+    #[case::uuid_recorded_before_volume_ids_existed(
+        fs("u1"),
+        disk(VolumeMode::Filesystem, |id| { id.fs_uuid = Some("u1".into()); id.volume_id = Some("v1".into()) }),
         IdentityCheck::Same
     )]
     #[case::tmpfs_remounted(
@@ -259,6 +333,16 @@ mod tests {
         disk(VolumeMode::Block, |id| id.device = Some("/dev/loop3".into())),
         disk(VolumeMode::Block, |id| id.device = Some("/dev/loop4".into())),
         IdentityCheck::Changed("device /dev/loop3 became /dev/loop4".into())
+    )]
+    #[case::block_without_hardware_ids_same_device_proves_nothing(
+        disk(VolumeMode::Block, |id| id.device = Some("/dev/loop3".into())),
+        disk(VolumeMode::Block, |id| id.device = Some("/dev/loop3".into())),
+        IdentityCheck::Unverifiable
+    )]
+    #[case::block_renumbered_same_wwn(
+        disk(VolumeMode::Block, |id| { id.wwn = Some("w1".into()); id.dev_id = Some("8:16".into()) }),
+        disk(VolumeMode::Block, |id| { id.wwn = Some("w1".into()); id.dev_id = Some("8:32".into()) }),
+        IdentityCheck::Same
     )]
     #[case::nothing_comparable(
         disk(VolumeMode::Block, |id| id.wwn = Some("w1".into())),
@@ -300,6 +384,40 @@ mod tests {
     }
 
     #[test]
+    fn two_directories_bind_mounted_from_one_filesystem_and_swapped_are_other_disks() {
+        let bind = |root: &str, volume_id: &str| {
+            let mut d = disk(VolumeMode::Filesystem, |id| {
+                id.fs_uuid = Some("u1".into());
+                id.volume_id = Some(volume_id.into());
+                id.dev_id = Some("7:3".into());
+            });
+            d.mount_root = Some(root.into());
+            d
+        };
+        let was = bind("/a", "va");
+        let now = bind("/b", "vb");
+        let expected = IdentityCheck::Changed("volume id va became vb".into());
+        assert_eq!(
+            check(VolumeMode::Filesystem, recorded_from(&was).as_ref(), &now),
+            expected
+        );
+    }
+
+    #[rstest]
+    #[case::tmpfs_without_id(VolumeMode::Filesystem, DiskIdentity { dev_id: Some("0:55".into()), ..DiskIdentity::default() }, false)]
+    #[case::tmpfs_with_id(VolumeMode::Filesystem, DiskIdentity { volume_id: Some("v".into()), ..DiskIdentity::default() }, true)]
+    #[case::ext4(VolumeMode::Filesystem, DiskIdentity { fs_uuid: Some("u".into()), ..DiskIdentity::default() }, true)]
+    #[case::raw_loop_device(VolumeMode::Block, DiskIdentity { device: Some("/dev/loop3".into()), fs_uuid: Some("u".into()), ..DiskIdentity::default() }, false)]
+    #[case::disk_with_serial(VolumeMode::Block, DiskIdentity { serial: Some("s".into()), ..DiskIdentity::default() }, true)]
+    fn only_strong_ids_can_authorise_a_wipe(
+        #[case] mode: VolumeMode,
+        #[case] identity: DiskIdentity,
+        #[case] strong: bool,
+    ) {
+        assert_eq!(is_strong(mode, &identity), strong);
+    }
+
+    #[test]
     fn annotations_round_trip_every_recorded_field() {
         let mut d = disk(VolumeMode::Block, |id| {
             *id = DiskIdentity {
@@ -313,6 +431,8 @@ mod tests {
                 model: Some("M".into()),
                 vendor: Some("V".into()),
                 rotational: Some(false),
+                volume_id: Some("v1".into()),
+                volume_id_unsupported: false,
             }
         });
         d.mount_root = Some("/sub".into());
@@ -325,7 +445,8 @@ mod tests {
 
     #[rstest]
     #[case::fs_uuid(fs("u1"), "fs-uuid:u1")]
-    #[case::tmpfs(disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())), "dev:0:55")]
+    #[case::tmpfs(tmpfs("v1", "0:55"), "volume-id:v1")]
+    #[case::tmpfs_without_volume_id(disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())), "path:/mnt/disks/vol1")]
     #[case::block_wwn(disk(VolumeMode::Block, |id| { id.wwn = Some("w1".into()); id.fs_uuid = Some("u".into()) }), "wwn:w1")]
     #[case::block_serial(disk(VolumeMode::Block, |id| id.serial = Some("s1".into())), "serial:s1")]
     #[case::block_bare(disk(VolumeMode::Block, |id| id.device = Some("/dev/loop3".into())), "path:/mnt/disks/vol1")]

@@ -164,6 +164,12 @@ pub enum Action {
         state: DiskState,
     },
     Wipe(Box<WipeOrder>),
+    /// Store a random volume id on the root directory of an unpublished filesystem disk (`path` as this process
+    /// sees it), so the PV published next can record an identity the agent controls. Never for block volumes.
+    TagVolume {
+        host_path: PathBuf,
+        path: PathBuf,
+    },
     Event(PvEvent),
 }
 
@@ -243,6 +249,12 @@ pub enum HoldReason {
     NameTaken,
     /// The host path is not valid UTF-8 and cannot be written into a PV.
     PathNotUtf8,
+    /// A filesystem disk waiting for the agent's volume id on its root; published in the next pass.
+    AwaitingVolumeId,
+    /// No identity that could ever authorise a wipe (no filesystem UUID and no extended attributes; or a disk at
+    /// this path served a claim and cannot be told apart from another one): never published or wiped
+    /// automatically.
+    NoStableIdentity,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

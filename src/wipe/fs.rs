@@ -6,16 +6,22 @@
 //! fifos, sockets and device nodes lose their name, nothing behind them is touched; a hard link to a file elsewhere
 //! only loses this name), and a directory is removed with `unlinkat(AT_REMOVEDIR)` once emptied. `EXDEV` from
 //! `openat2` means a mount point inside the volume: it is left in place and reported. The root itself stays.
+//! Once a pass finds nothing changed, the root must stay empty for [`FsOptions::settle_ms`]; whatever appeared
+//! meanwhile is reported in [`WipeReport::left`] (another pass runs first while passes remain), so a writer that
+//! outlives its claim makes the wipe incomplete instead of reaching the next tenant.
 //!
 //! The walk itself (explicit stack, bounded open fds, why renames cannot lead it outside) is in `walk.rs`; here is
 //! the API, the root check, and the passes: the root's subdirectories are shared by `concurrency` worker threads,
 //! and the walk repeats (at most [`MAX_PASSES`] times) when the tree changed under it.
 
+use std::ffi::OsStr;
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::thread;
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
@@ -52,6 +58,10 @@ pub struct FsOptions {
     pub idle_io_priority: bool,
     /// Operator argv run after the in-process wipe, with `LOCAL_PV_FSPATH` set to the root.
     pub command: Option<Vec<String>>,
+    /// How long the root must stay empty after the last pass before the wipe counts as complete: a writer still
+    /// at work (a tenant's process outliving its claim) shows up as [`WipeReport::left`] instead of reaching the
+    /// next tenant.
+    pub settle_ms: u64,
 }
 
 impl Default for FsOptions {
@@ -60,6 +70,7 @@ impl Default for FsOptions {
             concurrency: 2,
             idle_io_priority: true,
             command: None,
+            settle_ms: 200,
         }
     }
 }
@@ -115,15 +126,21 @@ pub struct WipeReport {
     pub skipped_more: u64,
     /// Mount points found inside the volume, left in place with their contents, sorted.
     pub nested_mounts: Vec<PathBuf>,
+    /// Entries of the root still there once the walk ended and the root had [`FsOptions::settle_ms`] to stay
+    /// empty (`lost+found` aside), sorted: written while or after the wipe ran.
+    pub left: Vec<PathBuf>,
     /// Walks over the tree; more than one when entries appeared or moved during the wipe.
     pub passes: u32,
     pub command: Option<CommandOutput>,
 }
 
 impl WipeReport {
-    /// True when the volume is empty: nothing skipped and no mount left inside.
+    /// True when the volume is empty: nothing skipped, no mount left inside, nothing written meanwhile.
     pub fn is_complete(&self) -> bool {
-        self.skipped.is_empty() && self.skipped_more == 0 && self.nested_mounts.is_empty()
+        self.skipped.is_empty()
+            && self.skipped_more == 0
+            && self.nested_mounts.is_empty()
+            && self.left.is_empty()
     }
 }
 
@@ -188,7 +205,13 @@ pub fn wipe_filesystem(
         report.nested_mounts = tally.nested;
         report.nested_mounts.sort();
         report.passes = pass;
-        if !tally.raced {
+        report.left = Vec::new();
+        if tally.raced && pass < MAX_PASSES {
+            continue;
+        }
+        report.left = leftovers(ctx, &report);
+        if report.left.is_empty() || !report.skipped.is_empty() || !report.nested_mounts.is_empty()
+        {
             break;
         }
     }
@@ -199,6 +222,57 @@ pub fn wipe_filesystem(
         report.command = Some(command::run(argv, FSPATH_ENV, root.as_os_str(), ctl)?);
     }
     Ok(report)
+}
+
+/// What the root holds after the passes and a quiet spell, besides `lost+found` and what the report already lists
+/// as skipped or mounted. NB: a writer racing the last pass, or one that keeps writing, is caught here.
+fn leftovers(ctx: Ctx<'_>, report: &WipeReport) -> Vec<PathBuf> {
+    thread::sleep(Duration::from_millis(ctx.opts.settle_ms));
+    let known = |path: &Path| {
+        report.skipped.iter().any(|s| s.path == path)
+            || report.nested_mounts.iter().any(|m| m == path)
+    };
+    let mut left: Vec<PathBuf> = match root_names(ctx.root_fd) {
+        Ok(names) => names
+            .into_iter()
+            .filter(|name| name != OsStr::new("lost+found"))
+            .map(|name| ctx.root.join(name))
+            .filter(|path| !known(path))
+            .collect(),
+        Err(errno) => vec![ctx.root.join(format!("(unreadable: {errno})"))],
+    };
+    left.sort();
+    left
+}
+
+fn root_names(root: BorrowedFd<'_>) -> nix::Result<Vec<std::ffi::OsString>> {
+    let fd = root
+        .try_clone_to_owned()
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0)))?;
+    let mut dir = nix::dir::Dir::from_fd(fd)?;
+    let mut names = Vec::new();
+    for entry in dir.iter() {
+        let name = entry?.file_name().to_bytes().to_vec();
+        if name != b"." && name != b".." {
+            names.push(OsStr::from_bytes(&name).to_os_string());
+        }
+    }
+    Ok(names)
+}
+
+/// A [`RootCheck`] that the root carries the agent's volume id `expected` (xattr `trusted.localpv.id`): with it, a
+/// different filesystem mounted at the path since the caller looked (a tmpfs on a reused device number, another
+/// directory of the same filesystem) is refused.
+pub fn volume_id_check(expected: String) -> impl Fn(BorrowedFd<'_>) -> Result<(), String> + Sync {
+    move |root| match crate::sys::get_xattr(root, crate::sys::VOLUME_ID_XATTR) {
+        Ok(Some(found)) if found == expected.as_bytes() => Ok(()),
+        Ok(Some(found)) => Err(format!(
+            "volume id {} found, expected {expected}",
+            String::from_utf8_lossy(&found)
+        )),
+        Ok(None) => Err(format!("volume id {expected} is gone")),
+        Err(errno) => Err(format!("failed to read the volume id: {errno}")),
+    }
 }
 
 fn open_root(root: &Path, expect: &Expected<'_>) -> Result<OwnedFd, FsWipeError> {

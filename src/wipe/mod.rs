@@ -33,7 +33,9 @@ use serde::{Deserialize, Serialize};
 
 pub use block::{BlockOptions, BlockReport, BlockWipeError, wipe_block};
 pub use command::{CommandError, CommandOutput};
-pub use fs::{Expected, FsOptions, FsWipeError, SkipOp, Skipped, WipeReport, wipe_filesystem};
+pub use fs::{
+    Expected, FsOptions, FsWipeError, SkipOp, Skipped, WipeReport, volume_id_check, wipe_filesystem,
+};
 
 /// How a block volume is erased; the config names it per storage class.
 #[derive(

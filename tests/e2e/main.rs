@@ -7,6 +7,7 @@ mod support;
 mod attack_config;
 mod attack_flood;
 mod attack_inventory;
+mod attack_identity;
 mod attack_ownership;
 mod bench_page;
 mod chart_docs;

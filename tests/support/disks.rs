@@ -58,6 +58,23 @@ impl Mount {
         }
     }
 
+    /// A bind mount of directory `source` at `path`.
+    pub fn bind(source: &Path, path: &Path, reaper: &Reaper) -> Mount {
+        fs::create_dir_all(path).expect("mount point can be created");
+        reaper.track_mount(path);
+        run(
+            "mount",
+            &[
+                "--bind",
+                &source.display().to_string(),
+                &path.display().to_string(),
+            ],
+        );
+        Mount {
+            path: path.to_path_buf(),
+        }
+    }
+
     pub fn unmount(mut self) {
         self.release();
     }

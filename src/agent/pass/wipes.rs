@@ -124,21 +124,13 @@ impl Agent {
                     self.writer
                         .publish(KubeEventType::Normal, "WipeCompleted", &msg, r)
                         .await;
-                    if !done.nested_mounts.is_empty() {
-                        let msg = format!(
-                            "mounts inside the volume were left in place: {:?}",
-                            done.nested_mounts
-                        );
-                        self.writer
-                            .publish(KubeEventType::Warning, "WipeLeftMounts", &msg, r)
-                            .await;
-                    }
                 }
             }
             Err(failure) => {
                 let (reason, message, outcome) = match failure {
                     Failed::Refused(m) => ("WipeRefused", m, Outcome::Refused),
                     Failed::Error(m) => ("WipeFailed", m, Outcome::Error),
+                    Failed::Incomplete(m) => ("WipeIncomplete", m, Outcome::Error),
                 };
                 self.s
                     .metrics

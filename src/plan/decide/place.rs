@@ -2,7 +2,7 @@
 
 use super::{Planner, SOON, process_path};
 use crate::config::PvNaming;
-use crate::disk::Disk;
+use crate::disk::{Disk, VolumeMode};
 use crate::plan::identity::{self, IdentityCheck};
 use crate::plan::pv::{NewPv, PvView};
 use crate::plan::state::{Condition, DiskState};
@@ -42,7 +42,7 @@ impl Planner<'_> {
             self.hold(disk, HoldReason::HeldByAnotherPv, message);
             return;
         }
-        if self.held_elsewhere(disk) {
+        if self.held_elsewhere(disk) || !self.identified(disk, class) {
             return;
         }
         let key = identity::disk_key(disk);
@@ -133,6 +133,14 @@ impl Planner<'_> {
         if !self.listed() {
             return;
         }
+        if !identity::is_strong(disk.mode, &disk.identity) {
+            let message = format!(
+                "must be wiped before it is published ({why}), but it has no identity that can authorise a wipe \
+                 (no WWN or serial): wipe it by hand, then release disk {key}"
+            );
+            self.hold(disk, HoldReason::NoStableIdentity, message);
+            return;
+        }
         let order = WipeOrder {
             key,
             pv: None,
@@ -200,5 +208,54 @@ impl Planner<'_> {
         };
         self.writes
             .push(Action::CreatePv(Box::new(new.build(disk, path))));
+    }
+
+    /// Whether `disk` carries an identity its PV can record. A filesystem disk without UUID, or a bind-mounted
+    /// directory, without the agent's volume id is tagged first and published in the next pass; one that cannot be
+    /// tagged needs a filesystem UUID. A disk at a
+    /// path whose earlier, unidentifiable disk served a claim is held: it may be that disk.
+    fn identified(&mut self, disk: &Disk, class: &ClassFacts) -> bool {
+        let id = &disk.identity;
+        // NB: a whole filesystem with a UUID is identified by it (classify never publishes it twice); a directory
+        // bind-mounted from one shares its UUID with its siblings, so it gets an id of its own.
+        let needs_id = id.fs_uuid.is_none() || disk.mount_root.is_some();
+        if disk.mode == VolumeMode::Block || id.volume_id.is_some() || !needs_id {
+            return true;
+        }
+        let path_key = identity::ledger_key(disk.mode, &Default::default(), None, &disk.host_path);
+        if matches!(
+            self.inputs.ledger.get(&path_key),
+            Some(DiskState::Dirty | DiskState::Retained)
+        ) {
+            let message = format!(
+                "a disk that served a claim at this path had no identity the agent can check, so this may be it: \
+                 wipe it by hand if needed, then release disk {path_key}"
+            );
+            self.hold(disk, HoldReason::NoStableIdentity, message);
+            return false;
+        }
+        match (id.volume_id_unsupported, id.fs_uuid.is_some()) {
+            (true, true) => true,
+            (true, false) => {
+                let message = format!(
+                    "filesystem {} has no UUID and no extended attributes for the agent's volume id: without an \
+                     identity a swapped disk could be wiped, so it is not published",
+                    id.fs_type.as_deref().unwrap_or("(unknown)")
+                );
+                self.hold(disk, HoldReason::NoStableIdentity, message);
+                false
+            }
+            (false, _) => {
+                self.writes.push(Action::TagVolume {
+                    host_path: disk.host_path.clone(),
+                    path: process_path(class, &disk.host_path),
+                });
+                let message =
+                    "the agent's volume id is being stored on the volume root".to_string();
+                self.hold(disk, HoldReason::AwaitingVolumeId, message);
+                self.requeue(SOON);
+                false
+            }
+        }
     }
 }

@@ -29,6 +29,7 @@ fn summary(plan: &Plan) -> Vec<String> {
                 let uid = order.pv.as_ref().map_or("no pv", |pv| pv.uid.as_str());
                 format!("wipe {} for {uid}", order.host_path.display())
             }
+            Action::TagVolume { host_path, .. } => format!("tag {}", host_path.display()),
             Action::Event(event) => format!("event {} {}", event.pv.uid, event.reason),
         })
         .collect()
@@ -341,6 +342,7 @@ fn an_agent_restart_creates_no_duplicates() {
     assert_eq!(world.existing.len(), 2);
 }
 
+mod identity_rules;
 mod lifecycle;
 mod ownership;
 mod reclaim;

@@ -1,0 +1,169 @@
+//! Issue 14 points 2 and 3, as the planner sees them: which identity authorises a wipe, and which disks are tagged
+//! with the agent's volume id before they are published.
+
+use super::*;
+use crate::disk::DiskIdentity;
+
+/// A tmpfs: no UUID, no device, an anonymous device number.
+fn tmpfs(entry: &str, dev: &str) -> Disk {
+    let mut d = disk(entry);
+    d.identity = DiskIdentity {
+        dev_id: Some(dev.into()),
+        fs_type: Some("tmpfs".into()),
+        ..DiskIdentity::default()
+    };
+    d
+}
+
+fn tagged(mut d: Disk, volume_id: &str) -> Disk {
+    d.identity.volume_id = Some(volume_id.into());
+    d
+}
+
+fn held(plan: &Plan) -> Vec<(String, HoldReason)> {
+    plan.unpublished
+        .iter()
+        .map(|u| (u.entry.clone(), u.reason))
+        .collect()
+}
+
+#[test]
+fn a_tmpfs_is_tagged_before_it_is_published_and_its_pv_records_the_volume_id() {
+    let mut world = World::new(vec![tmpfs("vol1", "0:55")], vec![]);
+    let plans = world.settle();
+    assert_eq!(summary(&plans[0]), ["tag /mnt/disks/vol1"]);
+    assert_eq!(
+        held(&plans[0]),
+        [("vol1".to_string(), HoldReason::AwaitingVolumeId)]
+    );
+    assert!(plans[0].requeue_after.is_some());
+    let pv = only_created(&plans[1]);
+    let annotations = pv.metadata.annotations.expect("annotations");
+    assert_eq!(annotations["localpv.io/volume-id"], "vid-vol1");
+}
+
+#[test]
+fn a_directory_bind_mounted_from_a_shared_filesystem_gets_its_own_volume_id() {
+    let mut bound = disk("vol1");
+    bound.mount_root = Some("/shared/a".into());
+    let world = World::new(vec![bound, disk("vol2")], vec![]);
+    let first = world.plan();
+    assert_eq!(
+        summary(&first),
+        ["tag /mnt/disks/vol1", "create /mnt/disks/vol2"],
+        "a whole filesystem with a UUID needs no tag"
+    );
+}
+
+#[test]
+fn a_filesystem_without_uuid_or_extended_attributes_is_never_published() {
+    let mut nfs = tmpfs("vol1", "0:60");
+    nfs.identity.volume_id_unsupported = true;
+    let world = World::new(vec![nfs], vec![]);
+    let plan = world.plan();
+    assert_eq!(summary(&plan), Vec::<String>::new());
+    assert_eq!(
+        held(&plan),
+        [("vol1".to_string(), HoldReason::NoStableIdentity)]
+    );
+}
+
+#[test]
+fn a_filesystem_with_a_uuid_but_no_extended_attributes_is_published_on_its_uuid() {
+    let mut bound = disk("vol1");
+    bound.mount_root = Some("/shared/a".into());
+    bound.identity.volume_id_unsupported = true;
+    let world = World::new(vec![bound], vec![]);
+    assert_eq!(summary(&world.plan()), ["create /mnt/disks/vol1"]);
+}
+
+#[test]
+fn a_tmpfs_swapped_under_a_bound_pv_on_the_same_device_number_is_not_wiped_on_release() {
+    let was = tagged(tmpfs("vol1", "0:55"), "vid-1");
+    let now = tmpfs("vol1", "0:55");
+    let world = World::new(
+        vec![now],
+        vec![Pv::test().for_disk(&was).released().build()],
+    );
+    let lines = summary(&world.plan());
+    assert!(!lines.iter().any(|l| l.starts_with("wipe")), "{lines:?}");
+    assert!(!lines.iter().any(|l| l.starts_with("tag")), "{lines:?}");
+    assert!(
+        lines.contains(&"event uid-vol1 DiskIdentityChanged".to_string()),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&"event uid-vol1 WipeRefused".to_string()),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_released_pv_that_recorded_only_a_device_number_is_not_wiped() {
+    let legacy = tmpfs("vol1", "0:55");
+    let world = World::new(
+        vec![legacy.clone()],
+        vec![Pv::test().for_disk(&legacy).released().build()],
+    );
+    let lines = summary(&world.plan());
+    assert!(!lines.iter().any(|l| l.starts_with("wipe")), "{lines:?}");
+    assert!(
+        lines.contains(&"event uid-vol1 WipeRefused".to_string()),
+        "{lines:?}"
+    );
+}
+
+#[rstest]
+#[case::tmpfs_by_volume_id(
+    tagged(tmpfs("vol1", "0:55"), "vid-1"),
+    tagged(tmpfs("vol1", "0:61"), "vid-1")
+)]
+#[case::loop_device_by_uuid(
+    { let mut d = disk("vol1"); d.identity.dev_id = Some("7:3".into()); d },
+    { let mut d = disk("vol1"); d.identity.dev_id = Some("7:6".into()); d }
+)]
+fn a_released_disk_renumbered_with_the_same_strong_id_is_wiped(
+    #[case] was: Disk,
+    #[case] now: Disk,
+) {
+    let world = World::new(
+        vec![now],
+        vec![Pv::test().for_disk(&was).released().build()],
+    );
+    let plan = world.plan();
+    let order = only_wipe(&plan);
+    assert_eq!(order.pv.map(|p| p.uid), Some("uid-vol1".to_string()));
+}
+
+#[test]
+fn an_unidentifiable_disk_where_a_dirty_unidentifiable_disk_was_is_held_not_tagged() {
+    let mut world = World::new(vec![tmpfs("vol1", "0:55")], vec![]);
+    world.ledger.set("path:/mnt/disks/vol1", DiskState::Dirty);
+    let plan = world.plan();
+    assert_eq!(summary(&plan), Vec::<String>::new());
+    assert_eq!(
+        held(&plan),
+        [("vol1".to_string(), HoldReason::NoStableIdentity)]
+    );
+}
+
+#[test]
+fn a_dirty_block_device_without_hardware_ids_is_held_not_wiped() {
+    let mut world = World::new(vec![], vec![]);
+    world.classes = vec![class_facts(class_config(CLASS, DIR, VolumeMode::Block))];
+    let mut raw = disk("vol1");
+    raw.mode = VolumeMode::Block;
+    raw.identity = DiskIdentity {
+        device: Some("/dev/loop3".into()),
+        dev_id: Some("7:3".into()),
+        ..DiskIdentity::default()
+    };
+    world.found.disks = vec![raw];
+    world.ledger.set("path:/mnt/disks/vol1", DiskState::Dirty);
+    let plan = world.plan();
+    assert_eq!(summary(&plan), Vec::<String>::new());
+    assert_eq!(
+        held(&plan),
+        [("vol1".to_string(), HoldReason::NoStableIdentity)]
+    );
+}
