@@ -212,8 +212,8 @@ impl Planner<'_> {
 
     /// Whether `disk` carries an identity its PV can record. A filesystem disk without UUID, or a bind-mounted
     /// directory, without the agent's volume id is tagged first and published in the next pass; one that cannot be
-    /// tagged needs a filesystem UUID. A disk at a
-    /// path whose earlier, unidentifiable disk served a claim is held: it may be that disk.
+    /// tagged needs a filesystem UUID. A disk at a path whose earlier, unidentifiable disk was published or served
+    /// a claim is held: it may be that disk.
     fn identified(&mut self, disk: &Disk, class: &ClassFacts) -> bool {
         let id = &disk.identity;
         // NB: a whole filesystem with a UUID is identified by it (classify never publishes it twice); a directory
@@ -225,7 +225,7 @@ impl Planner<'_> {
         let path_key = identity::ledger_key(disk.mode, &Default::default(), None, &disk.host_path);
         if matches!(
             self.inputs.ledger.get(&path_key),
-            Some(DiskState::Dirty | DiskState::Retained)
+            Some(DiskState::Dirty | DiskState::Retained | DiskState::Published)
         ) {
             let message = format!(
                 "a disk that served a claim at this path had no identity the agent can check, so this may be it: \
