@@ -6,8 +6,8 @@ mod support;
 
 mod attack_config;
 mod attack_flood;
-mod attack_inventory;
 mod attack_identity;
+mod attack_inventory;
 mod attack_ownership;
 mod bench_page;
 mod chart_docs;
