@@ -3,6 +3,8 @@
 
 #[path = "host/fixtures.rs"]
 mod fixtures;
+#[path = "host/volume_id.rs"]
+mod volume_id;
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;

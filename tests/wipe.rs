@@ -7,3 +7,5 @@ mod block;
 mod filesystem;
 #[path = "wipe/fixtures.rs"]
 mod fixtures;
+#[path = "wipe/identity.rs"]
+mod identity;

@@ -154,6 +154,20 @@ impl Scene {
         self.mounts.push(Mount(path.into()));
     }
 
+    /// Create `path` if needed and mount a ramfs on it: a filesystem without extended attributes.
+    pub fn ramfs(&mut self, path: &Path) {
+        fs::create_dir_all(path).expect("create mount point");
+        mount(
+            Some("ramfs"),
+            path,
+            Some("ramfs"),
+            MsFlags::empty(),
+            None::<&str>,
+        )
+        .unwrap_or_else(|e| panic!("mount ramfs on {}: {e}", path.display()));
+        self.mounts.push(Mount(path.into()));
+    }
+
     /// Bind-mount `source` on `target` (created if needed).
     pub fn bind(&mut self, source: &Path, target: &Path) {
         fs::create_dir_all(target).expect("create bind target");
