@@ -12,6 +12,7 @@ mod attack_ownership;
 mod bench_page;
 mod chart_docs;
 mod chart_pod_security;
+mod chart_privileges;
 mod chart_reference_values;
 mod chart_scheduler;
 mod chart_uninstall;
