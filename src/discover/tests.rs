@@ -7,7 +7,7 @@ use rstest::rstest;
 
 use super::*;
 use crate::host::fake::{Call, FakeHost};
-use crate::host::{DirEntry, EntryKind, FsProbe, HardwareIds};
+use crate::host::{DirEntry, EntryKind, FsProbe, HardwareIds, VolumeTag};
 
 const HOST_DIR: &str = "/mnt/disks";
 const MOUNT_DIR: &str = "/host/mnt/disks";
@@ -625,4 +625,62 @@ const GIB: u64 = 1 << 30;
 #[case::large(1000 * GIB + GIB - 1, 1000 * GIB)]
 fn capacity_rounds_down_like_the_reference_provisioner(#[case] bytes: u64, #[case] rounded: u64) {
     assert_eq!(round_capacity(bytes), rounded);
+}
+
+#[rstest]
+#[case::tagged(Ok(VolumeTag::Present("v1".into())), Some("v1"), false)]
+#[case::untagged(Ok(VolumeTag::Absent), None, false)]
+#[case::no_extended_attributes(Ok(VolumeTag::Unsupported), None, true)]
+fn the_agents_volume_id_is_read_from_the_volume_root(
+    #[case] tag: Result<VolumeTag, i32>,
+    #[case] volume_id: Option<&str>,
+    #[case] unsupported: bool,
+) {
+    let host = host(
+        vec![dir("vol1")],
+        &[mount(30, "0:50", "/", "vol1", "tmpfs", "tmpfs")],
+    )
+    .with_statvfs(probe_path("vol1"), 1 << 30, 1 << 29);
+    host.volume_ids
+        .lock()
+        .unwrap()
+        .insert(probe_path("vol1"), tag);
+    let discovery = discover(&host, &[fs_class()]);
+    let identity = &discovery.disks[0].identity;
+    assert_eq!(
+        (
+            identity.volume_id.as_deref(),
+            identity.volume_id_unsupported
+        ),
+        (volume_id, unsupported)
+    );
+    assert!(host.calls().contains(&Call::VolumeId(probe_path("vol1"))));
+}
+
+#[test]
+fn an_unreadable_volume_id_spoils_only_its_entry_and_block_entries_are_never_asked() {
+    let host = host(
+        vec![dir("vol1")],
+        &[mount(30, "0:50", "/", "vol1", "tmpfs", "tmpfs")],
+    )
+    .with_statvfs(probe_path("vol1"), 1 << 30, 1 << 29)
+    .with_dir(BLOCK_MOUNT_DIR, vec![entry("raw", block(7, 3))])
+    .with_block_size(PathBuf::from(BLOCK_MOUNT_DIR).join("raw"), 1 << 30)
+    .with_probe(
+        PathBuf::from(BLOCK_MOUNT_DIR).join("raw"),
+        FsProbe::default(),
+    );
+    host.volume_ids
+        .lock()
+        .unwrap()
+        .insert(probe_path("vol1"), Err(EACCES));
+    let discovery = discover(&host, &[fs_class(), block_class()]);
+    assert_eq!(published(&discovery), vec!["raw"]);
+    assert_eq!(
+        reasons(&discovery),
+        vec![("vol1", UnusableReason::ProbeFailed)]
+    );
+    assert!(!host.calls().iter().any(
+        |c| matches!(c, Call::VolumeId(p) | Call::TagVolume(p) if p.starts_with(BLOCK_MOUNT_DIR))
+    ));
 }
