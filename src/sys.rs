@@ -70,6 +70,34 @@ pub fn set_idle_io_priority() -> nix::Result<()> {
 /// The extended attribute holding the agent's volume id on a volume's root directory. In the `trusted.` namespace
 /// so only CAP_SYS_ADMIN can set or remove it: a tenant owning the directory cannot forge or erase it.
 pub const VOLUME_ID_XATTR: &std::ffi::CStr = c"trusted.localpv.id";
+/// Where an agent without CAP_SYS_ADMIN (the chart's `node.privileged: false`) keeps the id instead. A tenant with
+/// write access to the volume root can change or remove it; that only makes the wipe of its own volume refused.
+pub const VOLUME_ID_USER_XATTR: &std::ffi::CStr = c"user.localpv.id";
+
+/// The agent's volume id on the directory open at `fd`: `trusted.localpv.id`, else `user.localpv.id`. `None` when
+/// neither is set; `EOPNOTSUPP` when the filesystem has no extended attributes at all.
+/// NB: without CAP_SYS_ADMIN the kernel hides `trusted.*` (ENODATA), so an unprivileged agent sees only the other.
+pub fn read_volume_id(fd: impl AsFd) -> nix::Result<Option<Vec<u8>>> {
+    let fd = fd.as_fd();
+    match get_xattr(fd, VOLUME_ID_XATTR)? {
+        Some(value) => Ok(Some(value)),
+        None => match get_xattr(fd, VOLUME_ID_USER_XATTR) {
+            // `trusted.*` works but `user.*` does not (tmpfs before Linux 6.6): simply no id yet.
+            Err(nix::errno::Errno::EOPNOTSUPP) => Ok(None),
+            other => other,
+        },
+    }
+}
+
+/// Stores `value` as the volume id of the directory open at `fd` unless one exists (`EEXIST`): in
+/// `trusted.localpv.id`, or in `user.localpv.id` when this process may not write `trusted.*` (`EPERM`).
+pub fn create_volume_id(fd: impl AsFd, value: &[u8]) -> nix::Result<()> {
+    let fd = fd.as_fd();
+    match create_xattr(fd, VOLUME_ID_XATTR, value) {
+        Err(nix::errno::Errno::EPERM) => create_xattr(fd, VOLUME_ID_USER_XATTR, value),
+        other => other,
+    }
+}
 
 /// The value of extended attribute `name` of the file open at `fd`; `None` when it is not set (`ENODATA`).
 /// `EOPNOTSUPP` (a filesystem without extended attributes) is returned as an error for the caller to tell apart.

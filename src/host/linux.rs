@@ -21,7 +21,7 @@ use super::{
     DevId, DirEntry, EntryKind, FsProbe, FsSize, HardwareIds, Host, HostError, MountTable,
     VolumeTag,
 };
-use crate::sys::{VOLUME_ID_XATTR, create_xattr, get_xattr};
+use crate::sys::{create_volume_id, read_volume_id};
 
 /// Where the real host keeps what we read. The defaults are the usual paths; tests and unusual layouts (a host
 /// `/sys` mounted elsewhere) can point them somewhere else.
@@ -190,7 +190,7 @@ impl Host for LinuxHost {
         };
         let fd = open_volume_root(path).map_err(failed)?;
         let id = random_id().map_err(failed)?;
-        match create_xattr(&fd, VOLUME_ID_XATTR, id.as_bytes()) {
+        match create_volume_id(&fd, id.as_bytes()) {
             Ok(()) => Ok(id),
             // Someone (an earlier pass, another agent) tagged it first: theirs stands.
             Err(Errno::EEXIST) => match read_tag(&fd).map_err(failed)? {
@@ -209,7 +209,7 @@ fn open_volume_root(path: &Path) -> Result<std::os::fd::OwnedFd, io::Error> {
 }
 
 fn read_tag(fd: &std::os::fd::OwnedFd) -> Result<VolumeTag, io::Error> {
-    match get_xattr(fd, VOLUME_ID_XATTR) {
+    match read_volume_id(fd) {
         Ok(Some(value)) => Ok(VolumeTag::Present(
             String::from_utf8_lossy(&value).trim().to_string(),
         )),

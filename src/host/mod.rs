@@ -51,7 +51,8 @@ pub trait Host: Send + Sync {
     /// kernel has no block device with that number.
     fn device_node(&self, dev: DevId) -> Result<Option<PathBuf>, HostError>;
 
-    /// The agent's volume id stored on directory `path` (xattr `trusted.localpv.id`), never following a symlink.
+    /// The agent's volume id stored on directory `path` (xattr `trusted.localpv.id`, or `user.localpv.id` where
+    /// the agent may not write `trusted.*`), never following a symlink.
     fn volume_id(&self, path: &Path) -> Result<VolumeTag, HostError>;
 
     /// Stores a fresh random volume id on directory `path` unless it already carries one; returns the id it carries

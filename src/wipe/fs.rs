@@ -260,11 +260,12 @@ fn root_names(root: BorrowedFd<'_>) -> nix::Result<Vec<std::ffi::OsString>> {
     Ok(names)
 }
 
-/// A [`RootCheck`] that the root carries the agent's volume id `expected` (xattr `trusted.localpv.id`): with it, a
+/// A [`RootCheck`] that the root carries the agent's volume id `expected` (xattr `trusted.localpv.id`, or
+/// `user.localpv.id` for an agent without CAP_SYS_ADMIN): with it, a
 /// different filesystem mounted at the path since the caller looked (a tmpfs on a reused device number, another
 /// directory of the same filesystem) is refused.
 pub fn volume_id_check(expected: String) -> impl Fn(BorrowedFd<'_>) -> Result<(), String> + Sync {
-    move |root| match crate::sys::get_xattr(root, crate::sys::VOLUME_ID_XATTR) {
+    move |root| match crate::sys::read_volume_id(root) {
         Ok(Some(found)) if found == expected.as_bytes() => Ok(()),
         Ok(Some(found)) => Err(format!(
             "volume id {} found, expected {expected}",
