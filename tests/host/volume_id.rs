@@ -135,3 +135,84 @@ fn a_mount_placed_inside_a_volume_shows_in_the_mount_table() {
         vec![canonical.join("deep/inner")]
     );
 }
+
+/// Runs `f` on a thread whose effective capabilities lack CAP_SYS_ADMIN (capabilities are per thread), as the
+/// chart's `node.privileged: false` agent runs.
+fn without_sys_admin<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    const CAP_SYS_ADMIN: u32 = 21;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut header = Header {
+                version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+                pid: 0,
+            };
+            let mut data = [Data::default(); 2];
+            // SAFETY: capget/capset read and write one header and two data structs, valid for the call.
+            let rc = unsafe {
+                nix::libc::syscall(
+                    nix::libc::SYS_capget,
+                    &mut header as *mut Header,
+                    data.as_mut_ptr(),
+                )
+            };
+            assert_eq!(rc, 0, "capget");
+            data[0].effective &= !(1 << CAP_SYS_ADMIN);
+            // SAFETY: as above; only this thread's effective set changes.
+            let rc = unsafe {
+                nix::libc::syscall(
+                    nix::libc::SYS_capset,
+                    &mut header as *mut Header,
+                    data.as_ptr(),
+                )
+            };
+            assert_eq!(rc, 0, "capset");
+            f()
+        })
+        .join()
+        .expect("the unprivileged thread")
+    })
+}
+
+#[test]
+fn an_agent_without_cap_sys_admin_keeps_the_volume_id_in_the_user_namespace() {
+    let mut scene = Scene::new();
+    let vol1 = volume(&mut scene, "tmpfs");
+    let host = LinuxHost::default();
+    let (id, seen) = without_sys_admin(|| {
+        let id = host.tag_volume(&vol1).expect("tag without CAP_SYS_ADMIN");
+        (id, host.volume_id(&vol1).expect("read back"))
+    });
+    assert_eq!(seen, VolumeTag::Present(id.clone()));
+    let user = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import os,sys; print(os.getxattr(sys.argv[1], 'user.localpv.id').decode())",
+            vol1.to_str().expect("utf-8"),
+        ])
+        .output();
+    let out =
+        user.expect("missing prerequisite: python3 (reads the xattr independently of localpv)");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        id,
+        "stored in user.localpv.id: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        host.volume_id(&vol1).unwrap(),
+        VolumeTag::Present(id),
+        "a privileged agent reads it too"
+    );
+}
