@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  --snapshot FILE (kubectl get pv,pvc,sc,nodes -A -o yaml: a List, or a multi-document stream; YAML or JSON)
-//!  --pod FILE ──> extender::verbs (every Node of the snapshot is a candidate) ──> table | json
+//!  --pod FILE (one Pod, or a List/PodList of them) ──> extender::verbs (every Node of the snapshot is a
+//!                                                      candidate), per pod ──> table | json
 //! ```
 //!
 //! It runs exactly the pure code the server runs (`extender::verbs`), so its answer is the extender's answer for
@@ -37,7 +38,8 @@ pub struct Options {
     /// Cluster objects (PVs, PVCs, StorageClasses, Nodes): a `kind: List` or a multi-document stream, YAML or JSON.
     #[arg(long)]
     pub snapshot: PathBuf,
-    /// The pod to place, YAML or JSON.
+    /// The pod to place, YAML or JSON; a `List`/`PodList` (`kubectl get pods -o yaml`) or several documents
+    /// explain every pod in it.
     #[arg(long)]
     pub pod: PathBuf,
     #[arg(long, value_enum, default_value_t = Strategy::Binpack)]
@@ -155,22 +157,158 @@ pub fn snapshot_from(path: &Path, text: &str) -> Result<Snapshot, ExplainError> 
     Ok(Snapshot::new(volumes, claims, classes, nodes))
 }
 
-pub fn pod_from(path: &Path, text: &str) -> Result<Pod, ExplainError> {
-    let found = objects(path, text)?
+/// The pods of a `--pod` file: one Pod, or several (a `List`, a `PodList`, a multi-document stream).
+#[derive(Debug)]
+pub struct Pods {
+    pub pods: Vec<Pod>,
+    /// The file held a list or several documents: every pod is explained, under its own heading.
+    pub many: bool,
+}
+
+/// Reads the pods of a `--pod` file. Anything that is not a Pod is refused by name: a wrong file must not be
+/// explained as a pod without claims (which fits everywhere).
+pub fn pods_from(path: &Path, text: &str) -> Result<Pods, ExplainError> {
+    let (mut values, mut documents, mut listed) = (Vec::new(), 0, false);
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let parse = |source| ExplainError::Parse {
+            path: path.into(),
+            document: i + 1,
+            source,
+        };
+        let value = serde_yaml::Value::deserialize(doc).map_err(parse)?;
+        let value: Value = serde_yaml::from_value(value).map_err(parse)?;
+        if value.is_null() {
+            continue;
+        }
+        documents += 1;
+        listed |= value.is_array() || value.get("items").is_some();
+        pod_values(value, &mut values);
+    }
+    if values.is_empty() {
+        return Err(ExplainError::NoPod { path: path.into() });
+    }
+    let pods = values
         .into_iter()
-        .find(|v| matches!(kind_of(v), "Pod" | ""));
-    let value = found.ok_or_else(|| ExplainError::NoPod { path: path.into() })?;
+        .map(|v| typed_pod(path, v))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Pods {
+        pods,
+        many: listed || documents > 1,
+    })
+}
+
+/// Flattens lists; the items of a `PodList` (as the API server sends them) carry no `kind` of their own.
+fn pod_values(value: Value, out: &mut Vec<Value>) {
+    let item_kind = match kind_of(&value) {
+        "PodList" => Some("Pod"),
+        _ => None,
+    };
+    match value {
+        Value::Null => {}
+        Value::Object(mut obj) if obj.get("items").is_some_and(Value::is_array) => {
+            if let Some(Value::Array(items)) = obj.remove("items") {
+                for mut item in items {
+                    if let (Some(kind), Value::Object(fields)) = (item_kind, &mut item) {
+                        fields.entry("kind").or_insert_with(|| kind.into());
+                    }
+                    pod_values(item, out);
+                }
+            }
+        }
+        Value::Array(items) => items.into_iter().for_each(|item| pod_values(item, out)),
+        other => out.push(other),
+    }
+}
+
+fn typed_pod(path: &Path, value: Value) -> Result<Pod, ExplainError> {
     let name = value
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    serde_json::from_value(value).map_err(|e| ExplainError::Object {
+    let object = |kind: &str, message: String| ExplainError::Object {
         path: path.into(),
-        kind: "Pod".into(),
-        name,
-        message: e.to_string(),
-    })
+        kind: kind.into(),
+        name: name.clone(),
+        message,
+    };
+    match kind_of(&value) {
+        "Pod" => {}
+        // A bare pod manifest without `kind` is still a pod when it has a spec.
+        "" if value.get("spec").is_some_and(Value::is_object) => {}
+        "" => return Err(object("object", "has neither a kind nor a pod spec".into())),
+        other => {
+            let message =
+                "is not a Pod: give the pod to place, e.g. kubectl get pod NAME -o yaml".into();
+            return Err(object(other, message));
+        }
+    }
+    serde_json::from_value(value).map_err(|e| object("Pod", e.to_string()))
+}
+
+/// The first pod of a `--pod` file (see [`pods_from`]).
+pub fn pod_from(path: &Path, text: &str) -> Result<Pod, ExplainError> {
+    let mut pods = pods_from(path, text)?.pods;
+    Ok(pods.swap_remove(0))
+}
+
+/// The decision for one pod on every node of a snapshot.
+struct Decision {
+    verdicts: Vec<(String, Verdict)>,
+    priorities: Vec<crate::extender::wire::HostPriority>,
+    assignments: BTreeMap<String, BTreeMap<String, String>>,
+    filter: Value,
+}
+
+impl Decision {
+    fn new(snap: &Snapshot, pod: Pod, strategy: Strategy) -> Result<Decision, ExplainError> {
+        let mut names: Vec<String> = snap.node_names().map(String::from).collect();
+        names.sort();
+        let args = ExtenderArgs {
+            pod,
+            nodes: None,
+            node_names: Some(names),
+        };
+        let (verdicts, _) = verbs::evaluate(&args, snap, true);
+        let priorities = verbs::prioritize(&args, snap, strategy);
+        let assignments = verbs::assignments(snap, &verdicts);
+        let (filter, _) = verbs::filter(args, snap);
+        let filter = serde_json::to_value(filter).map_err(ExplainError::Encode)?;
+        Ok(Decision {
+            verdicts,
+            priorities,
+            assignments,
+            filter,
+        })
+    }
+
+    fn json(&self) -> Value {
+        serde_json::json!({"filter": self.filter, "priorities": self.priorities, "assignments": self.assignments})
+    }
+
+    fn table(&self) -> String {
+        let scores: BTreeMap<&str, i64> = self
+            .priorities
+            .iter()
+            .map(|p| (p.host.as_str(), p.score))
+            .collect();
+        table(&self.verdicts, &scores, &self.assignments)
+    }
+
+    /// Fits every node and places nothing: the pod has no claim the extender decides on.
+    fn no_local_claims(&self) -> bool {
+        self.assignments.values().all(BTreeMap::is_empty)
+            && self
+                .verdicts
+                .iter()
+                .all(|(_, v)| matches!(v, Verdict::Fit(_)))
+    }
+}
+
+fn pretty(doc: &Value) -> Result<String, ExplainError> {
+    serde_json::to_string_pretty(doc)
+        .map(|s| s + "\n")
+        .map_err(ExplainError::Encode)
 }
 
 /// The decision for every node of `snap`, rendered as `output`.
@@ -180,31 +318,53 @@ pub fn explain(
     strategy: Strategy,
     output: Output,
 ) -> Result<String, ExplainError> {
-    let mut names: Vec<String> = snap.node_names().map(String::from).collect();
-    names.sort();
-    let args = ExtenderArgs {
-        pod,
-        nodes: None,
-        node_names: Some(names),
-    };
-    let (verdicts, _) = verbs::evaluate(&args, snap, true);
-    let priorities = verbs::prioritize(&args, snap, strategy);
-    let assignments = verbs::assignments(snap, &verdicts);
+    let decision = Decision::new(snap, pod, strategy)?;
     match output {
-        Output::Json => {
-            let (filter, _) = verbs::filter(args, snap);
-            let doc = serde_json::json!({"filter": filter, "priorities": priorities, "assignments": assignments});
-            serde_json::to_string_pretty(&doc)
-                .map(|s| s + "\n")
-                .map_err(ExplainError::Encode)
+        Output::Json => pretty(&decision.json()),
+        Output::Table => Ok(decision.table()),
+    }
+}
+
+/// Every pod of `pods`. One pod from a single document renders as [`explain`] does; a list renders each pod
+/// under a `pod NAMESPACE/NAME` heading (JSON: an array of `{pod, filter, priorities, assignments}`), a pod with
+/// no local claims in one line.
+pub fn explain_all(
+    snap: &Snapshot,
+    pods: Pods,
+    strategy: Strategy,
+    output: Output,
+) -> Result<String, ExplainError> {
+    if !pods.many {
+        if let Some(pod) = pods.pods.into_iter().next() {
+            return explain(snap, pod, strategy, output);
         }
-        Output::Table => {
-            let scores: BTreeMap<&str, i64> = priorities
-                .iter()
-                .map(|p| (p.host.as_str(), p.score))
-                .collect();
-            Ok(table(&verdicts, &scores, &assignments))
+        return Ok(String::new());
+    }
+    let mut docs = Vec::new();
+    let mut text = String::new();
+    for pod in pods.pods {
+        let key = format!("{}/{}", pod.namespace(), pod.name());
+        let decision = Decision::new(snap, pod, strategy)?;
+        match output {
+            Output::Json => {
+                let mut doc = decision.json();
+                doc["pod"] = Value::String(key);
+                docs.push(doc);
+            }
+            Output::Table if decision.no_local_claims() => {
+                let _ = writeln!(
+                    text,
+                    "pod {key}: no local claims to place; fits every node\n"
+                );
+            }
+            Output::Table => {
+                let _ = writeln!(text, "pod {key}:\n{}", decision.table());
+            }
         }
+    }
+    match output {
+        Output::Json => pretty(&Value::Array(docs)),
+        Output::Table => Ok(text),
     }
 }
 
@@ -288,172 +448,10 @@ fn read(path: &Path) -> Result<String, ExplainError> {
 /// `localpv explain`: reads both files and renders the decision.
 pub fn run(opts: &Options) -> Result<String, ExplainError> {
     let snap = snapshot_from(&opts.snapshot, &read(&opts.snapshot)?)?;
-    let pod = pod_from(&opts.pod, &read(&opts.pod)?)?;
-    explain(&snap, pod, opts.score_strategy, opts.output)
+    let pods = pods_from(&opts.pod, &read(&opts.pod)?)?;
+    explain_all(&snap, pods, opts.score_strategy, opts.output)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SNAPSHOT_YAML: &str = r#"
-apiVersion: v1
-kind: Node
-metadata: {name: n1, labels: {kubernetes.io/hostname: n1}}
----
-apiVersion: v1
-kind: Node
-metadata: {name: n2, labels: {kubernetes.io/hostname: n2}}
----
-apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: PersistentVolume
-  metadata: {name: pv-small}
-  spec:
-    capacity: {storage: 10Gi}
-    accessModes: [ReadWriteOnce]
-    storageClassName: local
-    local: {path: /mnt/disks/vol1}
-    nodeAffinity:
-      required:
-        nodeSelectorTerms:
-        - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [n1]}]
-  status: {phase: Available}
-- apiVersion: v1
-  kind: PersistentVolumeClaim
-  metadata: {name: data, namespace: web}
-  spec:
-    accessModes: [ReadWriteOnce]
-    storageClassName: local
-    resources: {requests: {storage: 8Gi}}
-- apiVersion: storage.k8s.io/v1
-  kind: StorageClass
-  metadata: {name: local}
-  provisioner: kubernetes.io/no-provisioner
-  volumeBindingMode: WaitForFirstConsumer
-- apiVersion: v1
-  kind: Event
-  metadata: {name: ignored}
-"#;
-
-    const POD_JSON: &str = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": "web"},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}],
-                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}"#;
-
-    fn run_on(snapshot: &str, pod: &str, output: Output) -> Result<String, ExplainError> {
-        let snap = snapshot_from(Path::new("snap.yaml"), snapshot)?;
-        let pod = pod_from(Path::new("pod.json"), pod)?;
-        explain(&snap, pod, Strategy::Binpack, output)
-    }
-
-    #[test]
-    fn json_output_has_filter_priorities_and_assignments() {
-        let out = run_on(SNAPSHOT_YAML, POD_JSON, Output::Json).expect("explains");
-        let v: Value = serde_json::from_str(&out).expect("valid JSON");
-        assert_eq!(v["filter"]["NodeNames"], serde_json::json!(["n1"]));
-        assert_eq!(v["filter"]["Nodes"], Value::Null);
-        assert_eq!(
-            v["filter"]["FailedAndUnresolvableNodes"]["n2"],
-            "claim web/data: no PV of class local on node"
-        );
-        assert_eq!(
-            v["priorities"],
-            serde_json::json!([{"Host": "n1", "Score": 8}, {"Host": "n2", "Score": 0}])
-        );
-        assert_eq!(
-            v["assignments"],
-            serde_json::json!({"n1": {"web/data": "pv-small"}})
-        );
-    }
-
-    #[test]
-    fn table_output_shows_verdict_score_and_chosen_pvs_per_node() {
-        let out = run_on(SNAPSHOT_YAML, POD_JSON, Output::Table).expect("explains");
-        let lines: Vec<Vec<&str>> = out
-            .lines()
-            .map(|l| l.split_whitespace().collect())
-            .collect();
-        assert_eq!(lines[0], ["NODE", "VERDICT", "SCORE", "PVS", "/", "REASON"]);
-        assert_eq!(lines[1], ["n1", "Fits", "8", "web/data", "->", "pv-small"]);
-        assert_eq!(lines[2][..3], ["n2", "Unresolvable", "0"]);
-        assert!(out.contains("claim web/data: no PV of class local on node"));
-    }
-
-    #[test]
-    fn a_json_list_snapshot_works_like_yaml() {
-        let yaml: serde_yaml::Value = serde_yaml::Deserializer::from_str(SNAPSHOT_YAML)
-            .map(|d| serde_yaml::Value::deserialize(d).expect("valid yaml"))
-            .fold(serde_yaml::Value::Sequence(vec![]), |mut acc, v| {
-                if let serde_yaml::Value::Sequence(s) = &mut acc {
-                    s.push(v);
-                }
-                acc
-            });
-        let json = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": yaml});
-        let out = run_on(&json.to_string(), POD_JSON, Output::Json).expect("explains");
-        assert!(out.contains("pv-small"));
-    }
-
-    #[test]
-    fn errors_name_the_file_and_the_problem() {
-        let bad_yaml = run_on("kind: Node\nmetadata: [unclosed", POD_JSON, Output::Table)
-            .expect_err("bad yaml");
-        assert!(
-            bad_yaml
-                .to_string()
-                .starts_with("failed to parse snap.yaml (document 1): "),
-            "{bad_yaml}"
-        );
-        let bad_pv = "kind: PersistentVolume\nmetadata: {name: pv-x}\nspec: {capacity: 3}\n---\nkind: Node\nmetadata: {name: n1}";
-        let err = run_on(bad_pv, POD_JSON, Output::Table).expect_err("bad PV");
-        assert!(
-            err.to_string()
-                .starts_with("failed to read PersistentVolume \"pv-x\" in snap.yaml: "),
-            "{err}"
-        );
-        let no_nodes = run_on(
-            "kind: StorageClass\nmetadata: {name: x}\nprovisioner: p",
-            POD_JSON,
-            Output::Table,
-        );
-        assert!(
-            no_nodes
-                .expect_err("no nodes")
-                .to_string()
-                .contains("failed to find any Node in snap.yaml")
-        );
-        let no_pod = run_on(
-            SNAPSHOT_YAML,
-            "kind: Service\nmetadata: {name: s}",
-            Output::Table,
-        );
-        assert_eq!(
-            no_pod.expect_err("no pod").to_string(),
-            "failed to find a Pod in pod.json"
-        );
-        let missing = run(&Options {
-            snapshot: "/nonexistent/snap.yaml".into(),
-            pod: "/nonexistent/pod.yaml".into(),
-            score_strategy: Strategy::Binpack,
-            output: Output::Table,
-        });
-        assert_eq!(
-            missing.expect_err("missing file").to_string(),
-            "failed to read /nonexistent/snap.yaml"
-        );
-    }
-
-    #[test]
-    fn a_pod_without_local_claims_fits_everywhere_with_a_neutral_score() {
-        let pod = r#"{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"volumes": [{"name": "t", "emptyDir": {}}]}}"#;
-        let out = run_on(SNAPSHOT_YAML, pod, Output::Table).expect("explains");
-        assert!(
-            out.lines()
-                .skip(1)
-                .all(|l| l.contains("Fits") && l.contains("no local claims to place")),
-            "{out}"
-        );
-    }
-}
+#[path = "explain_tests.rs"]
+mod tests;
