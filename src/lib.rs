@@ -24,6 +24,7 @@ pub mod explain;
 pub mod extender;
 pub mod host;
 pub mod inventory;
+pub mod logging;
 pub mod plan;
 pub mod pvname;
 pub mod serve;

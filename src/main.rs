@@ -65,11 +65,15 @@ fn run_explain(opts: localpv::explain::Options) -> ExitCode {
 }
 
 /// Logs to stderr; `RUST_LOG` overrides the default `info` level, `LOCALPV_LOG_FORMAT=json` switches to JSON.
+/// Colours only on a terminal, and never with `NO_COLOR` set (<https://no-color.org>): a pod's log is a pipe.
 fn init_tracing() {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal() && !no_color)
         .with_writer(std::io::stderr);
     let _ = if std::env::var("LOCALPV_LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().try_init()

@@ -361,13 +361,21 @@ fn kubectl_shows_the_columns(plane: &ControlPlane, home: &Path, kubeconfig: &str
     assert_eq!(
         header,
         [
-            "NAME", "NODE", "PATH", "CLASS", "SIZE", "PHASE", "PV", "CLAIM", "AGE"
+            "NAME", "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "PV", "CLAIM", "AGE"
         ],
         "{get}"
     );
     assert!(
         get.contains(&format!("fs-{SHARED_UUID}")) && get.contains("10.0GiB"),
         "{get}"
+    );
+    let stray = get
+        .lines()
+        .find(|l| l.contains("Unusable"))
+        .unwrap_or_default();
+    assert!(
+        stray.contains("NotAMountPoint"),
+        "the reason shows in kubectl get: {get}"
     );
     let wide = stdout(&run(
         &kubectl,
@@ -382,7 +390,7 @@ fn kubectl_shows_the_columns(plane: &ControlPlane, home: &Path, kubeconfig: &str
         .split_whitespace()
         .collect();
     assert_eq!(
-        header[9..],
+        header[10..],
         ["DEVICE", "FSTYPE", "FSUUID", "MODEL", "SERIAL"],
         "{wide}"
     );

@@ -8,6 +8,7 @@ use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
 use tracing::{debug, info, warn};
 
 use super::metrics::{ApiOutcome, ApiVerb, Metrics};
+use crate::logging::error_text;
 use crate::plan::{EventType, MetaPatch, PvEvent, PvRef};
 
 pub const FIELD_MANAGER: &str = "localpv-node";
@@ -47,10 +48,15 @@ impl Writer {
         let result = result.map(drop);
         match &result {
             Ok(()) => {
-                info!(pv = %name, uid = ?uid, path = ?pv.spec.as_ref().and_then(|s| s.local.as_ref()).map(|l| &l.path), "created PV")
+                let path = pv
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.local.as_ref())
+                    .map_or("", |l| l.path.as_str());
+                info!(pv = %name, uid = uid.as_deref().unwrap_or_default(), path, "created PV")
             }
             Err(e) if moot(e) => debug!(pv = %name, "PV already exists"),
-            Err(error) => warn!(pv = %name, %error, "failed to create PV"),
+            Err(error) => warn!(pv = %name, error = %error_text(error), "failed to create PV"),
         }
         match (self.count(ApiVerb::Create, &result), result.is_ok()) {
             (true, true) => Ok(uid),
@@ -73,9 +79,9 @@ impl Writer {
         match &result {
             Ok(()) => info!(pv = %r.name, "deleted PV"),
             Err(e) if moot(e) => {
-                debug!(pv = %r.name, error = %e, "PV gone or changed; not deleted")
+                debug!(pv = %r.name, error = %error_text(e), "PV gone or changed; not deleted")
             }
-            Err(error) => warn!(pv = %r.name, %error, "failed to delete PV"),
+            Err(error) => warn!(pv = %r.name, error = %error_text(error), "failed to delete PV"),
         }
         match (self.count(ApiVerb::Delete, &result), result.is_ok()) {
             (true, applied) => Ok(applied),
@@ -97,8 +103,10 @@ impl Writer {
             .map(drop);
         match &result {
             Ok(()) => debug!(pv = %name, "patched PV"),
-            Err(e) if moot(e) => debug!(pv = %name, error = %e, "PV gone or changed; not patched"),
-            Err(error) => warn!(pv = %name, %error, "failed to patch PV"),
+            Err(e) if moot(e) => {
+                debug!(pv = %name, error = %error_text(e), "PV gone or changed; not patched")
+            }
+            Err(error) => warn!(pv = %name, error = %error_text(error), "failed to patch PV"),
         }
         let ok = self.count(ApiVerb::Patch, &result);
         match (ok, result.is_ok()) {
@@ -129,9 +137,12 @@ impl Writer {
         message: &str,
         reference: &ObjectReference,
     ) {
+        // NB: the event text is `note`, as in events.k8s.io: a `message` field would repeat the log line's own
+        // `message` key in JSON output.
+        let object = reference.name.as_deref().unwrap_or_default();
         match type_ {
-            KubeEventType::Warning => warn!(object = ?reference.name, reason, message, "event"),
-            KubeEventType::Normal => info!(object = ?reference.name, reason, message, "event"),
+            KubeEventType::Warning => warn!(object, reason, note = message, "event"),
+            KubeEventType::Normal => info!(object, reason, note = message, "event"),
         }
         let ev = Event {
             type_,
@@ -142,7 +153,7 @@ impl Writer {
         };
         let result = self.recorder.publish(&ev, reference).await;
         if let Err(error) = &result {
-            warn!(%error, reason, "failed to publish event");
+            warn!(error = %error_text(error), reason, "failed to publish event");
         }
         self.count(ApiVerb::Event, &result);
     }

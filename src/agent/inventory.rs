@@ -167,7 +167,10 @@ impl InventoryWriter {
             match self.api.get_opt(name).await {
                 Ok(Some(d)) => out.push(d),
                 Ok(None) => {}
-                Err(error) => warn!(localdisk = %name, %error, "failed to read LocalDisk"),
+                Err(error) => {
+                    let error = crate::logging::error_text(&error);
+                    warn!(localdisk = %name, %error, "failed to read LocalDisk")
+                }
             }
         }
         out
@@ -197,7 +200,7 @@ impl InventoryWriter {
         };
         self.metrics.api(verb, outcome);
         if let Err(error) = result {
-            debug!(%error, "LocalDisk write not applied");
+            debug!(error = %crate::logging::error_text(error), "LocalDisk write not applied");
         }
         !matches!(outcome, ApiOutcome::Error)
     }

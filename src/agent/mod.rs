@@ -62,6 +62,9 @@ pub struct Options {
     /// Bounds of the HTTP port (defaults: `serve::Limits::agent`).
     #[command(flatten)]
     pub http: crate::serve::LimitArgs,
+    /// Consecutive failed wipes after which a disk's LocalDisk turns `Failing`.
+    #[arg(long, env = "LOCALPV_WIPE_FAILING_AFTER", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub wipe_failing_after: u32,
 }
 
 /// The label selector scoping a watch to this node's objects (PVs and LocalDisks carry the same label).

@@ -83,6 +83,8 @@ pub struct Agent {
     done_tx: mpsc::Sender<WipeResult>,
     done_rx: mpsc::Receiver<WipeResult>,
     last_config_error: Option<String>,
+    /// Unusable entries already logged (one warning per entry and reason).
+    notices: inventory::notices::Notices,
 }
 
 impl Agent {
@@ -113,6 +115,7 @@ impl Agent {
             listed_at_start: None,
             running: HashMap::new(),
             backoff: HashMap::new(),
+            notices: Default::default(),
             done_tx,
             done_rx,
             last_config_error: None,
@@ -383,6 +386,10 @@ impl Agent {
         let inventory_after = self
             .sync_inventory(&found, &plan.unpublished, &existing, &mut retry)
             .await;
+        for u in self.notices.changed(&found.unusable) {
+            let (path, reason) = (u.host_path.display(), u.reason.as_str());
+            warn!(class = %u.class, %path, reason, note = %u.message, "entry not usable");
+        }
         self.publish_state(&found, &plan.unpublished, &existing);
         self.s.metrics.discovery_passes.inc();
         self.s
@@ -441,7 +448,10 @@ impl Agent {
             wipe_failures: &wipes.failures,
             existing: &existing,
             others: &others,
-            settings: &inventory::Settings::default(),
+            settings: &inventory::Settings {
+                failing_after: self.s.opts.wipe_failing_after,
+                ..inventory::Settings::default()
+            },
             now: SystemTime::now(),
         });
         *retry |= !self.inventory.apply(changes.changes).await;

@@ -86,7 +86,9 @@ pub async fn run<K>(
                     changed.notify_one();
                 }
             }
-            Some(Err(error)) => warn!(kind = %kind, %error, "watch failed; retrying with backoff"),
+            Some(Err(error)) => {
+                warn!(kind = %kind, error = %crate::logging::error_text(&error), "watch failed; retrying with backoff")
+            }
             None => return,
         }
     }

@@ -65,6 +65,29 @@ pub enum Action {
     },
 }
 
+/// One line for logs: `delete PV local-pv-1`, `delete PVC web/data`...
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::DeletePv(pv) => write!(f, "delete PV {}", pv.name),
+            Action::DeleteLocalDisk(name) => write!(f, "delete LocalDisk {name}"),
+            Action::WarnClaim {
+                namespace,
+                name,
+                pv,
+                node,
+                ..
+            } => write!(
+                f,
+                "warn PVC {namespace}/{name}: PV {pv} was on deleted node {node}"
+            ),
+            Action::DeleteClaim {
+                namespace, name, ..
+            } => write!(f, "delete PVC {namespace}/{name}"),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     pub actions: Vec<Action>,

@@ -15,6 +15,8 @@ use kube::runtime::watcher;
 use tokio::sync::{Notify, watch as tokio_watch};
 use tracing::{info, warn};
 
+use crate::logging::error_text;
+
 use super::lease::Elector;
 use super::{Action, Inputs, Settings, plan};
 use crate::agent::watch::{Store, run as watch_run};
@@ -123,7 +125,7 @@ async fn lead(client: Client, cfg: Cleanup, st: Stores, mut shutdown: tokio_watc
             }
             Ok(_) => {}
             Err(error) => {
-                warn!(%error, "failed to renew the clean-up lease; acting as follower");
+                warn!(error = %error_text(&error), "failed to renew the clean-up lease; acting as follower");
                 leader = false;
             }
         }
@@ -194,7 +196,8 @@ async fn explain_pending(
                 secondary: None,
             };
             if let Err(error) = recorder.publish(&ev, &reference).await {
-                warn!(%error, pod = ?e.pod.metadata.name, "failed to publish the pending pod's explanation");
+                let pod = e.pod.metadata.name.as_deref().unwrap_or_default();
+                warn!(error = %error_text(&error), pod, "failed to publish the pending pod's explanation");
                 continue;
             }
         }
@@ -269,8 +272,10 @@ async fn execute(client: &Client, recorder: &Recorder, action: Action) {
         }
     };
     match result {
-        Ok(()) => info!(?action, "clean-up applied"),
+        Ok(()) => info!(%action, "clean-up applied"),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-        Err(error) => warn!(?action, %error, "clean-up step failed; retried next pass"),
+        Err(error) => {
+            warn!(%action, error = %error_text(&error), "clean-up step failed; retried next pass")
+        }
     }
 }

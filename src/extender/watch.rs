@@ -151,7 +151,9 @@ async fn watch_kind<K, T: PartialEq>(
                     stores.dirty.notify_one();
                 }
             }
-            Some(Err(error)) => warn!(?kind, %error, "watch failed; retrying with backoff"),
+            Some(Err(error)) => {
+                warn!(?kind, error = %crate::logging::error_text(&error), "watch failed; retrying with backoff")
+            }
             None => return,
         }
     }

@@ -585,3 +585,42 @@ fn objects_of_other_nodes_in_the_existing_list_are_left_alone() {
     };
     assert_eq!(world.pass(t0()), Changes::default());
 }
+
+/// The disk of a Bound PV was unmounted: discovery sees an empty directory. Its advice ("mount a filesystem on it,
+/// or remove it") would have an operator format a new disk over the path, or delete the claim's PV.
+#[rstest]
+#[case::bound("Bound", "DiskNotMounted", true)]
+#[case::released("Released", "DiskNotMounted", true)]
+#[case::available_pv("Available", "NotAMountPoint", false)]
+fn an_unmounted_disk_under_a_pv_with_data_says_to_mount_it_back(
+    #[case] phase: &str,
+    #[case] reason: &str,
+    #[case] holds_data: bool,
+) {
+    let world = World {
+        found: Discovery {
+            unusable: vec![unusable("vol1")],
+            ..Discovery::default()
+        },
+        pvs: vec![pv("vol1", "u-1", phase)],
+        ..World::default()
+    };
+    let changes = world.pass(t0());
+    let [Change::Create(disk)] = changes.changes.as_slice() else {
+        panic!("expected one create, got {:?}", kinds(&changes));
+    };
+    let status = status(disk);
+    assert_eq!(status.phase, LocalDiskPhase::Unusable);
+    assert_eq!(status.reason.as_deref(), Some(reason));
+    assert_eq!(status.pv.as_deref(), Some("pv-vol1"));
+    let message = status.message.unwrap_or_default();
+    assert_eq!(
+        message.contains("mount that disk here again"),
+        holds_data,
+        "{message}"
+    );
+    assert_eq!(message.contains("do not format"), holds_data, "{message}");
+    if holds_data {
+        assert!(message.contains("claim ns/data"), "{message}");
+    }
+}

@@ -46,6 +46,7 @@ pub const CONDITION_WIPE_FAILED: &str = "WipeFailed";
     printcolumn(name = "Class", type_ = "string", json_path = ".spec.storageClass"),
     printcolumn(name = "Size", type_ = "string", json_path = ".spec.capacityHuman"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.reason"),
     printcolumn(name = "PV", type_ = "string", json_path = ".status.pv"),
     printcolumn(name = "Claim", type_ = "string", json_path = ".status.claim"),
     printcolumn(
@@ -339,7 +340,7 @@ mod tests {
         assert_eq!(
             by_priority(0),
             [
-                "NODE", "PATH", "CLASS", "SIZE", "PHASE", "PV", "CLAIM", "AGE"
+                "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "PV", "CLAIM", "AGE"
             ]
         );
         assert_eq!(

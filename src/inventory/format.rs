@@ -87,8 +87,8 @@ fn list(disks: &[LocalDisk]) -> serde_json::Value {
     serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items})
 }
 
-const HEADERS: [&str; 8] = [
-    "NODE", "PATH", "CLASS", "SIZE", "PHASE", "PV", "CLAIM", "AGE",
+const HEADERS: [&str; 9] = [
+    "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "PV", "CLAIM", "AGE",
 ];
 const WIDE_HEADERS: [&str; 6] = ["DEVICE", "FSTYPE", "FSUUID", "MODEL", "SERIAL", "NAME"];
 
@@ -129,6 +129,7 @@ fn row(disk: &LocalDisk, wide: bool, now: SystemTime) -> Vec<String> {
         spec.capacity_bytes
             .map_or_else(|| "-".to_string(), human_bytes),
         status.phase.as_str().to_string(),
+        or_dash(status.reason.as_ref()),
         or_dash(status.pv.as_ref()),
         or_dash(status.claim.as_ref()),
         age,

@@ -18,6 +18,8 @@ pub mod cli;
 pub mod crd;
 pub mod format;
 pub mod naming;
+pub mod notices;
+pub mod reason;
 pub mod status;
 
 pub use build::{Change, Changes, Inputs, Settings, build, names_to_look_up};

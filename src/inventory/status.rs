@@ -17,8 +17,9 @@ use super::crd::{
     LocalDisk, LocalDiskPhase, LocalDiskSpec, LocalDiskStatus, NODE_LABEL, WipeStatus,
 };
 use super::format::human_bytes;
+use super::reason::Reason;
 use crate::config::values::label_value_problem;
-use crate::disk::{Disk, Unusable};
+use crate::disk::{Disk, Unusable, UnusableReason};
 use crate::plan::identity::{self, IdentityCheck};
 use crate::plan::pv::{Phase, Policy, PvView, WipePhase};
 use crate::plan::state::DiskState;
@@ -98,11 +99,11 @@ type PvAt<'a> = (PvView, &'a PersistentVolume);
 
 struct Verdict {
     phase: LocalDiskPhase,
-    reason: Option<&'static str>,
+    reason: Option<Reason>,
     message: Option<String>,
 }
 
-fn verdict(phase: LocalDiskPhase, reason: &'static str, message: String) -> Verdict {
+fn verdict(phase: LocalDiskPhase, reason: Reason, message: String) -> Verdict {
     Verdict {
         phase,
         reason: Some(reason),
@@ -116,7 +117,7 @@ pub fn of_disk(inputs: &Inputs<'_>, disk: &Disk, pv: Option<&PvAt<'_>>) -> Local
     let verdict = disk_verdict(inputs, disk, pv, wipe.is_some(), failures);
     let mut status = LocalDiskStatus {
         phase: verdict.phase,
-        reason: verdict.reason.map(str::to_string),
+        reason: verdict.reason.map(|r| r.as_str().to_string()),
         message: verdict.message,
         available_bytes: disk.available_bytes,
         wipe: wipe.map(|w| wipe_status(w, inputs.now)),
@@ -151,20 +152,20 @@ fn disk_verdict(
             "{} wipes in a row failed; fix the cause (the last error: {}) or replace the disk",
             failures.consecutive, failures.last_error
         );
-        return verdict(LocalDiskPhase::Failing, "WipeFailing", message);
+        return verdict(LocalDiskPhase::Failing, Reason::WipeFailing, message);
     }
     if let Some((view, _)) = pv {
         if let IdentityCheck::Changed(what) =
             identity::check(view.mode, view.recorded.as_ref(), disk)
         {
             let message = format!(
-                "PV {} was created for another disk ({what}); it is neither reused nor wiped until an operator \
-                 deals with it",
+                "PV {} was created for another disk ({what}); it is neither reused nor wiped: mount the PV's own \
+                 disk here again, or see DiskIdentityChanged in docs/troubleshooting.md",
                 view.pv_ref.name
             );
             return verdict(
                 LocalDiskPhase::IdentityChanged,
-                "DiskIdentityChanged",
+                Reason::DiskIdentityChanged,
                 message,
             );
         }
@@ -175,7 +176,7 @@ fn disk_verdict(
     if wiping {
         return verdict(
             LocalDiskPhase::Wiping,
-            "Wiping",
+            Reason::Wiping,
             "the disk is being wiped".into(),
         );
     }
@@ -189,12 +190,12 @@ fn disk_verdict(
     match inputs.ledger.get(&identity::disk_key(disk)) {
         Some(DiskState::Dirty) => verdict(
             LocalDiskPhase::Wiping,
-            "AwaitingWipe",
+            Reason::AwaitingWipe,
             "the disk served a claim and is wiped before it is published again".into(),
         ),
         Some(DiskState::Retained) => verdict(
             LocalDiskPhase::Released,
-            "Retained",
+            Reason::Retained,
             "the disk served a claim under reclaim policy Retain; mark it clean once its data is dealt with".into(),
         ),
         _ => Verdict {
@@ -216,31 +217,31 @@ fn pv_verdict(view: &PvView, wiping: bool) -> Option<Verdict> {
         },
         Phase::Released if wiping || view.wipe == WipePhase::Wiping => verdict(
             LocalDiskPhase::Wiping,
-            "Reclaiming",
+            Reason::Reclaiming,
             format!("the disk of released PV {name} is being wiped"),
         ),
         Phase::Released if view.wipe == WipePhase::Wiped => verdict(
             LocalDiskPhase::Released,
-            "Wiped",
+            Reason::Wiped,
             format!("wiped; PV {name} is deleted next and the disk published again"),
         ),
         Phase::Released if view.policy == Policy::Retain => verdict(
             LocalDiskPhase::Released,
-            "Retained",
+            Reason::Retained,
             format!(
                 "PV {name} has reclaim policy Retain: the data stays until an operator deletes the PV"
             ),
         ),
         Phase::Released => verdict(
             LocalDiskPhase::Released,
-            "AwaitingWipe",
+            Reason::AwaitingWipe,
             format!(
                 "the claim of PV {name} is gone; the disk is wiped before it is published again"
             ),
         ),
         Phase::Failed => verdict(
             LocalDiskPhase::Released,
-            "PvFailed",
+            Reason::PvFailed,
             format!("PV {name} is Failed; see its events"),
         ),
         Phase::Pending | Phase::Available if view.deleting => return None,
@@ -254,15 +255,15 @@ fn pv_verdict(view: &PvView, wiping: bool) -> Option<Verdict> {
 
 fn hold_verdict(held: &Unpublished) -> Verdict {
     let (phase, reason) = match held.reason {
-        HoldReason::Retained => (LocalDiskPhase::Released, "Retained"),
-        HoldReason::AwaitingWipe => (LocalDiskPhase::Wiping, "AwaitingWipe"),
-        HoldReason::AwaitingDeletion => (LocalDiskPhase::Available, "AwaitingDeletion"),
-        HoldReason::HeldByAnotherPv => (LocalDiskPhase::Unusable, "HeldByAnotherPv"),
-        HoldReason::NoStorageClass => (LocalDiskPhase::Unusable, "NoStorageClass"),
-        HoldReason::NameTaken => (LocalDiskPhase::Unusable, "NameTaken"),
-        HoldReason::PathNotUtf8 => (LocalDiskPhase::Unusable, "PathNotUtf8"),
-        HoldReason::AwaitingVolumeId => (LocalDiskPhase::Available, "AwaitingVolumeId"),
-        HoldReason::NoStableIdentity => (LocalDiskPhase::Unusable, "NoStableIdentity"),
+        HoldReason::Retained => (LocalDiskPhase::Released, Reason::Retained),
+        HoldReason::AwaitingWipe => (LocalDiskPhase::Wiping, Reason::AwaitingWipe),
+        HoldReason::AwaitingDeletion => (LocalDiskPhase::Available, Reason::AwaitingDeletion),
+        HoldReason::HeldByAnotherPv => (LocalDiskPhase::Unusable, Reason::HeldByAnotherPv),
+        HoldReason::NoStorageClass => (LocalDiskPhase::Unusable, Reason::NoStorageClass),
+        HoldReason::NameTaken => (LocalDiskPhase::Unusable, Reason::NameTaken),
+        HoldReason::PathNotUtf8 => (LocalDiskPhase::Unusable, Reason::PathNotUtf8),
+        HoldReason::AwaitingVolumeId => (LocalDiskPhase::Available, Reason::AwaitingVolumeId),
+        HoldReason::NoStableIdentity => (LocalDiskPhase::Unusable, Reason::NoStableIdentity),
     };
     verdict(phase, reason, held.message.clone())
 }
@@ -275,6 +276,30 @@ pub fn of_unusable(entry: &Unusable, pv: Option<&PvAt<'_>>) -> LocalDiskStatus {
         ..LocalDiskStatus::default()
     };
     set_pv(&mut status, pv);
+    // NB: discovery's advice for an unusable entry ("mount a filesystem on it, or remove it") is wrong when a PV
+    // still holds a claim's data there: that data is on the disk that is missing from the path.
+    if let Some((view, _)) = pv.filter(|(view, _)| !view.is_unclaimed() && !view.deleting) {
+        let holder = match &status.claim {
+            Some(claim) => format!("PV {} ({:?}, claim {claim})", view.pv_ref.name, view.phase),
+            None => format!("PV {} ({:?})", view.pv_ref.name, view.phase),
+        };
+        let (reason, message) = if entry.reason == UnusableReason::NotAMountPoint {
+            let message = format!(
+                "{holder} keeps its data on the disk that belongs at {}, but nothing is mounted there: mount that \
+                 disk here again; do not format, wipe or remove it",
+                entry.host_path.display()
+            );
+            (Reason::DiskNotMounted.as_str(), message)
+        } else {
+            let message = format!(
+                "{holder} keeps its data here; do not format, wipe or remove the disk. {}",
+                entry.message
+            );
+            (entry.reason.as_str(), message)
+        };
+        status.reason = Some(reason.to_string());
+        status.message = Some(message);
+    }
     status
 }
 
@@ -343,7 +368,7 @@ pub fn missing(existing: &LocalDisk, node: &str, now: &Time) -> LocalDisk {
     object.metadata.labels = Some(labels(&existing.spec));
     let mut status = existing.status.clone().unwrap_or_default();
     status.phase = LocalDiskPhase::Missing;
-    status.reason = Some("DiskNotFound".into());
+    status.reason = Some(Reason::DiskNotFound.as_str().into());
     status.message = Some(format!(
         "no longer found at {} on node {node}; the object is removed after the grace period unless the disk returns",
         existing.spec.path

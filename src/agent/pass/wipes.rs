@@ -149,7 +149,7 @@ impl Agent {
                     .saturating_mul(1 << b.failures.min(8))
                     .min(MAX_BACKOFF);
                 b.not_before = Instant::now() + delay;
-                warn!(disk = %order.key, reason, message, retry_in = ?delay, "wipe did not complete");
+                warn!(disk = %order.key, reason, note = %message, retry_in = ?delay, "wipe did not complete");
                 if let Some(r) = &pv_ref {
                     self.writer
                         .publish(KubeEventType::Warning, reason, &message, r)
