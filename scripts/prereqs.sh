@@ -13,7 +13,7 @@ command -v cargo >/dev/null || prereqs_die "cargo is not installed (Rust toolcha
 command -v go >/dev/null || prereqs_die "go is not installed (needed to build the Kubernetes control plane)"
 
 apt_packages=(pkg-config libudev-dev libblkid-dev libclang-dev clang e2fsprogs xfsprogs util-linux mount openssl
-  buildah debootstrap containerd runc containernetworking-plugins busybox-static iptables iproute2 gcc libc6-dev)
+  buildah debootstrap containerd runc containernetworking-plugins busybox-static iptables iproute2 gcc libc6-dev prometheus)
 missing=()
 for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

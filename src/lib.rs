@@ -29,4 +29,5 @@ pub mod plan;
 pub mod pvname;
 pub mod serve;
 pub mod sys;
+pub mod telemetry;
 pub mod wipe;

@@ -1,11 +1,30 @@
-//! Node agent metrics. Labels are small closed sets (phases, verbs, outcomes, reasons): never object names.
+//! Node agent metrics. Labels are small closed sets (phases, verbs, outcomes, reasons, classes of the config):
+//! never node, PV, claim or path names. The node is the scrape target's: the chart's ServiceMonitor sets a `node`
+//! target label from the pod's node.
+//!
+//! Every known label set is created at registration, at zero: a counter that first appears with its first event
+//! has no earlier sample, so `increase(...[30m]) > 0` would miss exactly that first failure.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::disk::{Unusable, UnusableReason};
+
+const UNUSABLE_REASONS: [UnusableReason; 6] = [
+    UnusableReason::NotAMountPoint,
+    UnusableReason::NotADiskEntry,
+    UnusableReason::DuplicateFilesystem,
+    UnusableReason::WrongVolumeMode,
+    UnusableReason::ProbeFailed,
+    UnusableReason::DeviceInUse,
+];
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum ApiVerb {
@@ -52,6 +71,13 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+/// Capacity of this node's PVs; `storage_class` is a class of the configuration (or of a PV found on the node).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CapacityLabels {
+    pub storage_class: String,
+    pub phase: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WipeLabels {
     pub method: String,
@@ -71,7 +97,30 @@ pub struct Metrics {
     pub wipes_running: Gauge,
     pub wipe_bytes: Counter,
     pub wipe_entries: Counter,
+    pub capacity: Family<CapacityLabels, Gauge>,
 }
+
+const API_VERBS: [ApiVerb; 4] = [
+    ApiVerb::Create,
+    ApiVerb::Delete,
+    ApiVerb::Patch,
+    ApiVerb::Event,
+];
+const API_OUTCOMES: [ApiOutcome; 3] = [ApiOutcome::Ok, ApiOutcome::Moot, ApiOutcome::Error];
+const WIPE_OUTCOMES: [Outcome; 3] = [Outcome::Ok, Outcome::Error, Outcome::Refused];
+/// `WipeMethod::as_str` of every method.
+pub const WIPE_METHODS: [&str; 7] = [
+    "remove",
+    "zeroout",
+    "discard",
+    "secure-discard",
+    "signatures",
+    "overwrite",
+    "command",
+];
+pub const PV_PHASES: [&str; 5] = ["Pending", "Available", "Bound", "Released", "Failed"];
+/// The capacity phases every class always shows (0 when none): what dashboards graph as free and used.
+const CAPACITY_PHASES: [&str; 3] = ["Available", "Bound", "Released"];
 
 impl Metrics {
     pub fn register(reg: &mut Registry) -> Metrics {
@@ -87,7 +136,9 @@ impl Metrics {
             wipes_running: Gauge::default(),
             wipe_bytes: Counter::default(),
             wipe_entries: Counter::default(),
+            capacity: Family::default(),
         };
+        m.zero_label_sets();
         let r = reg.sub_registry_with_prefix("localpv_node");
         r.register(
             "discovery_passes",
@@ -140,12 +191,184 @@ impl Metrics {
             "Directory entries removed by filesystem wipes",
             m.wipe_entries.clone(),
         );
+        r.register(
+            "pv_capacity_bytes",
+            "Capacity of this node's PVs by storage class and PV phase (Available is free space)",
+            m.capacity.clone(),
+        );
         m
+    }
+
+    /// Creates every known label set at zero (see the module doc).
+    fn zero_label_sets(&self) {
+        for verb in API_VERBS {
+            for outcome in API_OUTCOMES {
+                let _ = self
+                    .api_requests
+                    .get_or_create(&ApiLabels { verb, outcome });
+            }
+        }
+        for outcome in [Outcome::Ok, Outcome::Error] {
+            let _ = self
+                .config_reloads
+                .get_or_create(&OutcomeLabels { outcome });
+        }
+        for method in WIPE_METHODS {
+            for outcome in WIPE_OUTCOMES {
+                let method = method.to_string();
+                let _ = self.wipes.get_or_create(&WipeLabels { method, outcome });
+            }
+        }
+        for reason in UNUSABLE_REASONS {
+            let reason = reason.as_str().to_string();
+            let _ = self.disks_unusable.get_or_create(&ReasonLabels { reason });
+        }
+        for phase in PV_PHASES {
+            let phase = phase.to_string();
+            let _ = self.pvs.get_or_create(&PhaseLabels { phase });
+        }
+    }
+
+    /// The gauges of one pass: unusable entries by reason, this node's PVs by phase, and their capacity by class
+    /// and phase (every configured class with at least its Available, Bound and Released series).
+    pub fn publish_pass<'a>(
+        &self,
+        classes: impl IntoIterator<Item = &'a str>,
+        unusable: &[Unusable],
+        pvs: &[PersistentVolume],
+    ) {
+        let mut reasons: BTreeMap<&str, i64> =
+            UNUSABLE_REASONS.iter().map(|r| (r.as_str(), 0)).collect();
+        for u in unusable {
+            *reasons.entry(u.reason.as_str()).or_default() += 1;
+        }
+        for (reason, n) in reasons {
+            let reason = reason.to_string();
+            let _ = self
+                .disks_unusable
+                .get_or_create(&ReasonLabels { reason })
+                .set(n);
+        }
+        let mut phases: BTreeMap<String, i64> =
+            PV_PHASES.iter().map(|p| (p.to_string(), 0)).collect();
+        let mut bytes: BTreeMap<(String, String), i64> = BTreeMap::new();
+        for class in classes {
+            for phase in CAPACITY_PHASES {
+                bytes.insert((class.to_string(), phase.to_string()), 0);
+            }
+        }
+        for pv in pvs {
+            let phase = pv
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_else(|| "Pending".into());
+            let spec = pv.spec.as_ref();
+            let class = spec
+                .and_then(|s| s.storage_class_name.clone())
+                .unwrap_or_default();
+            let capacity = spec
+                .and_then(|s| s.capacity.as_ref())
+                .and_then(|c| c.get("storage"))
+                .and_then(|q| crate::extender::model::parse_quantity(&q.0))
+                .unwrap_or(0);
+            *bytes.entry((class, phase.clone())).or_default() +=
+                i64::try_from(capacity).unwrap_or(i64::MAX);
+            *phases.entry(phase).or_default() += 1;
+        }
+        for (phase, n) in phases {
+            self.pvs.get_or_create(&PhaseLabels { phase }).set(n);
+        }
+        // NB: cleared first so a class removed from the configuration, whose PVs are gone, stops being reported.
+        self.capacity.clear();
+        for ((storage_class, phase), n) in bytes {
+            let labels = CapacityLabels {
+                storage_class,
+                phase,
+            };
+            self.capacity.get_or_create(&labels).set(n);
+        }
     }
 
     pub fn api(&self, verb: ApiVerb, outcome: ApiOutcome) {
         self.api_requests
             .get_or_create(&ApiLabels { verb, outcome })
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scrape(reg: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, reg).expect("encodes");
+        text
+    }
+
+    #[test]
+    fn every_known_label_set_is_exported_at_zero_before_its_first_event() {
+        let mut reg = Registry::default();
+        Metrics::register(&mut reg);
+        let text = scrape(&reg);
+        for line in [
+            r#"localpv_node_wipes_total{method="remove",outcome="Error"} 0"#,
+            r#"localpv_node_wipes_total{method="command",outcome="Refused"} 0"#,
+            r#"localpv_node_api_requests_total{verb="Create",outcome="Error"} 0"#,
+            r#"localpv_node_config_reloads_total{outcome="Error"} 0"#,
+            r#"localpv_node_disks_unusable{reason="DeviceInUse"} 0"#,
+            r#"localpv_node_persistent_volumes{phase="Released"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} missing:\n{text}");
+        }
+        assert_eq!(text.matches("localpv_node_wipes_total{").count(), 7 * 3);
+    }
+
+    fn pv(class: &str, phase: &str, size: &str) -> PersistentVolume {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("pv-{class}-{phase}-{size}")},
+            "spec": {"storageClassName": class, "capacity": {"storage": size}},
+            "status": {"phase": phase},
+        }))
+        .expect("PV literal is valid")
+    }
+
+    #[test]
+    fn a_pass_sets_free_and_bound_capacity_per_class_and_resets_counts() {
+        let mut reg = Registry::default();
+        let m = Metrics::register(&mut reg);
+        let pvs = [
+            pv("fast", "Available", "10Gi"),
+            pv("fast", "Available", "5Gi"),
+            pv("fast", "Bound", "1Gi"),
+        ];
+        m.publish_pass(["fast", "slow"], &[], &pvs);
+        let text = scrape(&reg);
+        let gib: i64 = 1 << 30;
+        for line in [
+            format!(
+                r#"localpv_node_pv_capacity_bytes{{storage_class="fast",phase="Available"}} {}"#,
+                15 * gib
+            ),
+            format!(
+                r#"localpv_node_pv_capacity_bytes{{storage_class="fast",phase="Bound"}} {gib}"#
+            ),
+            r#"localpv_node_pv_capacity_bytes{storage_class="slow",phase="Available"} 0"#
+                .to_string(),
+            r#"localpv_node_persistent_volumes{phase="Available"} 2"#.to_string(),
+        ] {
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
+        m.publish_pass(["fast"], &[], &[]);
+        let text = scrape(&reg);
+        assert!(
+            text.contains(r#"localpv_node_persistent_volumes{phase="Available"} 0"#),
+            "{text}"
+        );
+        assert!(
+            !text.contains(r#"storage_class="slow""#),
+            "a removed class is no longer reported:\n{text}"
+        );
     }
 }

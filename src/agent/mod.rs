@@ -117,6 +117,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let mut registry = Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
     let inventory_available = inventory::register_available(&mut registry);
+    crate::telemetry::register(&mut registry, "node");
     let state = http::State::new(registry);
     let http_state = state.clone();
     let listener = tokio::net::TcpListener::bind(opts.listen)

@@ -24,7 +24,7 @@ use super::exec::Writer;
 use super::http::State as HttpState;
 use super::inventory::{self as inv, InventoryWriter};
 use super::ledger::LedgerFile;
-use super::metrics::{Metrics, Outcome, OutcomeLabels, PhaseLabels, ReasonLabels};
+use super::metrics::{Metrics, Outcome, OutcomeLabels};
 use super::watch::Store;
 use super::wiper::{Done, Failed};
 use super::{Options, load_config};
@@ -466,23 +466,8 @@ impl Agent {
     ) {
         let m = &self.s.metrics;
         m.disks_found.set(found.disks.len() as i64);
-        m.disks_unusable.clear();
-        for u in &found.unusable {
-            m.disks_unusable
-                .get_or_create(&ReasonLabels {
-                    reason: u.reason.as_str().into(),
-                })
-                .inc();
-        }
-        m.pvs.clear();
-        for pv in pvs {
-            let phase = pv
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_else(|| "Pending".into());
-            m.pvs.get_or_create(&PhaseLabels { phase }).inc();
-        }
+        let classes = self.s.config.classes.iter().map(|c| c.name.as_str());
+        m.publish_pass(classes, &found.unusable, pvs);
         let wiping: Vec<&String> = self.running.keys().collect();
         self.s.http.set_disks(serde_json::json!({
             "node": self.s.node,

@@ -1,4 +1,5 @@
-//! Extender metrics. Every label is a small closed enum: never node, pod or PV names.
+//! Extender metrics. Every label is a small closed enum: never node, pod or PV names. Every label set exists from
+//! registration on, at zero, so the first error is an increase a `[30m]` range can see.
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -59,6 +60,15 @@ pub struct KindLabels {
     pub kind: Kind,
 }
 
+const OUTCOMES: [Outcome; 6] = [
+    Outcome::Ok,
+    Outcome::BadRequest,
+    Outcome::TooLarge,
+    Outcome::NotReady,
+    Outcome::Deadline,
+    Outcome::Internal,
+];
+
 type HistogramFamily = Family<VerbLabels, Histogram, fn() -> Histogram>;
 
 #[derive(Clone)]
@@ -84,6 +94,27 @@ impl Metrics {
             cached: Family::default(),
             snapshot_builds: Counter::default(),
         };
+        for verb in [Verb::Filter, Verb::Prioritize] {
+            for outcome in OUTCOMES {
+                let _ = m.requests.get_or_create(&RequestLabels { verb, outcome });
+            }
+            let _ = m.duration.get_or_create(&VerbLabels { verb });
+        }
+        for result in [
+            NodeResult::Passed,
+            NodeResult::Failed,
+            NodeResult::Unresolvable,
+        ] {
+            let _ = m.nodes.get_or_create(&NodeLabels { result });
+        }
+        for kind in [
+            Kind::PersistentVolumes,
+            Kind::PersistentVolumeClaims,
+            Kind::StorageClasses,
+            Kind::Nodes,
+        ] {
+            let _ = m.cached.get_or_create(&KindLabels { kind });
+        }
         let reg = reg.sub_registry_with_prefix("localpv_extender");
         reg.register(
             "requests",
@@ -120,5 +151,27 @@ impl Metrics {
         self.duration
             .get_or_create(&VerbLabels { verb })
             .observe(seconds);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_verb_and_outcome_is_exported_at_zero_before_the_first_request() {
+        let mut reg = Registry::default();
+        Metrics::register(&mut reg);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &reg).expect("encodes");
+        for line in [
+            r#"localpv_extender_requests_total{verb="Filter",outcome="Internal"} 0"#,
+            r#"localpv_extender_requests_total{verb="Prioritize",outcome="NotReady"} 0"#,
+            r#"localpv_extender_filter_nodes_total{result="Unresolvable"} 0"#,
+            r#"localpv_extender_request_duration_seconds_count{verb="Prioritize"} 0"#,
+            r#"localpv_extender_cached_objects{kind="Nodes"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} missing:\n{text}");
+        }
     }
 }

@@ -132,6 +132,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .context("failed to build a Kubernetes client")?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    crate::telemetry::register(&mut registry, "extender");
     let cache = Arc::new(Cache::new(Snapshot::default(), false));
     let state = AppState {
         cache: cache.clone(),

@@ -21,6 +21,7 @@ mod cleanup;
 mod config_reload;
 mod extender;
 mod inventory;
+mod monitoring;
 mod node_agent;
 mod packaging;
 mod reclaim;
