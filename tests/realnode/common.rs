@@ -54,8 +54,16 @@ fn merge(into: &mut Value, from: Value) {
     }
 }
 
-/// `helm install` of charts/localpv into `localpv-system` with `values`, then waits for the agent on every node.
+/// Installs as docs/install.md says: the namespace from `config/manifests/namespace.yaml` (Pod Security level
+/// `privileged`), then `helm install` of charts/localpv with `values`; waits for the agent on every node.
 pub async fn install(c: &RealCluster, extra: Value) {
+    c.kubectl(&["apply", "-f", "config/manifests/namespace.yaml"]);
+    helm_install(c, extra);
+    wait_agents_ready(c).await;
+}
+
+/// `helm install` into `localpv-system`, which must exist.
+pub fn helm_install(c: &RealCluster, extra: Value) {
     let values = values(c, extra);
     c.helm(&[
         "install",
@@ -63,11 +71,9 @@ pub async fn install(c: &RealCluster, extra: Value) {
         "charts/localpv",
         "--namespace",
         NAMESPACE,
-        "--create-namespace",
         "-f",
         &values.display().to_string(),
     ]);
-    wait_agents_ready(c).await;
 }
 
 /// Waits until the node DaemonSet has one Ready, up-to-date pod per node.

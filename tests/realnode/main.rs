@@ -6,6 +6,8 @@
 mod support;
 
 mod common;
+mod lifecycle;
 mod publish;
+mod restart;
 mod statefulset;
 mod walkthrough;
