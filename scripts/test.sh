@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one test command: installs what is missing on a fresh machine, builds the pinned control plane, then runs
-# every tier (format, lints, unit, host tests on real mounts, end-to-end tests on a real control plane).
+# every tier (format, lints, unit, host tests on real mounts, end-to-end tests on a real control plane, and the
+# chart on real kubelet nodes).
 # Fails loudly when a prerequisite cannot be had; nothing is skipped.
 set -euo pipefail
 
@@ -23,7 +24,9 @@ step "cargo fmt --check"
 cargo fmt --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --all-targets -- -D warnings
-step "cargo test (unit, host, end-to-end)"
+step "cargo build --release --bin localpv (the binary the real-node tier puts into its image)"
+cargo build --release --locked --quiet --bin localpv
+step "cargo test (unit, host, end-to-end, real nodes)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e

@@ -6,6 +6,7 @@
 mod support;
 
 mod common;
+mod extender;
 mod lifecycle;
 mod publish;
 mod restart;

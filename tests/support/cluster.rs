@@ -79,6 +79,10 @@ pub struct Extender {
     pub http_timeout: String,
     /// PEM CA bundle to verify an HTTPS extender with (`tlsConfig.caFile`).
     pub ca_file: Option<PathBuf>,
+    /// The name to verify the extender's certificate against when the URL holds an address (`tlsConfig.serverName`).
+    pub server_name: Option<String>,
+    /// The scheduler's client certificate and key for an extender that requires mTLS (`certFile`, `keyFile`).
+    pub client_cert: Option<(PathBuf, PathBuf)>,
 }
 
 impl Extender {
@@ -92,6 +96,8 @@ impl Extender {
             ignorable: false,
             http_timeout: "5s".into(),
             ca_file: None,
+            server_name: None,
+            client_cert: None,
         }
     }
 
@@ -114,6 +120,17 @@ impl Extender {
                 "  enableHTTPS: true\n  tlsConfig:\n    caFile: {:?}",
                 ca.display().to_string()
             );
+            if let Some(name) = &self.server_name {
+                let _ = writeln!(y, "    serverName: {name:?}");
+            }
+            if let Some((crt, key)) = &self.client_cert {
+                let _ = writeln!(
+                    y,
+                    "    certFile: {:?}\n    keyFile: {:?}",
+                    crt.display().to_string(),
+                    key.display().to_string()
+                );
+            }
         }
         y
     }
