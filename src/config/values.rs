@@ -20,6 +20,10 @@ pub fn yaml11_bool(text: &str) -> Option<bool> {
 
 /// Parses a Go `time.Duration` string (`300ms`, `5m`, `1h30m`, `1.5h`, `0`). Negative durations are refused
 /// because nothing in the configuration can use one.
+///
+/// NB: not `kube::core::Duration`'s `FromStr`: in kube 5 it multiplies an `f64` into a `std::time::Duration`,
+/// which panics on an overflowing value such as `99999999999999999999h` (checked on kube-core 5.0.0), and a
+/// hostile ConfigMap must never panic the agent; it also reads every number as a float, where Go does not.
 pub fn go_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let body = text.strip_prefix('+').unwrap_or(text);
