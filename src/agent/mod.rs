@@ -92,16 +92,31 @@ pub fn load_config(path: &std::path::Path) -> anyhow::Result<Config> {
     Ok(loaded.config)
 }
 
-pub async fn run(opts: Options) -> anyhow::Result<()> {
-    let config = load_config(&opts.config)?;
-    if opts.check_config {
-        println!(
-            "configuration {} is valid ({} classes)",
-            opts.config.display(),
-            config.classes.len()
-        );
-        return Ok(());
+/// `--check-config`: every warning, also when there are errors, then the verdict.
+fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
+    let result = Config::load(path);
+    let warnings = match &result {
+        Ok(loaded) => &loaded.warnings[..],
+        Err(crate::config::ConfigError::Invalid { warnings, .. }) => &warnings[..],
+        Err(_) => &[],
+    };
+    for w in warnings {
+        eprintln!("warning: {w}");
     }
+    let loaded = result?;
+    println!(
+        "configuration {} is valid ({} classes)",
+        path.display(),
+        loaded.config.classes.len()
+    );
+    Ok(())
+}
+
+pub async fn run(opts: Options) -> anyhow::Result<()> {
+    if opts.check_config {
+        return check_config(&opts.config);
+    }
+    let config = load_config(&opts.config)?;
     let node = opts
         .node_name
         .clone()

@@ -12,7 +12,7 @@ use super::*;
 fn problems(yaml: &str) -> Vec<String> {
     match Config::from_yaml(yaml, "test.yaml") {
         Ok(loaded) => panic!("config accepted: {loaded:?}"),
-        Err(ConfigError::Invalid { problems }) => {
+        Err(ConfigError::Invalid { problems, .. }) => {
             problems.iter().map(ToString::to_string).collect()
         }
         Err(other) => panic!("expected validation problems, got {other}"),
@@ -231,7 +231,7 @@ fn too_many_classes_are_refused_quickly_naming_the_limit() {
         .collect();
     let (result, took) = timed(|| Config::from_yaml(&yaml, "test.yaml"));
     let found = match result {
-        Err(ConfigError::Invalid { problems }) => problems,
+        Err(ConfigError::Invalid { problems, .. }) => problems,
         other => panic!("expected problems, got {other:?}"),
     };
     assert!(

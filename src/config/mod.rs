@@ -227,7 +227,11 @@ pub enum ConfigError {
         source: serde_yaml::Error,
     },
     #[error("invalid configuration: {}", join(problems))]
-    Invalid { problems: Vec<Problem> },
+    Invalid {
+        problems: Vec<Problem>,
+        /// What would have been warned about had the configuration been valid (`--check-config` shows both).
+        warnings: Vec<Warning>,
+    },
     #[error("configuration {origin} is too large: {what}")]
     TooLarge { origin: String, what: String },
 }
@@ -319,7 +323,10 @@ impl Loaded {
         if problems.is_empty() {
             Ok(self)
         } else {
-            Err(ConfigError::Invalid { problems })
+            Err(ConfigError::Invalid {
+                problems,
+                warnings: self.warnings,
+            })
         }
     }
 }

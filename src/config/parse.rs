@@ -61,6 +61,7 @@ pub(super) fn parse_document(document: &Value) -> Result<Loaded, ConfigError> {
     } else {
         Err(ConfigError::Invalid {
             problems: reader.problems,
+            warnings: reader.warnings,
         })
     }
 }

@@ -46,7 +46,7 @@ fn parse(yaml: &str) -> Loaded {
 fn problems(yaml: &str) -> Vec<String> {
     match Config::from_yaml(yaml, "test.yaml") {
         Ok(loaded) => panic!("config accepted: {loaded:?}"),
-        Err(ConfigError::Invalid { problems }) => {
+        Err(ConfigError::Invalid { problems, .. }) => {
             problems.iter().map(ToString::to_string).collect()
         }
         Err(other) => panic!("expected validation problems, got {other}"),

@@ -161,3 +161,23 @@ async fn an_agent_refuses_root_at_start_and_on_reload_and_publishes_nothing_from
         "{pvs:?}"
     );
 }
+
+#[test]
+fn check_config_shows_warnings_also_when_there_are_errors() {
+    let (ok, stderr) = check_config(
+        "colour: red\nstorageClassMap:\n  evil:\n    hostDir: /proc\n    shade: blue\n",
+    );
+    assert!(!ok, "accepted: {stderr}");
+    assert!(
+        stderr.contains("warning: colour: unknown key, ignored"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: storageClassMap.evil.shade: unknown key, ignored"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("storageClassMap.evil.hostDir: /proc is a system directory"),
+        "{stderr}"
+    );
+}
