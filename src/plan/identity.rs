@@ -154,6 +154,24 @@ pub fn check(mode: VolumeMode, recorded: Option<&Recorded>, disk: &Disk) -> Iden
     }
 }
 
+/// Whether `disk` could be the disk a PV recorded: a strong id matches, or none can be compared and the device
+/// number (device path for block) agrees. Good enough to hold a disk back (never publish one disk twice), never to
+/// wipe it.
+pub fn may_be_same(mode: VolumeMode, recorded: Option<&Recorded>, disk: &Disk) -> bool {
+    match check(mode, recorded, disk) {
+        IdentityCheck::Same => true,
+        IdentityCheck::Unverifiable => {
+            let (was, now) = (recorded.map(|r| &r.identity), &disk.identity);
+            let hint = |id: &DiskIdentity| match mode {
+                VolumeMode::Filesystem => id.dev_id.clone(),
+                VolumeMode::Block => id.device.clone(),
+            };
+            was.and_then(hint).is_some_and(|was| Some(was) == hint(now))
+        }
+        IdentityCheck::Changed(_) | IdentityCheck::NotRecorded => false,
+    }
+}
+
 /// A strong id the PV recorded that the filesystem now at its path does not carry at all.
 fn filesystem_id_gone(was: &DiskIdentity, now: &DiskIdentity) -> Option<String> {
     if let (Some(was), None) = (&was.volume_id, &now.volume_id) {
@@ -358,6 +376,34 @@ mod tests {
             check(was.mode, recorded_from(&was).as_ref(), &now),
             expected
         );
+    }
+
+    #[rstest]
+    #[case::strong_match(fs("u1"), fs("u1"), true)]
+    #[case::raw_device_on_the_same_node(
+        disk(VolumeMode::Block, |id| id.device = Some("/dev/loop3".into())),
+        disk(VolumeMode::Block, |id| id.device = Some("/dev/loop3".into())),
+        true
+    )]
+    #[case::raw_device_elsewhere(
+        disk(VolumeMode::Block, |id| id.device = Some("/dev/loop3".into())),
+        disk(VolumeMode::Block, |id| id.device = Some("/dev/loop4".into())),
+        false
+    )]
+    #[case::other_uuid(fs("u1"), fs("u2"), false)]
+    fn a_weak_match_holds_a_disk_back_but_never_counts_as_the_same(
+        #[case] was: Disk,
+        #[case] now: Disk,
+        #[case] expected: bool,
+    ) {
+        let recorded = recorded_from(&was);
+        assert_eq!(may_be_same(was.mode, recorded.as_ref(), &now), expected);
+        if expected && was.mode == VolumeMode::Block {
+            assert_eq!(
+                check(was.mode, recorded.as_ref(), &now),
+                IdentityCheck::Unverifiable
+            );
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use super::{Planner, SOON, process_path};
 use crate::config::PvNaming;
 use crate::disk::{Disk, VolumeMode};
-use crate::plan::identity::{self, IdentityCheck};
+use crate::plan::identity;
 use crate::plan::pv::{NewPv, PvView};
 use crate::plan::state::{Condition, DiskState};
 use crate::plan::{Action, ClassFacts, EventType, HoldReason, WipeOrder, reason};
@@ -73,10 +73,10 @@ impl Planner<'_> {
 
     /// Whether another PV of ours already holds this very disk (it moved to a new path).
     fn held_elsewhere(&mut self, disk: &Disk) -> bool {
-        let holder = self.pvs.iter().find(|pv| {
-            !pv.deleting
-                && identity::check(pv.mode, pv.recorded.as_ref(), disk) == IdentityCheck::Same
-        });
+        let holder = self
+            .pvs
+            .iter()
+            .find(|pv| !pv.deleting && identity::may_be_same(pv.mode, pv.recorded.as_ref(), disk));
         let Some(holder) = holder.cloned() else {
             return false;
         };

@@ -175,3 +175,30 @@ fn a_dirty_block_device_without_hardware_ids_is_held_not_wiped() {
         [("vol1".to_string(), HoldReason::NoStableIdentity)]
     );
 }
+
+#[test]
+fn a_raw_device_without_hardware_ids_that_moved_is_not_published_a_second_time() {
+    let raw = |entry: &str| {
+        let mut d = disk(entry);
+        d.mode = VolumeMode::Block;
+        d.identity = DiskIdentity {
+            device: Some("/dev/loop3".into()),
+            dev_id: Some("7:3".into()),
+            ..DiskIdentity::default()
+        };
+        d
+    };
+    let pv = Pv::test().for_disk(&raw("vol1")).bound().build();
+    let mut world = World::new(vec![raw("vol2")], vec![pv]);
+    world.classes = vec![class_facts(class_config(CLASS, DIR, VolumeMode::Block))];
+    let plan = world.plan();
+    assert!(
+        !summary(&plan).iter().any(|l| l.starts_with("create")),
+        "{:?}",
+        summary(&plan)
+    );
+    assert_eq!(
+        held(&plan),
+        [("vol2".to_string(), HoldReason::HeldByAnotherPv)]
+    );
+}
