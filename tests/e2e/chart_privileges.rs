@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
-use crate::node_agent::{local_storage_class, obj, phase, pvs_of, wait_pvs};
+use crate::node_agent::{local_storage_class, obj, phase, pvs_of};
 use crate::packaging::{documents, render};
 use crate::support::agent::{http_get, install_crd, localpv_bin};
 use crate::support::cluster::{ControlPlane, Options, free_port};
@@ -133,8 +133,19 @@ async fn wipe_with_capabilities(caps: &[String]) -> Result<(), String> {
     let status = fs::read_to_string(format!("/proc/{}/status", agent.pid().expect("pid")))
         .unwrap_or_default();
     let path = vol.display().to_string();
-    let pv =
-        wait_pvs(&client, "node-1", std::slice::from_ref(&path), "Available").await[&path].clone();
+    // Without a capability it needs, the agent may not even publish the volume.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let pv = loop {
+        if let Some(pv) = pvs_of(&client, "node-1").await.get(&path)
+            && phase(pv) == "Available"
+        {
+            break pv.clone();
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("not published in 30s:\n{}", agent.tail(30)));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
     let ns = cp.namespace("privileges").await;
     let claim: PersistentVolumeClaim = obj(json!({
         "metadata": {"name": "data"},
