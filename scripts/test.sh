@@ -26,6 +26,8 @@ step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --all-targets -- -D warnings
 step "cargo build --release --bin localpv (the binary the real-node tier puts into its image)"
 cargo build --release --locked --quiet --bin localpv
+step "CLI-only build without libblkid/libudev (scripts/cli-build-check.sh)"
+scripts/cli-build-check.sh
 step "cargo test (unit, host, end-to-end, real nodes)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

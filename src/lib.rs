@@ -30,4 +30,5 @@ pub mod pvname;
 pub mod serve;
 pub mod sys;
 pub mod telemetry;
+#[cfg(feature = "node")]
 pub mod wipe;

@@ -19,6 +19,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the node agent: publish local disks as PVs, wipe and recycle released volumes.
+    #[cfg(feature = "node")]
     Node(localpv::agent::Options),
     /// Serve the kube-scheduler extender: filter and score nodes by free matching local PVs.
     Extender(localpv::extender::Options),
@@ -121,6 +122,7 @@ fn main() -> ExitCode {
     let cli = parse_cli();
     init_tracing();
     match cli.command {
+        #[cfg(feature = "node")]
         Command::Node(opts) => run_async(localpv::agent::run(opts)),
         Command::Extender(opts) => run_async(localpv::extender::run(opts)),
         Command::Explain(opts) => run_explain(opts),

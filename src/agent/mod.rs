@@ -11,13 +11,24 @@
 //!
 //! Everything that decides lives in `plan`; this module only gathers inputs and applies what `plan` returns.
 
+// NB: without the `node` feature (the CLI-only build, no libblkid/libudev) only the options, the configuration
+// loader and the watch helper the extender's clean-up shares are compiled; `run` and what it drives are not.
+#![cfg_attr(not(feature = "node"), allow(unused_imports, dead_code))]
+
+#[cfg(feature = "node")]
 mod exec;
+#[cfg(feature = "node")]
 mod http;
+#[cfg(feature = "node")]
 mod inventory;
+#[cfg(feature = "node")]
 mod ledger;
+#[cfg(feature = "node")]
 mod metrics;
+#[cfg(feature = "node")]
 mod pass;
 pub(crate) mod watch;
+#[cfg(feature = "node")]
 mod wiper;
 
 use std::net::SocketAddr;
@@ -112,6 +123,7 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "node")]
 pub async fn run(opts: Options) -> anyhow::Result<()> {
     if opts.check_config {
         return check_config(&opts.config);

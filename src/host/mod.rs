@@ -14,6 +14,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 pub mod fake;
+#[cfg(feature = "node")]
 pub mod linux;
 pub mod mountinfo;
 pub mod watch;
