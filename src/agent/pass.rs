@@ -485,24 +485,7 @@ impl Agent {
         let retry = |ok: bool| if ok { Step::Done } else { Step::Retry };
         let halt = |ok: bool| if ok { Step::Done } else { Step::Halt };
         match action {
-            Action::CreatePv(pv) => match self.writer.create(&pv).await {
-                Ok(Some(uid)) => {
-                    let owned = OwnedPv {
-                        name: pv.metadata.name.clone().unwrap_or_default(),
-                        path: pv
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.local.as_ref())
-                            .map(|l| PathBuf::from(&l.path))
-                            .unwrap_or_default(),
-                    };
-                    halt(self.update_owners(|o| {
-                        o.pvs.insert(uid, owned);
-                    }))
-                }
-                Ok(None) => Step::Done,
-                Err(()) => Step::Retry,
-            },
+            Action::CreatePv(pv) => self.create(&pv).await,
             Action::DeletePv(r) => retry(self.writer.delete(&r).await.is_ok()),
             Action::DeleteUnclaimedPv { pv, disk } => match self.writer.delete(&pv).await {
                 Ok(true) => halt(self.set_disk_state(&disk, DiskState::Clean)),
@@ -514,6 +497,7 @@ impl Agent {
             }
             Action::SetDiskState { key, state } => halt(self.set_disk_state(&key, state)),
             Action::RecordOwner { uid, pv } => halt(self.update_owners(|o| {
+                o.creating.remove(&pv.name);
                 o.pvs.insert(uid, pv);
             })),
             Action::ForgetOwner { uid } => halt(self.update_owners(|o| {
@@ -535,6 +519,38 @@ impl Agent {
                 self.writer.event(&e).await;
                 Step::Done
             }
+        }
+    }
+
+    /// Creates a PV and records its UID as ours. The name is recorded as being created first, so a lost response
+    /// (timeout, crash) still lets the next pass recognise the PV (`Owners::creating`).
+    async fn create(&mut self, pv: &PersistentVolume) -> Step {
+        let owned = OwnedPv {
+            name: pv.metadata.name.clone().unwrap_or_default(),
+            path: pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.local.as_ref())
+                .map(|l| PathBuf::from(&l.path))
+                .unwrap_or_default(),
+        };
+        let name = owned.name.clone();
+        let pending = owned.clone();
+        if !self.update_owners(|o| {
+            o.creating.insert(name, pending);
+        }) {
+            return Step::Halt;
+        }
+        match self.writer.create(pv).await {
+            Ok(Some(uid)) => {
+                let ok = self.update_owners(|o| {
+                    o.creating.remove(&owned.name);
+                    o.pvs.insert(uid, owned);
+                });
+                if ok { Step::Done } else { Step::Halt }
+            }
+            Ok(None) => Step::Done,
+            Err(()) => Step::Retry,
         }
     }
 

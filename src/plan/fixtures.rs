@@ -380,6 +380,7 @@ impl World {
             owners: Owners {
                 recorded: true,
                 pvs: owned,
+                creating: Default::default(),
             },
             memory: Memory::default(),
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000),
@@ -433,6 +434,7 @@ impl World {
                     }
                 }
                 Action::RecordOwner { uid, pv } => {
+                    self.owners.creating.remove(&pv.name);
                     self.owners.pvs.insert(uid.clone(), pv.clone());
                 }
                 Action::ForgetOwner { uid } => {

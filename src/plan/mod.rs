@@ -123,7 +123,8 @@ impl Plan {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// Create this PV. `AlreadyExists` is success (the name is a function of the disk).
+    /// Create this PV. `AlreadyExists` is success (the name is a function of the disk). The shell records the
+    /// name in `Owners::creating` before the request and the UID from the response after it.
     CreatePv(Box<PersistentVolume>),
     /// Delete the PV only if it still has this UID and resourceVersion (a PV bound meanwhile survives).
     /// `NotFound` is success.

@@ -65,6 +65,11 @@ pub struct Owners {
     pub recorded: bool,
     #[serde(default)]
     pub pvs: BTreeMap<String, OwnedPv>,
+    /// PVs the agent is creating, by name: written before the create request, cleared when the UID is recorded.
+    /// A PV of that name at that exact path, the one PV there, is ours even if the create response was lost (a
+    /// timeout, a crash right after the request).
+    #[serde(default)]
+    pub creating: BTreeMap<String, OwnedPv>,
 }
 
 impl Owners {

@@ -47,9 +47,14 @@ pub(super) fn split(inputs: &Inputs<'_>) -> Split {
         let view = PvView::read(pv, node);
         let (ours, take_over) = match &view {
             Some(v) if v.origin == Origin::Ours && owners.owns(&uid) => (true, false),
-            // The one-time take-over of labelled PVs when owners were never recorded on this node.
+            // A create whose response was lost, or the one-time take-over of labelled PVs when owners were never
+            // recorded on this node.
             Some(v) if v.origin == Origin::Ours => {
-                let ok = !owners.recorded && sole_at_exact_path(inputs, pv, &all);
+                let creating = owners
+                    .creating
+                    .get(&v.pv_ref.name)
+                    .is_some_and(|c| c.path.as_os_str() == v.path.as_os_str());
+                let ok = (creating || !owners.recorded) && sole_at_exact_path(inputs, pv, &all);
                 (ok, ok)
             }
             // Adoption records the owner itself (`Planner::adopt`).

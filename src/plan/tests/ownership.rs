@@ -389,3 +389,39 @@ fn an_available_pv_from_an_older_release_marks_its_disk_published() {
         ["ledger fs-uuid:uuid-vol1 Published"]
     );
 }
+
+// ---- a create whose response was lost ----
+
+#[rstest]
+#[case::sole_pv_at_the_path(None, "/mnt/disks/vol1", true)]
+#[case::another_path(None, "/mnt/disks/vol2", false)]
+#[case::beside_another_pv(Some(forged().unlabelled().at_path("/mnt/disks/vol1/x").build()), "/mnt/disks/vol1", false)]
+fn a_pv_being_created_is_ours_only_at_its_exact_path_and_alone_there(
+    #[case] other: Option<PersistentVolume>,
+    #[case] recorded_path: &str,
+    #[case] ours: bool,
+) {
+    // The agent recorded the name, sent the create, and lost the response (timeout, crash).
+    let created = Pv::test().uid("uid-created").bound().build();
+    let mut world = World::new(vec![disk("vol1")], vec![]);
+    world.existing.push(created);
+    world.others.extend(other);
+    let name = pvname::localpv_name(NODE, CLASS, "vol1");
+    let path = PathBuf::from(recorded_path);
+    world
+        .owners
+        .creating
+        .insert(name.clone(), OwnedPv { name, path });
+    let plan = world.plan();
+    assert_eq!(
+        writes(&plan).contains(&"own uid-created".to_string()),
+        ours,
+        "{:?}",
+        summary(&plan)
+    );
+    if ours {
+        world.apply(&plan);
+        assert!(world.owners.creating.is_empty());
+        assert!(world.owners.owns("uid-created"));
+    }
+}
