@@ -41,8 +41,10 @@ pub(super) fn split(inputs: &Inputs<'_>) -> Split {
     let all = known_pvs(inputs);
     let node = inputs.node;
     let owners = inputs.owners;
+    // Read once: the narrow doors compare each candidate with every other PV.
+    let read: Vec<OtherPv> = all.iter().map(|pv| OtherPv::read(pv, node)).collect();
     let mut out = Split::default();
-    for pv in &all {
+    for (pv, other) in all.iter().zip(&read) {
         let uid = pv.metadata.uid.clone().unwrap_or_default();
         let view = PvView::read(pv, node);
         let (ours, take_over) = match &view {
@@ -54,11 +56,11 @@ pub(super) fn split(inputs: &Inputs<'_>) -> Split {
                     .creating
                     .get(&v.pv_ref.name)
                     .is_some_and(|c| c.path.as_os_str() == v.path.as_os_str());
-                let ok = (creating || !owners.recorded) && sole_at_exact_path(inputs, pv, &all);
+                let ok = (creating || !owners.recorded) && sole_at_exact_path(inputs, pv, &read);
                 (ok, ok)
             }
             // Adoption records the owner itself (`Planner::adopt`).
-            Some(_) => (sole_at_exact_path(inputs, pv, &all), false),
+            Some(_) => (sole_at_exact_path(inputs, pv, &read), false),
             None => (false, false),
         };
         match view {
@@ -68,7 +70,7 @@ pub(super) fn split(inputs: &Inputs<'_>) -> Split {
                 }
                 out.pvs.push(view);
             }
-            _ => out.others.push(OtherPv::read(pv, node)),
+            _ => out.others.push(other.clone()),
         }
     }
     if !owners.recorded {
@@ -101,11 +103,7 @@ pub(super) fn record_owner(pv: &PvView) -> Action {
 /// The narrow door for a PV we did not create: its path is spelled exactly as we write paths, it is an entry of
 /// a configured discovery directory, and no other PV that could be mounted here exposes that path, a directory
 /// above it or one inside it (a copy of a PV is never the one at its path).
-fn sole_at_exact_path(
-    inputs: &Inputs<'_>,
-    pv: &PersistentVolume,
-    all: &[&PersistentVolume],
-) -> bool {
+fn sole_at_exact_path(inputs: &Inputs<'_>, pv: &PersistentVolume, all: &[OtherPv]) -> bool {
     let Some(raw) = owners::raw_path(pv) else {
         return false;
     };
@@ -116,12 +114,9 @@ fn sole_at_exact_path(
     if !owners::is_canonical(raw) || !in_class_dir {
         return false;
     }
-    !all.iter().any(|other| {
-        other.metadata.uid != pv.metadata.uid && {
-            let o = OtherPv::read(other, inputs.node);
-            o.reaches_path(path)
-        }
-    })
+    let uid = pv.metadata.uid.as_deref().unwrap_or_default();
+    !all.iter()
+        .any(|other| other.pv_ref.uid != uid && other.reaches_path(path))
 }
 
 impl Planner<'_> {
