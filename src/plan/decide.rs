@@ -237,6 +237,18 @@ impl<'a> Planner<'a> {
                 .unwrap_or(self.inputs.now);
             let elapsed = self.inputs.now.duration_since(since).unwrap_or_default();
             if elapsed >= grace {
+                // NB: said as an Event, not only logged: the PV object is gone afterwards, and an operator looking
+                // for a vanished disk looks at `kubectl get events`.
+                let message = format!(
+                    "the disk at {} is gone; this unclaimed PV is deleted so no claim is bound to it",
+                    pv.path.display()
+                );
+                self.event(
+                    &pv.pv_ref,
+                    EventType::Warning,
+                    reason::DISK_MISSING,
+                    message,
+                );
                 self.delete(pv);
             } else {
                 self.memory.missing_since.insert(uid.clone(), since);

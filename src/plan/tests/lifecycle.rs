@@ -16,9 +16,16 @@ fn an_unclaimed_pv_whose_disk_vanished_is_deleted_with_preconditions(#[case] pv:
         resource_version: "1".into(),
     };
     let disk = "fs-uuid:uuid-vol1".to_string();
+    let event = Action::Event(PvEvent {
+        pv: expected.clone(),
+        type_: EventType::Warning,
+        reason: reason::DISK_MISSING,
+        message: "the disk at /mnt/disks/vol1 is gone; this unclaimed PV is deleted so no claim is bound to it"
+            .into(),
+    });
     assert_eq!(
         plan.actions,
-        [Action::DeleteUnclaimedPv { pv: expected, disk }]
+        [Action::DeleteUnclaimedPv { pv: expected, disk }, event]
     );
 }
 
@@ -72,7 +79,11 @@ fn the_grace_period_delays_deleting_an_available_pv() {
     world.now += Duration::from_secs(45);
     assert_eq!(world.plan().requeue_after, Some(Duration::from_secs(15)));
     world.now += Duration::from_secs(15);
-    assert_eq!(summary(&world.plan()), ["delete uid-vol1"]);
+    assert_eq!(
+        summary(&world.plan()),
+        ["delete uid-vol1", "event uid-vol1 DiskMissing"],
+        "the deletion is said as an Event, not only logged"
+    );
 }
 
 #[test]
@@ -210,7 +221,10 @@ fn an_available_disk_moved_to_another_path_is_republished_there() {
         vec![Pv::test().build()],
     );
     let plans = world.settle();
-    assert_eq!(summary(&plans[0]), ["delete uid-vol1"]);
+    assert_eq!(
+        summary(&plans[0]),
+        ["delete uid-vol1", "event uid-vol1 DiskMissing"]
+    );
     assert_eq!(
         summary(&plans[1]),
         [
