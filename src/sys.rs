@@ -15,6 +15,50 @@ nix::ioctl_write_ptr_bad!(blk_secdiscard, nix::request_code_none!(0x12, 125), [u
 // _IO(0x12, 127)
 nix::ioctl_write_ptr_bad!(blk_zeroout, nix::request_code_none!(0x12, 127), [u64; 2]);
 
+// LOOP_GET_STATUS64 (0x4C05, an old-style request number without direction bits; include/uapi/linux/loop.h).
+nix::ioctl_read_bad!(loop_get_status64, 0x4C05, LoopInfo64);
+
+/// `struct loop_info64`, field for field.
+#[repr(C)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+/// What a loop device is backed by: the backing file's device and inode, and the window of it the device shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoopBacking {
+    pub file_dev: u64,
+    pub file_inode: u64,
+    pub offset: u64,
+    pub size_limit: u64,
+}
+
+/// The backing file of the loop device open at `fd` (`LOOP_GET_STATUS64`).
+pub fn loop_backing(fd: impl AsFd) -> nix::Result<LoopBacking> {
+    // SAFETY: an all-zero `loop_info64` is a valid value of a plain C struct of integers and byte arrays.
+    let mut info: LoopInfo64 = unsafe { std::mem::zeroed() };
+    // SAFETY: LOOP_GET_STATUS64 writes one `struct loop_info64` through the pointer, valid for the call.
+    unsafe { loop_get_status64(fd.as_fd().as_raw_fd(), &mut info) }?;
+    Ok(LoopBacking {
+        file_dev: info.lo_device,
+        file_inode: info.lo_inode,
+        offset: info.lo_offset,
+        size_limit: info.lo_sizelimit,
+    })
+}
+
 /// Size in bytes of the block device open at `fd` (`BLKGETSIZE64`).
 pub fn block_device_size(fd: impl AsFd) -> nix::Result<u64> {
     let mut size: u64 = 0;

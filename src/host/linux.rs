@@ -48,6 +48,22 @@ impl LinuxHost {
     fn sys_block(&self, dev: DevId) -> PathBuf {
         self.sys.join("dev/block").join(dev.to_string())
     }
+
+    /// A loop device has no hardware ids, but it is exactly its backing file: the file's device and inode and the
+    /// window of it the device shows stay the same when the file is attached again on another loop number, and
+    /// differ for any other file. Read with `LOOP_GET_STATUS64` on the device node; `None` when it cannot be opened.
+    fn loop_serial(&self, dev: DevId) -> Option<String> {
+        let node = self.device_node(dev).ok()??;
+        let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        let backing = open(&node, flags, Mode::empty())
+            .and_then(crate::sys::loop_backing)
+            .map_err(|error| debug!(path = %node.display(), %error, "no loop backing file"))
+            .ok()?;
+        Some(format!(
+            "loop-backing:{}:{}:{}:{}",
+            backing.file_dev, backing.file_inode, backing.offset, backing.size_limit
+        ))
+    }
 }
 
 impl Host for LinuxHost {
@@ -158,7 +174,11 @@ impl Host for LinuxHost {
         } else {
             HardwareIds::default()
         };
-        Ok(fill_missing(from_udev, sysfs_ids(&sys)))
+        let mut ids = fill_missing(from_udev, sysfs_ids(&sys));
+        if ids.wwn.is_none() && ids.serial.is_none() && sys.join("loop").is_dir() {
+            ids.serial = self.loop_serial(dev);
+        }
+        Ok(ids)
     }
 
     fn device_node(&self, dev: DevId) -> Result<Option<PathBuf>, HostError> {

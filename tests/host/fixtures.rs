@@ -189,6 +189,11 @@ impl Scene {
             .join(format!("backing-{}.img", self.loops.len()));
         let file = fs::File::create(&backing).expect("create backing file");
         file.set_len(mib << 20).expect("size backing file");
+        self.attach(&backing)
+    }
+
+    /// Attach `backing` as a loop device on the first free loop number.
+    pub fn attach(&mut self, backing: &Path) -> PathBuf {
         let device = PathBuf::from(
             run(
                 "losetup",
@@ -198,6 +203,12 @@ impl Scene {
         );
         self.loops.push(LoopDevice(device.clone()));
         device
+    }
+
+    /// Detach a loop device this scene attached (dropping it detaches it exactly once).
+    pub fn detach(&mut self, device: &Path) {
+        let at = self.loops.iter().position(|l| l.0 == device);
+        drop(self.loops.remove(at.expect("a loop device of this scene")));
     }
 
     /// A loop device formatted with `fs_type` ("ext4" or "xfs") and `label`, mounted on `target`.

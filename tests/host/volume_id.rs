@@ -216,3 +216,48 @@ fn an_agent_without_cap_sys_admin_keeps_the_volume_id_in_the_user_namespace() {
         "a privileged agent reads it too"
     );
 }
+
+/// A loop device has no hardware ids; its backing file stands in for one, so the same file attached again on another
+/// loop number is the same disk (a renumbering, reclaimable), and another file is another disk.
+#[test]
+fn a_loop_device_is_identified_by_its_backing_file_across_loop_numbers() {
+    let mut scene = Scene::new();
+    let first = scene.loop_device(8);
+    let other = scene.loop_device(8);
+    let backing = scene.root().join("backing-0.img");
+    let host = LinuxHost::default();
+    let serial_of = |device: &Path| {
+        let rdev =
+            std::os::unix::fs::MetadataExt::rdev(&fs::metadata(device).expect("stat loop device"));
+        let dev = localpv::host::mountinfo::DevId::new(
+            nix::sys::stat::major(rdev) as u32,
+            nix::sys::stat::minor(rdev) as u32,
+        );
+        host.hardware_ids(dev).expect("hardware ids").serial
+    };
+    let before = serial_of(&first).expect("a loop device gets a backing-file id");
+    assert!(before.starts_with("loop-backing:"), "{before}");
+    assert_ne!(
+        Some(before.clone()),
+        serial_of(&other),
+        "two backing files, two ids"
+    );
+
+    scene.detach(&first);
+    // Something else takes the freed loop number first, as after a reboot in another order.
+    let filler = scene.root().join("filler.img");
+    fs::File::create(&filler)
+        .and_then(|f| f.set_len(8 << 20))
+        .expect("filler backing file");
+    scene.attach(&filler);
+    let again = scene.attach(&backing);
+    assert_ne!(
+        again, first,
+        "the test needs the file on another loop number"
+    );
+    assert_eq!(
+        serial_of(&again),
+        Some(before),
+        "same backing file, same id on another loop number"
+    );
+}

@@ -137,7 +137,7 @@ pub fn kubectl_shows_the_columns(cp: &ControlPlane, ext4: &FsDisk, xfs: &FsDisk,
     assert_eq!(
         header(&table),
         [
-            "NAME", "NODE", "PATH", "CLASS", "SIZE", "PHASE", "PV", "CLAIM", "AGE"
+            "NAME", "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "PV", "CLAIM", "AGE"
         ],
         "{table}"
     );
@@ -151,12 +151,13 @@ pub fn kubectl_shows_the_columns(cp: &ControlPlane, ext4: &FsDisk, xfs: &FsDisk,
         "{line}"
     );
     assert!(row(&table, "scratch").contains("Unusable"), "{table}");
+    assert!(row(&table, "scratch").contains("NotAMountPoint"), "{table}");
     assert!(row(&table, "blk1").contains("64.0MiB"), "{table}");
 
     let wide = kubectl(cp, &["get", "ldisk", "-o", "wide"]);
     let columns = header(&wide);
     assert_eq!(
-        columns[9..],
+        columns[10..],
         ["DEVICE", "FSTYPE", "FSUUID", "MODEL", "SERIAL"],
         "{wide}"
     );
