@@ -5,7 +5,7 @@
 //!
 //! Floods only target 127.0.0.1 ports these tests opened, are bounded in count and time, and stop by themselves.
 //! More than 20,000 connections cannot come from one process here (the same limit), so idle floods run in helper
-//! processes: this test binary run again for `flood_helper`. Up to 21,000 connections are tried; how many a
+//! processes: the `flood_client` example (`examples/flood_client.rs`). Up to 21,000 connections are tried; how many a
 //! loaded machine manages in the time is printed, and at least 5,000 (many times either cap) are required.
 
 use std::io::{Read, Write};
@@ -96,14 +96,7 @@ impl Drop for MemCgroup {
 
 /// A helper process holding `count` connections to `port` for `secs` seconds (`mode`: idle or slowloris).
 fn flood(port: u16, count: usize, secs: u64, mode: &str) -> Child {
-    Command::new(std::env::current_exe().expect("test binary path"))
-        .args([
-            "attack_flood::flood_helper",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    Command::new(flood_client())
         .env("LOCALPV_FLOOD_PORT", port.to_string())
         .env("LOCALPV_FLOOD_COUNT", count.to_string())
         .env("LOCALPV_FLOOD_SECS", secs.to_string())
@@ -112,6 +105,22 @@ fn flood(port: u16, count: usize, secs: u64, mode: &str) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("flood helper starts")
+}
+
+/// The `flood_client` example, which `cargo test` builds beside the test binaries (`target/debug/examples/`).
+fn flood_client() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let examples = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|debug| debug.join("examples/flood_client"))
+        .expect("test binary under target/<profile>/deps");
+    assert!(
+        examples.is_file(),
+        "missing prerequisite: {} (built by `cargo test`, or `cargo build --example flood_client`)",
+        examples.display()
+    );
+    examples
 }
 
 /// What a helper reported: (connected, closed by the server before the end).
@@ -126,64 +135,6 @@ fn flood_report(child: Child) -> (usize, usize) {
         .split_whitespace()
         .map(|n| n.parse::<usize>().unwrap_or(0));
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
-}
-
-#[test]
-#[ignore = "helper process of the attack_flood tests, started by them with LOCALPV_FLOOD_* set"]
-fn flood_helper() {
-    let var = |k: &str| {
-        std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set: run by attack_flood only"))
-    };
-    let port: u16 = var("LOCALPV_FLOOD_PORT").parse().expect("port");
-    let count: usize = var("LOCALPV_FLOOD_COUNT").parse().expect("count");
-    let secs: u64 = var("LOCALPV_FLOOD_SECS").parse().expect("secs");
-    let slow = var("LOCALPV_FLOOD_MODE") == "slowloris";
-    let until = Instant::now() + Duration::from_secs(secs);
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    // Four connecting threads: one blocking connect at a time cannot outpace a busy server's accept loop.
-    let connectors: Vec<_> = (0..4)
-        .map(|_| {
-            std::thread::spawn(move || {
-                let mut held = Vec::new();
-                while held.len() < count.div_ceil(4) && Instant::now() < until {
-                    match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
-                        Ok(mut s) => {
-                            if slow {
-                                let _ = s.write_all(b"POST /filter HTTP/1.1\r\nHost: x\r\n");
-                            }
-                            held.push(s);
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(10)),
-                    }
-                }
-                held
-            })
-        })
-        .collect();
-    let mut held: Vec<TcpStream> = connectors
-        .into_iter()
-        .flat_map(|t| t.join().expect("connector thread"))
-        .collect();
-    let connected = held.len();
-    while Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(500));
-        if slow {
-            for s in &mut held {
-                let _ = s.write_all(b"X: y\r\n");
-            }
-        }
-    }
-    let mut closed = 0;
-    for s in &mut held {
-        let _ = s.set_nonblocking(true);
-        let mut buf = [0u8; 512];
-        match s.read(&mut buf) {
-            Ok(_) => closed += 1,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => closed += 1,
-        }
-    }
-    println!("FLOOD {connected} {closed}");
 }
 
 /// POST `body` on a fresh connection; the status, or `None` when nothing answered within `timeout`.
