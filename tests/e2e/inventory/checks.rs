@@ -177,7 +177,7 @@ pub fn localpv_disks_lists_them(cp: &ControlPlane, fs: &[&FsDisk], block: &Path,
     assert_eq!(
         header(&table),
         [
-            "NODE", "PATH", "CLASS", "SIZE", "PHASE", "PV", "CLAIM", "AGE"
+            "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "PV", "CLAIM", "AGE"
         ],
         "{table}"
     );
@@ -201,6 +201,7 @@ pub fn localpv_disks_lists_them(cp: &ControlPlane, fs: &[&FsDisk], block: &Path,
         assert!(line.contains(&human_bytes(fs_capacity(&d.path))), "{line}");
     }
     assert!(row(&table, "README").contains("Unusable"), "{table}");
+    assert!(row(&table, "README").contains("NotADiskEntry"), "{table}");
     assert!(
         table.contains(summary),
         "want summary {summary:?} in:\n{table}"
