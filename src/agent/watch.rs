@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 use tracing::warn;
 
-/// Objects of one kind by name, and whether the initial list has completed.
+/// Objects of one kind by key (see [`key`]), and whether the initial list has completed.
 pub struct Store<K> {
     inner: Mutex<Inner<K>>,
 }
@@ -48,6 +48,7 @@ impl<K: Clone> Store<K> {
         self.lock().synced = true;
     }
 
+    /// A cluster-scoped object by name (namespaced objects are keyed `namespace/name`).
     pub fn get(&self, name: &str) -> Option<K> {
         self.lock().items.get(name).cloned()
     }
@@ -94,8 +95,18 @@ pub async fn run<K>(
     }
 }
 
+/// The store key: the name of a cluster-scoped object, `namespace/name` of a namespaced one.
+// NB: keyed by name alone, pods `a/web-0` and `b/web-0` overwrote each other and deleting one removed both.
+fn key(obj: &DynamicObject) -> Option<String> {
+    let name = obj.metadata.name.as_ref()?;
+    Some(match &obj.metadata.namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.clone(),
+    })
+}
+
 fn decode<K: DeserializeOwned>(kind: &str, obj: &DynamicObject) -> Option<(String, K)> {
-    let name = obj.metadata.name.clone()?;
+    let name = key(obj)?;
     let value = match serde_json::to_value(obj) {
         Ok(v) => v,
         Err(error) => {
@@ -140,16 +151,63 @@ fn apply<K: DeserializeOwned + Clone>(
                 s.items.insert(name, k);
                 true
             }
-            None => obj
-                .metadata
-                .name
-                .as_ref()
-                .is_some_and(|n| s.items.remove(n).is_some()),
+            None => key(&obj).is_some_and(|k| s.items.remove(&k).is_some()),
         },
-        Event::Delete(obj) => obj
-            .metadata
-            .name
-            .as_ref()
-            .is_some_and(|n| s.items.remove(n).is_some()),
+        Event::Delete(obj) => key(&obj).is_some_and(|k| s.items.remove(&k).is_some()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+
+    use super::*;
+
+    fn object(kind: &str, namespace: Option<&str>, name: &str) -> DynamicObject {
+        let mut meta = serde_json::json!({ "name": name });
+        if let Some(ns) = namespace {
+            meta["namespace"] = ns.into();
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": kind, "metadata": meta,
+        }))
+        .expect("a valid object")
+    }
+
+    #[test]
+    fn same_named_pods_in_two_namespaces_are_kept_apart() {
+        let store = Store::<Pod>::new();
+        for ns in ["a", "b"] {
+            assert!(apply(
+                &store,
+                "Pod",
+                Event::Apply(object("Pod", Some(ns), "web-0"))
+            ));
+        }
+        assert_eq!(store.all().len(), 2);
+        assert!(apply(
+            &store,
+            "Pod",
+            Event::Delete(object("Pod", Some("a"), "web-0"))
+        ));
+        let left: Vec<_> = store
+            .all()
+            .into_iter()
+            .map(|p| p.metadata.namespace)
+            .collect();
+        assert_eq!(left, [Some("b".to_string())]);
+    }
+
+    #[test]
+    fn cluster_scoped_objects_are_found_by_name() {
+        let store = Store::<Node>::new();
+        apply(&store, "Node", Event::Apply(object("Node", None, "node-1")));
+        assert!(store.get("node-1").is_some());
+        assert!(apply(
+            &store,
+            "Node",
+            Event::Delete(object("Node", None, "node-1"))
+        ));
+        assert!(store.get("node-1").is_none());
     }
 }
