@@ -59,7 +59,7 @@ pub enum ExplainError {
     Parse {
         path: PathBuf,
         document: usize,
-        source: serde_yaml::Error,
+        source: serde_yaml_ng::Error,
     },
     #[error("failed to read {kind} {name:?} in {path}: {message}")]
     Object {
@@ -79,14 +79,14 @@ pub enum ExplainError {
 /// Every object of a file, `List`s flattened, in file order.
 fn objects(path: &Path, text: &str) -> Result<Vec<Value>, ExplainError> {
     let mut out = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let parse = |source| ExplainError::Parse {
             path: path.into(),
             document: i + 1,
             source,
         };
-        let value = serde_yaml::Value::deserialize(doc).map_err(parse)?;
-        let value: Value = serde_yaml::from_value(value).map_err(parse)?;
+        let value = serde_yaml_ng::Value::deserialize(doc).map_err(parse)?;
+        let value: Value = serde_yaml_ng::from_value(value).map_err(parse)?;
         flatten(value, &mut out);
     }
     Ok(out)
@@ -169,14 +169,14 @@ pub struct Pods {
 /// explained as a pod without claims (which fits everywhere).
 pub fn pods_from(path: &Path, text: &str) -> Result<Pods, ExplainError> {
     let (mut values, mut documents, mut listed) = (Vec::new(), 0, false);
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let parse = |source| ExplainError::Parse {
             path: path.into(),
             document: i + 1,
             source,
         };
-        let value = serde_yaml::Value::deserialize(doc).map_err(parse)?;
-        let value: Value = serde_yaml::from_value(value).map_err(parse)?;
+        let value = serde_yaml_ng::Value::deserialize(doc).map_err(parse)?;
+        let value: Value = serde_yaml_ng::from_value(value).map_err(parse)?;
         if value.is_null() {
             continue;
         }

@@ -87,10 +87,10 @@ fn table_output_shows_verdict_score_and_chosen_pvs_per_node() {
 
 #[test]
 fn a_json_list_snapshot_works_like_yaml() {
-    let yaml: serde_yaml::Value = serde_yaml::Deserializer::from_str(SNAPSHOT_YAML)
-        .map(|d| serde_yaml::Value::deserialize(d).expect("valid yaml"))
-        .fold(serde_yaml::Value::Sequence(vec![]), |mut acc, v| {
-            if let serde_yaml::Value::Sequence(s) = &mut acc {
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::Deserializer::from_str(SNAPSHOT_YAML)
+        .map(|d| serde_yaml_ng::Value::deserialize(d).expect("valid yaml"))
+        .fold(serde_yaml_ng::Value::Sequence(vec![]), |mut acc, v| {
+            if let serde_yaml_ng::Value::Sequence(s) = &mut acc {
                 s.push(v);
             }
             acc
@@ -217,8 +217,8 @@ fn a_pod_list_explains_every_pod_not_just_the_first() {
 
 #[test]
 fn an_api_pod_list_in_json_gives_one_decision_per_pod() {
-    let yaml: serde_yaml::Value = serde_yaml::from_str(PODS_LIST_YAML).expect("valid yaml");
-    let mut list: Value = serde_yaml::from_value(yaml).expect("json value");
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(PODS_LIST_YAML).expect("valid yaml");
+    let mut list: Value = serde_yaml_ng::from_value(yaml).expect("json value");
     list["kind"] = "PodList".into();
     for item in list["items"].as_array_mut().expect("items") {
         item.as_object_mut().expect("pod").remove("kind");

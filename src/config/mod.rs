@@ -224,7 +224,7 @@ pub enum ConfigError {
     Parse {
         origin: String,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_yaml_ng::Error,
     },
     #[error("invalid configuration: {}", join(problems))]
     Invalid {
@@ -267,8 +267,8 @@ impl Config {
     /// `data`) is accepted too and read like a mounted directory. `origin` names the source in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<Loaded, ConfigError> {
         source::check_text(text, origin)?;
-        let value: serde_yaml::Value =
-            serde_yaml::from_str(text).map_err(|source| ConfigError::Parse {
+        let value: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).map_err(|source| ConfigError::Parse {
                 origin: origin.to_string(),
                 source,
             })?;
@@ -283,17 +283,17 @@ impl Config {
         files: &BTreeMap<String, String>,
         origin: &str,
     ) -> Result<Loaded, ConfigError> {
-        let mut document = serde_yaml::Mapping::new();
+        let mut document = serde_yaml_ng::Mapping::new();
         for (key, text) in files {
             source::check_text(text, &format!("{origin}/{key}"))?;
-            let value: serde_yaml::Value =
-                serde_yaml::from_str(text).map_err(|source| ConfigError::Parse {
+            let value: serde_yaml_ng::Value =
+                serde_yaml_ng::from_str(text).map_err(|source| ConfigError::Parse {
                     origin: format!("{origin}/{key}"),
                     source,
                 })?;
-            document.insert(serde_yaml::Value::String(key.clone()), value);
+            document.insert(serde_yaml_ng::Value::String(key.clone()), value);
         }
-        parse::parse_document(&serde_yaml::Value::Mapping(document))
+        parse::parse_document(&serde_yaml_ng::Value::Mapping(document))
     }
 
     /// What discovery needs: one entry per class.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::NodeSelectorTerm;
-use serde_yaml::Value;
+use serde_yaml_ng::Value;
 
 use super::dirs::{self, ClassDirs};
 use super::values::is_dns_subdomain;

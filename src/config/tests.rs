@@ -116,7 +116,8 @@ fn mounted_configmap_directory_is_read_like_the_manifest() {
         dir.path().join("..data"),
     )
     .expect("..data");
-    let manifest: serde_yaml::Value = serde_yaml::from_str(REFERENCE_CONFIGMAP).expect("manifest");
+    let manifest: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(REFERENCE_CONFIGMAP).expect("manifest");
     for (key, value) in manifest["data"].as_mapping().expect("data") {
         let key = key.as_str().expect("key");
         std::fs::write(stamped.join(key), value.as_str().expect("value")).expect("write key");

@@ -1,7 +1,7 @@
 //! Scalar readers for the configuration: YAML 1.1 booleans, Go durations, Kubernetes label syntax.
 //!
 //! The reference provisioner decodes its ConfigMap with a YAML 1.1 library, so `yes`, `on` and `y` are booleans
-//! there; serde_yaml follows YAML 1.2 and hands them to us as strings. These helpers restore the 1.1 meaning.
+//! there; serde_yaml_ng follows YAML 1.2 and hands them to us as strings. These helpers restore the 1.1 meaning.
 
 use std::time::Duration;
 

@@ -288,8 +288,8 @@ pub fn crd() -> CustomResourceDefinition {
 }
 
 /// The CRD as YAML: what `localpv crd` prints and the checked-in copies hold.
-pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
-    serde_yaml::to_string(&crd())
+pub fn crd_yaml() -> Result<String, serde_yaml_ng::Error> {
+    serde_yaml_ng::to_string(&crd())
 }
 
 #[cfg(test)]

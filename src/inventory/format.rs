@@ -22,7 +22,7 @@ pub enum FormatError {
     #[error("failed to serialise the disks as JSON")]
     Json(#[source] serde_json::Error),
     #[error("failed to serialise the disks as YAML")]
-    Yaml(#[source] serde_yaml::Error),
+    Yaml(#[source] serde_yaml_ng::Error),
 }
 
 /// Which disks to show; `None` fields match everything.
@@ -66,7 +66,7 @@ pub fn render(disks: &[LocalDisk], output: Output, now: SystemTime) -> Result<St
                 text
             })
             .map_err(FormatError::Json),
-        Output::Yaml => serde_yaml::to_string(&list(disks)).map_err(FormatError::Yaml),
+        Output::Yaml => serde_yaml_ng::to_string(&list(disks)).map_err(FormatError::Yaml),
     }
 }
 

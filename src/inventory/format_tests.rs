@@ -147,7 +147,7 @@ fn machine_formats_are_a_sorted_list_without_managed_fields(#[case] output: Outp
     let out = render(&all(), output, now()).expect("renders");
     let value: serde_json::Value = match output {
         Output::Json => serde_json::from_str(&out).expect("valid JSON"),
-        _ => serde_yaml::from_str(&out).expect("valid YAML"),
+        _ => serde_yaml_ng::from_str(&out).expect("valid YAML"),
     };
     assert_eq!(value["kind"], "List");
     let items = value["items"].as_array().expect("items");

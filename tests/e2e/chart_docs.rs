@@ -189,7 +189,7 @@ const TAKES_VALUE: &[&str] = &[
 
 /// The promise of a command line: its `-f` files, then its `--set` flags (only the keys the docs use).
 fn promise_of_command(args: &[String]) -> Promise {
-    let defaults: Value = serde_yaml::from_str(
+    let defaults: Value = serde_yaml_ng::from_str(
         &fs::read_to_string(root().join("charts/localpv/values.yaml")).expect("values.yaml"),
     )
     .expect("values.yaml parses");
@@ -213,7 +213,7 @@ fn promise_of_command(args: &[String]) -> Promise {
             "-f" | "--values" => {
                 let text = fs::read_to_string(root().join(&value))
                     .unwrap_or_else(|e| panic!("values file {value}: {e}"));
-                let values: Value = serde_yaml::from_str(&text).expect("values file parses");
+                let values: Value = serde_yaml_ng::from_str(&text).expect("values file parses");
                 let from_file = promise_of_values(&values);
                 if values.get("classes").is_some() {
                     promise.classes = from_file.classes;
@@ -280,7 +280,7 @@ fn assert_rendering_keeps(what: &str, args: &[String], promise: &Promise) {
         .iter()
         .find(|d| d["kind"] == "ConfigMap" && d["data"].get("storageClassMap").is_some())
         .map(|d| {
-            serde_yaml::from_str(d["data"]["storageClassMap"].as_str().unwrap_or_default())
+            serde_yaml_ng::from_str(d["data"]["storageClassMap"].as_str().unwrap_or_default())
                 .expect("storageClassMap parses")
         });
     match &promise.existing_config_map {
@@ -347,7 +347,7 @@ fn every_documented_values_file_renders_the_classes_it_promises() {
     for doc in DOCS {
         let text = fs::read_to_string(root().join(doc)).expect("doc readable");
         for (n, (info, body)) in fenced_blocks(&text).into_iter().enumerate() {
-            let values: Value = match serde_yaml::from_str(&body) {
+            let values: Value = match serde_yaml_ng::from_str(&body) {
                 Ok(v) if info == "yaml" => v,
                 _ => continue,
             };

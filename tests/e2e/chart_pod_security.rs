@@ -80,7 +80,7 @@ fn notes_of_install(cp: &ControlPlane, ns: &str) -> String {
 async fn node_agent_pods_need_the_privileged_pod_security_level_that_the_namespace_file_sets() {
     let cp = ControlPlane::start(Options::default()).await;
     // The documented namespace file, applied as written.
-    let file: Value = serde_yaml::from_str(
+    let file: Value = serde_yaml_ng::from_str(
         &fs::read_to_string(root().join(NAMESPACE_FILE)).expect("namespace.yaml exists"),
     )
     .expect("namespace.yaml parses");

@@ -140,7 +140,7 @@ fn check_config_map(docs: &[Value], dir: &Path, what: &str) -> Result<Value, Str
         .find(|d| d["kind"] == "ConfigMap" && d["data"].get("storageClassMap").is_some())
         .unwrap_or_else(|| panic!("{what}: no agent ConfigMap"));
     let file = dir.join("configmap.yaml");
-    fs::write(&file, serde_yaml::to_string(cm).expect("serialises")).expect("written");
+    fs::write(&file, serde_yaml_ng::to_string(cm).expect("serialises")).expect("written");
     let out = Command::new(localpv_bin())
         .args(["node", "--check-config", "--config"])
         .arg(&file)
@@ -151,7 +151,7 @@ fn check_config_map(docs: &[Value], dir: &Path, what: &str) -> Result<Value, Str
         return Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr)));
     }
     Ok(
-        serde_yaml::from_str(cm["data"]["storageClassMap"].as_str().expect("a string"))
+        serde_yaml_ng::from_str(cm["data"]["storageClassMap"].as_str().expect("a string"))
             .expect("storageClassMap parses"),
     )
 }
@@ -159,7 +159,7 @@ fn check_config_map(docs: &[Value], dir: &Path, what: &str) -> Result<Value, Str
 fn check(cp: &ControlPlane, file: &Path, work: &Path) {
     let what = file.display().to_string();
     let values: Value =
-        serde_yaml::from_str(&fs::read_to_string(file).expect("readable")).expect("parses");
+        serde_yaml_ng::from_str(&fs::read_to_string(file).expect("readable")).expect("parses");
     let (docs, notes) = dry_run_install(cp, file);
     // NB: the reference EKS example discovers under /dev/disk/kubernetes; localpv refuses discovery
     // directories inside system directories (docs/migration.md says so and what to do instead).
@@ -180,7 +180,7 @@ fn check(cp: &ControlPlane, file: &Path, work: &Path) {
                 guide.contains("/dev/disk/kubernetes"),
                 "docs/migration.md does not say that a hostDir under /dev is refused"
             );
-            serde_yaml::from_str(
+            serde_yaml_ng::from_str(
                 docs.iter()
                     .find(|d| {
                         d["kind"] == "ConfigMap" && d["data"].get("storageClassMap").is_some()

@@ -85,7 +85,8 @@ fn scheduler_config_in(notes: &str) -> Value {
         .nth(1)
         .and_then(|rest| rest.split("----- >8 -----").next())
         .unwrap_or_else(|| panic!("the NOTES print no scheduler configuration:\n{notes}"));
-    serde_yaml::from_str(body).unwrap_or_else(|e| panic!("the printed configuration: {e}\n{body}"))
+    serde_yaml_ng::from_str(body)
+        .unwrap_or_else(|e| panic!("the printed configuration: {e}\n{body}"))
 }
 
 /// The body of a 200 answer of an HTTPS endpoint on loopback (any certificate).
@@ -243,7 +244,7 @@ async fn scheduler_from_the_notes_schedules_through_the_extender(client_auth: bo
     let config_path = cp.dir.join("scheduler-from-notes.yaml");
     fs::write(
         &config_path,
-        serde_yaml::to_string(&config).expect("serialises"),
+        serde_yaml_ng::to_string(&config).expect("serialises"),
     )
     .expect("written");
     let port = free_port();
@@ -359,7 +360,7 @@ async fn second_scheduler_runs_with_the_charts_configuration_and_service_account
         .await
         .expect("the scheduler's ConfigMap");
     let text = cm.data.expect("data")["config.yaml"].clone();
-    let mut config: Value = serde_yaml::from_str(&text).expect("the config parses");
+    let mut config: Value = serde_yaml_ng::from_str(&text).expect("the config parses");
     let kubeconfig = sa::token_kubeconfig(&cp, NAMESPACE, "localpv-scheduler").await;
     config["clientConnection"] = json!({"kubeconfig": kubeconfig.display().to_string()});
     let entry = &mut config["extenders"][0];
@@ -370,7 +371,11 @@ async fn second_scheduler_runs_with_the_charts_configuration_and_service_account
     entry["tlsConfig"]["caFile"] = json!(ca.display().to_string());
     entry["urlPrefix"] = json!(format!("https://127.0.0.1:{extender_port}"));
     let config_path = cp.dir.join("second-scheduler.yaml");
-    fs::write(&config_path, serde_yaml::to_string(&config).expect("yaml")).expect("written");
+    fs::write(
+        &config_path,
+        serde_yaml_ng::to_string(&config).expect("yaml"),
+    )
+    .expect("written");
     let port = free_port();
     let mut scheduler = Component::spawn(
         "kube-scheduler-second",

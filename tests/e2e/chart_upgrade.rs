@@ -63,7 +63,7 @@ async fn make_crd_outdated(cp: &ControlPlane) {
 async fn assert_crd_is_the_charts(cp: &ControlPlane) {
     let api: Api<CustomResourceDefinition> = Api::all(cp.client());
     let live = serde_json::to_value(api.get(CRD).await.expect("CRD")).expect("serialises");
-    let file: Value = serde_yaml::from_str(
+    let file: Value = serde_yaml_ng::from_str(
         &fs::read_to_string(root().join("charts/localpv/crds/localdisk.yaml")).expect("CRD file"),
     )
     .expect("parses");

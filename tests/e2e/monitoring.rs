@@ -226,7 +226,7 @@ fn rule_queries() -> Vec<(String, String)> {
         path.display()
     );
     let text = fs::read_to_string(&path).expect("the rules exist");
-    let rules: serde_yaml::Value = serde_yaml::from_str(&text).expect("the rules are YAML");
+    let rules: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("the rules are YAML");
     let mut out = Vec::new();
     for group in rules["groups"].as_sequence().expect("groups") {
         for rule in group["rules"].as_sequence().expect("rules") {

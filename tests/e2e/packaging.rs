@@ -93,7 +93,7 @@ pub(crate) fn render(release: &str, extra: &[&str]) -> String {
 }
 
 pub(crate) fn documents(yaml: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(yaml)
+    serde_yaml_ng::Deserializer::from_str(yaml)
         .filter_map(|d| {
             let v: Value = serde::Deserialize::deserialize(d).expect("rendered YAML parses");
             (!v.is_null()).then_some(v)
@@ -219,7 +219,11 @@ fn rendered_config_maps_are_valid_node_agent_configuration() {
             .collect();
         assert_eq!(maps.len(), 1, "{name}: one agent ConfigMap");
         let file = dir.path().join(format!("{name}.yaml"));
-        fs::write(&file, serde_yaml::to_string(&maps[0]).expect("serialises")).expect("written");
+        fs::write(
+            &file,
+            serde_yaml_ng::to_string(&maps[0]).expect("serialises"),
+        )
+        .expect("written");
         let out = run_ok(
             &localpv_bin(),
             &[

@@ -39,7 +39,11 @@ pub fn values(c: &RealCluster, extra: Value) -> PathBuf {
     let path = c
         .run_dir()
         .join(format!("values-{}.yaml", crate::support::cluster::unique()));
-    fs::write(&path, serde_yaml::to_string(&v).expect("values serialise")).expect("values written");
+    fs::write(
+        &path,
+        serde_yaml_ng::to_string(&v).expect("values serialise"),
+    )
+    .expect("values written");
     path
 }
 

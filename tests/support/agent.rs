@@ -163,7 +163,8 @@ pub async fn install_crd(cp: &ControlPlane) {
     use kube::api::{Api, PostParams};
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/crd/localdisk.yaml");
     let text = fs::read_to_string(&path).expect("config/crd/localdisk.yaml is readable");
-    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("the CRD copy parses");
+    let crd: CustomResourceDefinition =
+        serde_yaml_ng::from_str(&text).expect("the CRD copy parses");
     let api: Api<CustomResourceDefinition> = Api::all(cp.client());
     let name = crd.metadata.name.clone().expect("CRD has a name");
     if let Err(e) = api.create(&PostParams::default(), &crd).await {

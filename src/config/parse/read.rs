@@ -6,7 +6,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::NodeSelectorTerm;
-use serde_yaml::Value;
+use serde_yaml_ng::Value;
 
 use super::{NODE_LABEL, Reader};
 use crate::config::PvNaming;
@@ -196,7 +196,7 @@ impl Reader {
     }
 
     pub(super) fn selector(&mut self, key: &str, value: &Value) -> Vec<NodeSelectorTerm> {
-        match serde_yaml::from_value::<Vec<NodeSelectorTerm>>(plain(value).clone()) {
+        match serde_yaml_ng::from_value::<Vec<NodeSelectorTerm>>(plain(value).clone()) {
             Ok(terms) => {
                 for (i, term) in terms.iter().enumerate() {
                     let empty = term.match_expressions.as_ref().is_none_or(Vec::is_empty)
