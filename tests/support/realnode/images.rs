@@ -85,8 +85,8 @@ fn save(image: &str, path: &Path) {
     fs::rename(&tmp, path).expect("image archive renamed into place");
 }
 
-/// An image made of a root file system directory, from scratch.
-fn from_rootfs(rootfs: &Path, image: &str, entrypoint: &str, work: &Path) {
+/// A buildah working container from scratch holding `rootfs` (packed through a tar in `work`); its id.
+fn scratch_container(rootfs: &Path, work: &Path) -> String {
     let tar = work.join("rootfs.tar");
     run(
         "tar",
@@ -100,6 +100,12 @@ fn from_rootfs(rootfs: &Path, image: &str, entrypoint: &str, work: &Path) {
     );
     let c = buildah(&["from", "scratch"]).trim().to_string();
     buildah(&["add", &c, &tar.display().to_string(), "/"]);
+    c
+}
+
+/// An image made of a root file system directory, from scratch.
+fn from_rootfs(rootfs: &Path, image: &str, entrypoint: &str, work: &Path) {
+    let c = scratch_container(rootfs, work);
     buildah(&[
         "config",
         "--env",
@@ -211,19 +217,7 @@ fn ensure_base_image(cache: &Path) {
             "http://deb.debian.org/debian",
         ],
     );
-    let tar = work.path().join("rootfs.tar");
-    run(
-        "tar",
-        &[
-            "-C",
-            &rootfs.display().to_string(),
-            "-cf",
-            &tar.display().to_string(),
-            ".",
-        ],
-    );
-    let c = buildah(&["from", "scratch"]).trim().to_string();
-    buildah(&["add", &c, &tar.display().to_string(), "/"]);
+    let c = scratch_container(&rootfs, work.path());
     buildah(&[
         "config",
         "--env",
