@@ -11,6 +11,7 @@ mod attack_inventory;
 mod attack_ownership;
 mod bench_page;
 mod chart_docs;
+mod chart_node_values;
 mod chart_pod_security;
 mod chart_privileges;
 mod chart_reference_values;
