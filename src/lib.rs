@@ -28,6 +28,7 @@ pub mod logging;
 pub mod plan;
 pub mod pvname;
 pub mod serve;
+#[cfg(feature = "node")]
 pub mod sys;
 pub mod telemetry;
 #[cfg(feature = "node")]

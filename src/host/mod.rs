@@ -17,6 +17,7 @@ pub mod fake;
 #[cfg(feature = "node")]
 pub mod linux;
 pub mod mountinfo;
+#[cfg(feature = "node")]
 pub mod watch;
 
 pub use mountinfo::{DevId, MountEntry, MountInfoError, MountTable};
