@@ -31,5 +31,6 @@ pub mod serve;
 #[cfg(feature = "node")]
 pub mod sys;
 pub mod telemetry;
+pub mod watch;
 #[cfg(feature = "node")]
 pub mod wipe;

@@ -55,7 +55,7 @@ pub struct Gate {
 pub async fn watch_when_installed(
     gate: Gate,
     config: watcher::Config,
-    store: Arc<super::watch::Store<LocalDisk>>,
+    store: Arc<crate::watch::Store<LocalDisk>>,
     changed: Arc<Notify>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -92,7 +92,7 @@ pub async fn watch_when_installed(
         gate.http.set_note(None);
     }
     gate.available.set(1);
-    super::watch::run(gate.client, config, store, changed, shutdown).await
+    crate::watch::run(gate.client, config, store, changed, shutdown).await
 }
 
 /// One log line and one Warning Event on the Node: PVs and wipes go on without the inventory.

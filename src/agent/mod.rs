@@ -11,8 +11,8 @@
 //!
 //! Everything that decides lives in `plan`; this module only gathers inputs and applies what `plan` returns.
 
-// NB: without the `node` feature (the CLI-only build, no libblkid/libudev) only the options, the configuration
-// loader and the watch helper the extender's clean-up shares are compiled; `run` and what it drives are not.
+// NB: without the `node` feature (the CLI-only build, no libblkid/libudev) only the options and the configuration
+// loader are compiled; `run` and what it drives are not.
 #![cfg_attr(not(feature = "node"), allow(unused_imports, dead_code))]
 
 #[cfg(feature = "node")]
@@ -27,7 +27,6 @@ mod ledger;
 mod metrics;
 #[cfg(feature = "node")]
 mod pass;
-pub(crate) mod watch;
 #[cfg(feature = "node")]
 mod wiper;
 
@@ -48,6 +47,7 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::inventory::LocalDisk;
 use crate::plan::pv::NODE_LABEL;
+use crate::watch;
 
 /// Flags and environment of `localpv node`.
 #[derive(clap::Args, Debug, Clone)]

@@ -25,7 +25,6 @@ use super::http::State as HttpState;
 use super::inventory::{self as inv, InventoryWriter};
 use super::ledger::LedgerFile;
 use super::metrics::{Metrics, Outcome, OutcomeLabels};
-use super::watch::Store;
 use super::wiper::{Done, Failed};
 use super::{Options, load_config};
 use crate::config::Config;
@@ -40,6 +39,7 @@ use crate::plan::{
     self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv, Owners,
     StorageClassFacts, WipeOrder,
 };
+use crate::watch::Store;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(600);
 const FIRST_BACKOFF: Duration = Duration::from_secs(5);

@@ -1,0 +1,392 @@
+//! The one guarded watch and the one store every part of the program reads the cluster through.
+//!
+//! ```text
+//!  kube-apiserver ──list+watch (selectors)──> DeserializeGuard<K> ──convert──> Store<T>: namespace/name ──> Arc<T>
+//!                   one object we cannot read: logged, skipped     (unchanged T: no notify)   └─> Notify "changed"
+//! ```
+//!
+//! Each object is decoded on its own (kube's `DeserializeGuard`), so one malformed object is logged and skipped
+//! instead of failing the whole list, and with it readiness, forever. `convert` turns the object into the model
+//! its reader keeps (the agent keeps the object itself; the extender and the clean-up controller keep compact
+//! models), and an update whose model equals the stored one changes nothing, so it wakes no one. Objects are keyed
+//! `namespace/name` (a cluster-scoped one by its name): pods `a/web-0` and `b/web-0` are two entries. A relist
+//! replaces the store at `InitDone`, all at once. Models are kept behind `Arc`, so a reader copies pointers.
+
+use std::collections::BTreeMap;
+use std::fmt::{Debug, Display};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures::StreamExt;
+use kube::api::{Api, ObjectMeta};
+use kube::core::DeserializeGuard;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::{Notify, watch};
+use tracing::warn;
+
+/// Models by key (see [`key`]), whether the first list has completed, and a count of visible changes.
+pub struct Store<T> {
+    inner: Mutex<Inner<T>>,
+}
+
+struct Inner<T> {
+    items: BTreeMap<String, Arc<T>>,
+    relist: Option<BTreeMap<String, Arc<T>>>,
+    synced: bool,
+    generation: u64,
+}
+
+impl<T> Store<T> {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Store {
+            inner: Mutex::new(Inner {
+                items: BTreeMap::new(),
+                relist: None,
+                synced: false,
+                generation: 0,
+            }),
+        })
+    }
+
+    pub fn synced(&self) -> bool {
+        self.lock().synced
+    }
+
+    /// Counts the store as synced with what it holds: for a kind the cluster does not serve (yet).
+    pub fn set_synced(&self) {
+        let mut s = self.lock();
+        s.synced = true;
+        s.generation += 1;
+    }
+
+    /// Goes up on every visible change (and on each completed list): equal generations, equal contents.
+    pub fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The model stored under `key`: a cluster-scoped object's name, or `namespace/name`.
+    pub fn get_shared(&self, key: &str) -> Option<Arc<T>> {
+        self.lock().items.get(key).cloned()
+    }
+
+    /// Every model, by key order; pointers, not copies.
+    pub fn shared(&self) -> Vec<Arc<T>> {
+        self.lock().items.values().cloned().collect()
+    }
+
+    /// Runs `read` over the entries (key order) under the store's lock; keep it short, the watch waits for it.
+    pub fn read<R>(&self, read: impl FnOnce(&BTreeMap<String, Arc<T>>) -> R) -> R {
+        read(&self.lock().items)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner<T>> {
+        // NB: a panic while holding the lock cannot leave the map half-updated (each update is one insert, remove
+        // or swap).
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<T: Clone> Store<T> {
+    /// A copy of the model stored under `key`.
+    pub fn get(&self, key: &str) -> Option<T> {
+        self.lock().items.get(key).map(|t| T::clone(t))
+    }
+
+    /// Copies of every model, by key order.
+    pub fn all(&self) -> Vec<T> {
+        self.lock().items.values().map(|t| T::clone(t)).collect()
+    }
+}
+
+/// Watches `K` with `config` (selectors) into `store`, keeping each object as it is.
+pub async fn run<K>(
+    client: Client,
+    config: watcher::Config,
+    store: Arc<Store<K>>,
+    changed: Arc<Notify>,
+    shutdown: watch::Receiver<bool>,
+) where
+    K: Resource<DynamicType = ()>
+        + DeserializeOwned
+        + Clone
+        + Debug
+        + PartialEq
+        + Send
+        + Sync
+        + 'static,
+{
+    let keep = |k: K| Ok::<K, std::convert::Infallible>(k);
+    run_as(client, config, store, keep, changed, shutdown).await
+}
+
+/// Watches `K` with `config` into `store` as the models `convert` makes, until `shutdown` changes; notifies
+/// `changed` on every visible change. An object `convert` refuses is logged and skipped like a malformed one.
+pub async fn run_as<K, T, E>(
+    client: Client,
+    config: watcher::Config,
+    store: Arc<Store<T>>,
+    convert: impl Fn(K) -> Result<T, E>,
+    changed: Arc<Notify>,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static,
+    T: PartialEq,
+    E: Display,
+{
+    let api: Api<DeserializeGuard<K>> = Api::all(client);
+    let mut events = watcher::watcher(api, config).default_backoff().boxed();
+    let kind = K::kind(&());
+    loop {
+        let next = tokio::select! {
+            next = events.next() => next,
+            _ = shutdown.changed() => return,
+        };
+        match next {
+            Some(Ok(event)) => {
+                if apply(&store, &kind, event, &convert) {
+                    changed.notify_one();
+                }
+            }
+            Some(Err(error)) => {
+                warn!(kind = %kind, error = %crate::logging::error_text(&error), "watch failed; retrying with backoff")
+            }
+            None => return,
+        }
+    }
+}
+
+/// The store key: the name of a cluster-scoped object, `namespace/name` of a namespaced one.
+// NB: keyed by name alone, pods `a/web-0` and `b/web-0` overwrote each other and deleting one removed both.
+pub fn key(meta: &ObjectMeta) -> Option<String> {
+    let name = meta.name.as_ref()?;
+    Some(match &meta.namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.clone(),
+    })
+}
+
+/// The object's key and model, or `None` (logged) when it is malformed or `convert` refuses it.
+fn decode<K, T, E>(
+    kind: &str,
+    key: &str,
+    guarded: DeserializeGuard<K>,
+    convert: &impl Fn(K) -> Result<T, E>,
+) -> Option<T>
+where
+    E: Display,
+{
+    let error = match guarded.0 {
+        Ok(k) => match convert(k) {
+            Ok(t) => return Some(t),
+            Err(e) => e.to_string(),
+        },
+        Err(invalid) => invalid.error,
+    };
+    warn!(%kind, object = %key, %error, "skipping an object that cannot be read");
+    None
+}
+
+/// Applies one watch event; true when the store's visible content changed (`pub(crate)` for other stores' tests). An update that leaves the model as it
+/// was (a status or annotation the model does not keep) changes nothing.
+pub(crate) fn apply<K, T, E>(
+    store: &Store<T>,
+    kind: &str,
+    event: Event<DeserializeGuard<K>>,
+    convert: &impl Fn(K) -> Result<T, E>,
+) -> bool
+where
+    K: Resource,
+    T: PartialEq,
+    E: Display,
+{
+    // NB: decode before taking the lock: readers (a snapshot build, a request) never wait for a decode.
+    let (key, model, event) = match event {
+        Event::Init => {
+            store.lock().relist = Some(BTreeMap::new());
+            return false;
+        }
+        Event::InitDone => {
+            let mut s = store.lock();
+            s.items = s.relist.take().unwrap_or_default();
+            s.synced = true;
+            s.generation += 1;
+            return true;
+        }
+        Event::Delete(obj) => {
+            let Some(key) = key(obj.meta()) else {
+                return false;
+            };
+            let mut s = store.lock();
+            let removed = s.items.remove(&key).is_some();
+            s.generation += u64::from(removed);
+            return removed;
+        }
+        Event::InitApply(obj) => (key(obj.meta()), obj, Stage::Relist),
+        Event::Apply(obj) => (key(obj.meta()), obj, Stage::Live),
+    };
+    let Some(key) = key else {
+        warn!(%kind, "skipping an object without a name");
+        return false;
+    };
+    let model = decode(kind, &key, model, convert);
+    let mut s = store.lock();
+    match (event, model) {
+        (Stage::Relist, Some(t)) => {
+            s.relist
+                .get_or_insert_with(BTreeMap::new)
+                .insert(key, Arc::new(t));
+            false
+        }
+        (Stage::Relist, None) => false,
+        (Stage::Live, Some(t)) if s.items.get(&key).is_some_and(|old| **old == t) => false,
+        (Stage::Live, Some(t)) => {
+            s.items.insert(key, Arc::new(t));
+            s.generation += 1;
+            true
+        }
+        (Stage::Live, None) => {
+            let removed = s.items.remove(&key).is_some();
+            s.generation += u64::from(removed);
+            removed
+        }
+    }
+}
+
+enum Stage {
+    Relist,
+    Live,
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod};
+    use serde_json::json;
+
+    use super::*;
+
+    fn object<K: Resource + DeserializeOwned>(value: serde_json::Value) -> DeserializeGuard<K> {
+        serde_json::from_value(value).expect("a guarded object")
+    }
+
+    fn pod(namespace: &str, name: &str) -> DeserializeGuard<Pod> {
+        object(json!({"metadata": {"name": name, "namespace": namespace}}))
+    }
+
+    fn keep<K>(k: K) -> Result<K, std::convert::Infallible> {
+        Ok(k)
+    }
+
+    /// A PV's capacity as text: the model of the tests below.
+    fn capacity(pv: PersistentVolume) -> Result<String, String> {
+        let spec = pv.spec.ok_or("no spec")?;
+        let storage = spec.capacity.and_then(|c| c.get("storage").cloned());
+        storage.map(|q| q.0).ok_or_else(|| "no capacity".into())
+    }
+
+    #[test]
+    fn same_named_pods_in_two_namespaces_are_kept_apart() {
+        let store = Store::<Pod>::new();
+        for ns in ["a", "b"] {
+            assert!(apply(&store, "Pod", Event::Apply(pod(ns, "web-0")), &keep));
+        }
+        assert_eq!(store.len(), 2);
+        assert!(store.get("a/web-0").is_some() && store.get("b/web-0").is_some());
+        assert!(apply(
+            &store,
+            "Pod",
+            Event::Delete(pod("a", "web-0")),
+            &keep
+        ));
+        let left: Vec<_> = store
+            .all()
+            .into_iter()
+            .map(|p| p.metadata.namespace)
+            .collect();
+        assert_eq!(left, [Some("b".to_string())]);
+    }
+
+    #[test]
+    fn same_named_pods_in_two_namespaces_survive_a_relist() {
+        let store = Store::<Pod>::new();
+        apply(&store, "Pod", Event::Init, &keep);
+        for ns in ["a", "b"] {
+            apply(&store, "Pod", Event::InitApply(pod(ns, "web-0")), &keep);
+        }
+        assert!(apply(&store, "Pod", Event::InitDone, &keep));
+        assert_eq!(store.len(), 2);
+    }
+
+    #[test]
+    fn cluster_scoped_objects_are_found_by_name() {
+        let store = Store::<Node>::new();
+        let node = || object::<Node>(json!({"metadata": {"name": "node-1"}}));
+        apply(&store, "Node", Event::Apply(node()), &keep);
+        assert!(store.get("node-1").is_some());
+        assert!(apply(&store, "Node", Event::Delete(node()), &keep));
+        assert!(store.get("node-1").is_none());
+    }
+
+    #[test]
+    fn malformed_objects_are_skipped_and_a_relist_replaces_the_store() {
+        let store = Store::<String>::new();
+        let ok = || {
+            object::<PersistentVolume>(
+                json!({"metadata": {"name": "good"}, "spec": {"capacity": {"storage": "1Gi"}}}),
+            )
+        };
+        let bad = object(json!({"metadata": {"name": "bad"}, "spec": {"capacity": "not a map"}}));
+        let refused = object(json!({"metadata": {"name": "refused"}, "spec": {}}));
+        apply(&store, "PV", Event::Apply(ok()), &capacity);
+        apply(&store, "PV", Event::Init, &capacity);
+        apply(&store, "PV", Event::InitApply(ok()), &capacity);
+        apply(&store, "PV", Event::InitApply(bad), &capacity);
+        apply(&store, "PV", Event::InitApply(refused), &capacity);
+        assert!(!store.synced());
+        assert!(apply(&store, "PV", Event::InitDone, &capacity));
+        assert!(store.synced());
+        assert_eq!(
+            store.read(|items| items.keys().cloned().collect::<Vec<_>>()),
+            ["good"]
+        );
+        assert!(apply(&store, "PV", Event::Delete(ok()), &capacity));
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn an_update_that_leaves_the_model_as_it_was_changes_nothing() {
+        let store = Store::<String>::new();
+        let pv = |version: &str, size: &str| {
+            let meta = json!({"name": "pv1", "resourceVersion": version,
+                              "annotations": {"example.com/seen": version}});
+            Event::Apply(object::<PersistentVolume>(
+                json!({"metadata": meta, "spec": {"capacity": {"storage": size}}}),
+            ))
+        };
+        let apply_pv = |event| apply(&store, "PV", event, &capacity);
+        assert!(apply_pv(pv("1", "1Gi")), "a new PV is a change");
+        let seen = store.generation();
+        assert!(
+            !apply_pv(pv("2", "1Gi")),
+            "only metadata the model ignores changed"
+        );
+        assert_eq!(store.generation(), seen);
+        assert!(apply_pv(pv("3", "2Gi")), "the capacity changed");
+        let unreadable = || {
+            Event::Apply(object::<PersistentVolume>(
+                json!({"metadata": {"name": "pv1"}, "spec": {"capacity": "x"}}),
+            ))
+        };
+        assert!(apply_pv(unreadable()), "an unreadable update drops the PV");
+        assert!(!apply_pv(unreadable()), "nothing left to drop");
+    }
+}
