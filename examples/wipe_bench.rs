@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use localpv::contract::DevId;
 use localpv::wipe::{
-    BlockOptions, Control, DevId, Expected, FsOptions, WipeMethod, wipe_block, wipe_filesystem,
+    BlockOptions, Control, Expected, FsOptions, WipeMethod, wipe_block, wipe_filesystem,
 };
 
 fn main() -> anyhow::Result<()> {

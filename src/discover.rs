@@ -16,11 +16,12 @@ use std::path::{Path, PathBuf};
 
 use tracing::debug;
 
+use crate::contract::DevId;
 use crate::disk::{
     ClassFailure, Discovery, DiscoveryClass, Disk, DiskIdentity, Unusable, UnusableReason,
     VolumeMode,
 };
-use crate::host::{DevId, Host, HostError, MountEntry, MountTable, VolumeTag, error_chain};
+use crate::host::{Host, HostError, MountEntry, MountTable, VolumeTag, error_chain};
 
 pub mod classify;
 pub mod pattern;

@@ -18,6 +18,7 @@
 pub mod agent;
 pub mod cleanup;
 pub mod config;
+pub mod contract;
 pub mod discover;
 pub mod disk;
 pub mod explain;

@@ -8,10 +8,9 @@ use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
 use tracing::{debug, info, warn};
 
 use super::metrics::{ApiOutcome, ApiVerb, Metrics};
+use crate::contract::NODE_MANAGER;
 use crate::logging::error_text;
 use crate::plan::{EventType, MetaPatch, PvEvent, PvRef};
-
-pub const FIELD_MANAGER: &str = "localpv-node";
 
 pub struct Writer {
     pub pvs: Api<PersistentVolume>,
@@ -40,7 +39,7 @@ impl Writer {
     pub async fn create(&self, pv: &PersistentVolume) -> Result<Option<String>, ()> {
         let name = pv.metadata.name.clone().unwrap_or_default();
         let pp = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
+            field_manager: Some(NODE_MANAGER.into()),
             ..Default::default()
         };
         let result = self.pvs.create(&pp, pv).await;
@@ -93,7 +92,7 @@ impl Writer {
     /// Returns `Ok(true)` when applied, `Ok(false)` when moot (PV gone or changed), `Err` for a retryable failure.
     pub async fn patch(&self, name: &str, patch: &MetaPatch) -> Result<bool, ()> {
         let pp = PatchParams {
-            field_manager: Some(FIELD_MANAGER.into()),
+            field_manager: Some(NODE_MANAGER.into()),
             ..Default::default()
         };
         let result = self

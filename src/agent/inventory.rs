@@ -118,7 +118,7 @@ async fn announce_missing(gate: &Gate) {
         ..Default::default()
     };
     let reporter = Reporter {
-        controller: "localpv-node".into(),
+        controller: crate::contract::NODE_MANAGER.into(),
         instance: Some(gate.node.clone()),
     };
     let event = Event {
@@ -152,7 +152,7 @@ pub struct WipeFacts {
 
 impl InventoryWriter {
     pub fn new(client: Client, metrics: Metrics, node: &str) -> InventoryWriter {
-        let field_manager: String = format!("localpv-node-{node}").chars().take(128).collect();
+        let field_manager = crate::contract::inventory_manager(node);
         InventoryWriter {
             api: Api::all(client),
             metrics,

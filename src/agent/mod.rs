@@ -45,8 +45,8 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::config::Config;
+use crate::contract::NODE_LABEL;
 use crate::inventory::LocalDisk;
-use crate::plan::pv::NODE_LABEL;
 use crate::watch;
 
 /// Flags and environment of `localpv node`.

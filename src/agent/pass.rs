@@ -92,7 +92,7 @@ impl Agent {
         let ledger_file = LedgerFile::new(&s.opts.state_dir);
         let (ledger, owners) = ledger_file.load()?;
         let reporter = Reporter {
-            controller: "localpv-node".into(),
+            controller: crate::contract::NODE_MANAGER.into(),
             instance: Some(s.node.clone()),
         };
         let writer = Writer {

@@ -10,14 +10,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::WipeMethod as ClassWipe;
+use crate::contract::DevId;
 use crate::discover::discover;
 use crate::disk::{DiscoveryClass, Disk, VolumeMode};
 use crate::host::{Host, HostError};
 use crate::plan::WipeOrder;
 use crate::plan::identity::{self, IdentityCheck, Recorded};
-use crate::wipe::{
-    self, BlockOptions, Control, DevId, Expected, FsOptions, FsWipeError, WipeReport,
-};
+use crate::wipe::{self, BlockOptions, Control, Expected, FsOptions, FsWipeError, WipeReport};
 
 /// What a finished wipe did, for logs, events and metrics.
 #[derive(Debug)]

@@ -19,8 +19,8 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
+use crate::contract::NODE_LABEL;
 use crate::plan::PvRef;
-use crate::plan::pv::NODE_LABEL;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {

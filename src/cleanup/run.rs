@@ -19,10 +19,10 @@ use crate::logging::error_text;
 
 use super::lease::Elector;
 use super::{Action, Inputs, Settings, plan};
+use crate::contract::NODE_LABEL;
 use crate::extender::pending;
 use crate::extender::server::Cache;
 use crate::inventory::LocalDisk;
-use crate::plan::pv::NODE_LABEL;
 use crate::watch::{Store, run as watch_run};
 
 const TICK: Duration = Duration::from_secs(5);

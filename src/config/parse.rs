@@ -31,9 +31,6 @@ const BLOCK_METHODS: [&str; 6] = [
 ];
 const FS_METHODS: [&str; 2] = ["remove", "command"];
 
-/// The label every PV of ours carries (`plan::pv::NODE_LABEL`); `labelsForPV` may not override it.
-pub(super) const NODE_LABEL: &str = "localpv.io/node";
-
 /// The `data` of a ConfigMap manifest, when the document is one.
 pub(super) fn configmap_data(document: &Value) -> Option<BTreeMap<String, String>> {
     let map = plain(document).as_mapping()?;

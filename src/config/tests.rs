@@ -5,6 +5,7 @@ use std::time::Duration;
 use rstest::rstest;
 
 use super::*;
+use crate::contract::NODE_LABEL;
 use crate::disk::VolumeMode;
 
 /// The reference provisioner's documented ConfigMap shape: every value is a string holding YAML.
@@ -432,10 +433,6 @@ fn invalid_class_keys_are_named_with_their_problem(#[case] body: &str, #[case] e
     "labelsForPV: {team: \"a b\"}",
     "labelsForPV.team: label value \"a b\" is invalid"
 )]
-#[case::reserved_label(
-    "labelsForPV: {localpv.io/node: x}",
-    "labelsForPV.localpv.io/node: localpv.io/node is set by"
-)]
 #[case::labels_not_a_map("labelsForPV: [a]", "labelsForPV: expected a mapping, found a list")]
 #[case::bad_class_name(
     "storageClassMap: {Fast_Disks: {hostDir: /mnt/d}}",
@@ -548,8 +545,17 @@ fn an_empty_config_is_valid_but_warned_about() {
 }
 
 #[test]
-fn the_reserved_label_is_the_one_plan_puts_on_pvs() {
-    assert_eq!(parse::NODE_LABEL, crate::plan::pv::NODE_LABEL);
+fn our_node_label_is_reserved_in_labels_for_pv() {
+    let yaml = format!(
+        "labelsForPV: {{{NODE_LABEL}: x}}\n{}",
+        one_class("hostDir: /mnt/d")
+    );
+    let expected = format!("labelsForPV.{NODE_LABEL}: {NODE_LABEL} is set by");
+    let found = problems(&yaml);
+    assert!(
+        found.iter().any(|p| p.starts_with(&expected)),
+        "expected {expected:?} in {found:#?}"
+    );
 }
 
 #[rstest]

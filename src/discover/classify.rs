@@ -21,8 +21,9 @@
 use std::path::{Path, PathBuf};
 
 use super::pattern;
+use crate::contract::DevId;
 use crate::disk::{DiscoveryClass, Unusable, UnusableReason, VolumeMode};
-use crate::host::{DevId, DirEntry, EntryKind, MountEntry, MountTable};
+use crate::host::{DirEntry, EntryKind, MountEntry, MountTable};
 
 /// One class's directory listing, as gathered from the host.
 #[derive(Clone, Debug)]

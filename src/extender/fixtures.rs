@@ -17,9 +17,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 
 use super::labels::{HOSTNAME_LABEL, Labels};
-use super::model::{
-    BETA_CLASS_ANNOTATION, Claim, Class, Volume, WIPE_PHASE_ANNOTATION, node_labels,
-};
+use super::model::{BETA_CLASS_ANNOTATION, Claim, Class, Volume, node_labels};
+use crate::contract::ANN_WIPE_PHASE;
 
 fn deleted_now() -> Time {
     Time(
@@ -170,7 +169,7 @@ impl PvBuilder {
             .metadata
             .annotations
             .get_or_insert_with(Default::default)
-            .insert(WIPE_PHASE_ANNOTATION.into(), "Wiping".into());
+            .insert(ANN_WIPE_PHASE.into(), "Wiping".into());
         self
     }
 

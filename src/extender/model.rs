@@ -9,14 +9,11 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::labels::{Labels, NodeAffinity, Selector};
+use crate::contract::{ANN_SCORE_STRATEGY, ANN_WIPE_PHASE, Phase};
 use crate::disk::VolumeMode;
 
 /// Class annotation that wins over `spec.storageClassName`, on PVs and PVCs alike.
 pub const BETA_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
-/// PV annotation set by the node agent while it wipes a released volume; such a PV comes back as Available.
-pub const WIPE_PHASE_ANNOTATION: &str = "localpv.io/wipe-phase";
-/// StorageClass annotation overriding the extender's global score strategy for claims of that class.
-pub const SCORE_STRATEGY_ANNOTATION: &str = "localpv.io/score-strategy";
 /// The provisioner of static local classes: the only classes whose unbound claims the extender decides for.
 pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
 
@@ -61,29 +58,6 @@ impl AccessModes {
             .filter(|(i, _)| self.0 & (1 << i) != 0)
             .map(|(_, n)| *n)
             .collect()
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    Pending,
-    Available,
-    Bound,
-    Released,
-    Failed,
-    Unknown,
-}
-
-impl Phase {
-    fn parse(phase: Option<&str>) -> Phase {
-        match phase {
-            Some("Pending") => Phase::Pending,
-            Some("Available") => Phase::Available,
-            Some("Bound") => Phase::Bound,
-            Some("Released") => Phase::Released,
-            Some("Failed") => Phase::Failed,
-            _ => Phase::Unknown,
-        }
     }
 }
 
@@ -151,7 +125,7 @@ impl Volume {
             deleting: meta.deletion_timestamp.is_some(),
             reclaim_delete: spec.persistent_volume_reclaim_policy.as_deref() == Some("Delete"),
             wiping: annotations
-                .and_then(|a| a.get(WIPE_PHASE_ANNOTATION))
+                .and_then(|a| a.get(ANN_WIPE_PHASE))
                 .is_some_and(|v| !v.is_empty()),
             attributes_class: spec.volume_attributes_class_name.unwrap_or_default(),
         })
@@ -281,7 +255,7 @@ impl Class {
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(SCORE_STRATEGY_ANNOTATION));
+            .and_then(|a| a.get(ANN_SCORE_STRATEGY));
         Ok(Class {
             name,
             provisioner: sc.provisioner.clone(),

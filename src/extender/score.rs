@@ -167,16 +167,17 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
+    use crate::contract::ANN_SCORE_STRATEGY;
     use crate::extender::decide::PodClaims;
     use crate::extender::fixtures::{
         NO_CLAIMS, NO_VOLUMES, PvBuilder, class, local_class, node, pv, pvc,
     };
-    use crate::extender::model::{Class, SCORE_STRATEGY_ANNOTATION};
+    use crate::extender::model::Class;
 
     fn annotated(name: &str, strategy: &str) -> Class {
         let mut sc = class(name, "kubernetes.io/no-provisioner", true);
         sc.metadata.annotations =
-            Some([(SCORE_STRATEGY_ANNOTATION.to_string(), strategy.to_string())].into());
+            Some([(ANN_SCORE_STRATEGY.to_string(), strategy.to_string())].into());
         Class::from_storage_class(&sc).expect("named")
     }
 

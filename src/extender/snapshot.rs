@@ -20,7 +20,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::labels::{HOSTNAME_LABEL, Labels, NodeLabels};
-use super::model::{AccessModes, Claim, Class, Phase, Volume};
+use super::model::{AccessModes, Claim, Class, Volume};
+use crate::contract::Phase;
 use crate::disk::VolumeMode;
 
 pub use self::nodes::FastHasher;

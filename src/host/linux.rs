@@ -18,9 +18,9 @@ use nix::fcntl::{OFlag, open};
 use nix::sys::stat::Mode;
 
 use super::{
-    DevId, DirEntry, EntryKind, FsProbe, FsSize, HardwareIds, Host, HostError, MountTable,
-    VolumeTag,
+    DirEntry, EntryKind, FsProbe, FsSize, HardwareIds, Host, HostError, MountTable, VolumeTag,
 };
+use crate::contract::DevId;
 use crate::sys::{create_volume_id, read_volume_id};
 
 /// Where the real host keeps what we read. The defaults are the usual paths; tests and unusual layouts (a host

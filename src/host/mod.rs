@@ -13,6 +13,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::contract::DevId;
+
 pub mod fake;
 #[cfg(feature = "node")]
 pub mod linux;
@@ -20,7 +22,7 @@ pub mod mountinfo;
 #[cfg(feature = "node")]
 pub mod watch;
 
-pub use mountinfo::{DevId, MountEntry, MountInfoError, MountTable};
+pub use mountinfo::{MountEntry, MountInfoError, MountTable};
 
 /// What the agent asks the host. Each method is one observation, except [`Host::tag_volume`]: the one change the
 /// agent makes outside a wipe, an extended attribute on a volume's root directory (inode metadata, never data).

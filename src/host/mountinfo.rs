@@ -19,47 +19,10 @@
 //! octal; other bytes (including non-UTF-8 ones) appear as they are, so paths are decoded from bytes.
 
 use std::ffi::OsStr;
-use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
-/// A device number split into its halves, written `major:minor` as in mountinfo and `/sys/dev/block`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DevId {
-    pub major: u32,
-    pub minor: u32,
-}
-
-impl DevId {
-    pub fn new(major: u32, minor: u32) -> Self {
-        DevId { major, minor }
-    }
-
-    /// Major 0 is the kernel's "unnamed" block major: tmpfs, proc, overlay, btrfs subvolumes... have no device
-    /// node behind this number.
-    pub fn is_anonymous(self) -> bool {
-        self.major == 0
-    }
-}
-
-impl fmt::Display for DevId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.major, self.minor)
-    }
-}
-
-impl FromStr for DevId {
-    type Err = ();
-
-    fn from_str(s: &str) -> Result<Self, ()> {
-        let (major, minor) = s.split_once(':').ok_or(())?;
-        Ok(DevId {
-            major: major.parse().map_err(drop)?,
-            minor: minor.parse().map_err(drop)?,
-        })
-    }
-}
+use crate::contract::DevId;
 
 /// One line of mountinfo.
 #[derive(Clone, Debug, PartialEq, Eq)]

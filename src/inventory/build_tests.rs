@@ -10,6 +10,7 @@ use rstest::rstest;
 use serde_json::json;
 
 use super::*;
+use crate::contract::{ANN_FS_UUID, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, CLASS_LABEL, NODE_LABEL};
 use crate::disk::{ClassFailure, Disk, DiskIdentity, Unusable, UnusableReason, VolumeMode};
 use crate::inventory::crd::{CONDITION_DUPLICATE_UUID, CONDITION_WIPE_FAILED, LocalDiskStatus};
 use crate::inventory::status::{WipeFailures, WipeSample};
@@ -60,8 +61,8 @@ fn pv(entry: &str, uuid: &str, phase: &str) -> PersistentVolume {
             "name": format!("pv-{entry}"),
             "uid": format!("uid-{entry}"),
             "resourceVersion": "1",
-            "labels": {"localpv.io/node": NODE},
-            "annotations": {"localpv.io/fs-uuid": uuid},
+            "labels": {NODE_LABEL: NODE},
+            "annotations": {ANN_FS_UUID: uuid},
         },
         "spec": {
             "local": {"path": format!("/mnt/disks/{entry}")},
@@ -182,9 +183,9 @@ fn released_retain() -> PersistentVolume {
 fn released_wiping() -> PersistentVolume {
     with(pv("vol1", UUID, "Released"), |p| {
         p.metadata.annotations.get_or_insert_default().extend([
-            ("localpv.io/wipe-phase".to_string(), "Wiping".to_string()),
+            (ANN_WIPE_PHASE.to_string(), "Wiping".to_string()),
             (
-                "localpv.io/wipe-lifetime".to_string(),
+                ANN_WIPE_LIFETIME.to_string(),
                 "uid-vol1/claim-1".to_string(),
             ),
         ]);
@@ -295,14 +296,8 @@ fn a_bound_disk_records_its_claim_identity_size_and_labels() {
     assert_eq!(disk.spec.device.as_deref(), Some("/dev/loop3"));
     assert_eq!(disk.spec.capacity_human.as_deref(), Some("10.0GiB"));
     let labels = disk.metadata.labels.clone().unwrap_or_default();
-    assert_eq!(
-        labels.get("localpv.io/node").map(String::as_str),
-        Some(NODE)
-    );
-    assert_eq!(
-        labels.get("localpv.io/class").map(String::as_str),
-        Some(CLASS)
-    );
+    assert_eq!(labels.get(NODE_LABEL).map(String::as_str), Some(NODE));
+    assert_eq!(labels.get(CLASS_LABEL).map(String::as_str), Some(CLASS));
     assert_eq!(status(disk).last_seen, Some(time(t0())));
 }
 

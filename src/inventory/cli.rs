@@ -10,9 +10,10 @@ use kube::api::{Api, ListParams};
 use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Config};
 
-use super::crd::{CLASS_LABEL, LocalDisk, LocalDiskPhase, NODE_LABEL};
+use super::crd::{LocalDisk, LocalDiskPhase};
 use super::format::{self, Filter, FormatError, Output};
 use crate::config::values::label_value_problem;
+use crate::contract::{CLASS_LABEL, NODE_LABEL};
 
 /// List the disks the node agents found, on every node.
 #[derive(clap::Args, Debug, Clone)]

@@ -16,13 +16,6 @@ use kube::core::CustomResourceExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Label with the node the disk is on: agents watch only their own node's objects with it.
-pub const NODE_LABEL: &str = "localpv.io/node";
-/// Label with the storage class whose discovery directory holds the entry.
-pub const CLASS_LABEL: &str = "localpv.io/class";
-/// Label with the filesystem UUID, when it is a valid label value: finds every node's copy of a cloned disk.
-pub const FS_UUID_LABEL: &str = "localpv.io/fs-uuid";
-
 /// Condition type: another node's LocalDisk carries the same filesystem UUID.
 pub const CONDITION_DUPLICATE_UUID: &str = "DuplicateUUID";
 /// Condition type: the last wipe of this disk failed.
@@ -33,6 +26,7 @@ pub const CONDITION_WIPE_FAILED: &str = "WipeFailed";
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
+    // NB: the derive takes a literal only; a test checks it against `contract::GROUP`.
     group = "localpv.io",
     version = "v1alpha1",
     kind = "LocalDisk",
@@ -316,6 +310,7 @@ mod tests {
     #[test]
     fn crd_is_cluster_scoped_without_status_subresource() {
         let crd = crd();
+        assert_eq!(crd.spec.group, crate::contract::GROUP);
         assert_eq!(crd.spec.scope, "Cluster");
         assert_eq!(crd.spec.names.short_names, Some(vec!["ldisk".to_string()]));
         let version = &crd.spec.versions[0];

@@ -13,15 +13,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::build::{Inputs, time};
 use super::crd::{
-    CLASS_LABEL, CONDITION_DUPLICATE_UUID, CONDITION_WIPE_FAILED, DuplicateUuid, FS_UUID_LABEL,
-    LocalDisk, LocalDiskPhase, LocalDiskSpec, LocalDiskStatus, NODE_LABEL, WipeStatus,
+    CONDITION_DUPLICATE_UUID, CONDITION_WIPE_FAILED, DuplicateUuid, LocalDisk, LocalDiskPhase,
+    LocalDiskSpec, LocalDiskStatus, WipeStatus,
 };
 use super::format::human_bytes;
 use super::reason::Reason;
 use crate::config::values::label_value_problem;
+use crate::contract::{CLASS_LABEL, FS_UUID_LABEL, NODE_LABEL, Phase, WipePhase};
 use crate::disk::{Disk, Unusable, UnusableReason};
 use crate::plan::identity::{self, IdentityCheck};
-use crate::plan::pv::{Phase, Policy, PvView, WipePhase};
+use crate::plan::pv::{Policy, PvView};
 use crate::plan::state::DiskState;
 use crate::plan::{HoldReason, Unpublished};
 
@@ -244,8 +245,8 @@ fn pv_verdict(view: &PvView, wiping: bool) -> Option<Verdict> {
             Reason::PvFailed,
             format!("PV {name} is Failed; see its events"),
         ),
-        Phase::Pending | Phase::Available if view.deleting => return None,
-        Phase::Pending | Phase::Available => Verdict {
+        Phase::Pending | Phase::Unknown | Phase::Available if view.deleting => return None,
+        Phase::Pending | Phase::Unknown | Phase::Available => Verdict {
             phase: LocalDiskPhase::Available,
             reason: None,
             message: None,

@@ -7,15 +7,13 @@ use std::time::Duration;
 
 use super::identity::{self, IdentityCheck};
 use super::owners::OtherPv;
-use super::pv::{
-    ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, MetaPatch, NODE_LABEL, Origin, Phase, Policy, PvRef, PvView,
-    WIPE_PHASE_WIPED, WIPE_PHASE_WIPING, WipePhase, lifetime,
-};
+use super::pv::{MetaPatch, Origin, Policy, PvRef, PvView, lifetime};
 use super::state::{Condition, DiskState, Memory};
 use super::{
     Action, ClassFacts, EventType, HoldReason, Inputs, Plan, PvEvent, Unpublished, WipeOrder,
     reason,
 };
+use crate::contract::{ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, NODE_LABEL, Phase, WipePhase};
 use crate::disk::{Disk, UnusableReason};
 
 /// How soon to look again when something is waiting on our own writes.
@@ -328,7 +326,7 @@ impl<'a> Planner<'a> {
             );
         }
         match pv.phase {
-            Phase::Pending | Phase::Available
+            Phase::Pending | Phase::Unknown | Phase::Available
                 if pv.class != class.config.name || pv.mode != disk.mode =>
             {
                 // The class configuration for this directory changed; nobody uses the PV, so re-publish.
@@ -382,11 +380,14 @@ impl<'a> Planner<'a> {
     fn wipe_order(&self, pv: &PvView, disk: &Disk, class: &ClassFacts) -> WipeOrder {
         let uid = &pv.pv_ref.uid;
         let lifetime = lifetime(uid, pv.claim_uid.as_deref());
-        let phase_patch = |phase: &str, rv: Option<String>| MetaPatch {
+        let phase_patch = |phase: WipePhase, rv: Option<String>| MetaPatch {
             uid: uid.clone(),
             resource_version: rv,
             annotations: BTreeMap::from([
-                (ANN_WIPE_PHASE.to_string(), phase.to_string()),
+                (
+                    ANN_WIPE_PHASE.to_string(),
+                    phase.as_str().unwrap_or_default().to_string(),
+                ),
                 (ANN_WIPE_LIFETIME.to_string(), lifetime.clone()),
             ]),
             ..MetaPatch::default()
@@ -406,10 +407,10 @@ impl<'a> Planner<'a> {
             expected,
             expected_mount_root,
             on_start: Some(phase_patch(
-                WIPE_PHASE_WIPING,
+                WipePhase::Wiping,
                 Some(pv.pv_ref.resource_version.clone()),
             )),
-            on_success: Some(phase_patch(WIPE_PHASE_WIPED, None)),
+            on_success: Some(phase_patch(WipePhase::Wiped, None)),
         }
     }
 

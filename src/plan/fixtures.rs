@@ -11,14 +11,13 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::identity;
-use super::pv::{
-    ANN_PROVISIONED_BY, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, MetaPatch, NODE_LABEL, lifetime,
-};
+use super::pv::{ANN_PROVISIONED_BY, MetaPatch, lifetime};
 use super::{
     Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv, Owners, Plan,
     StorageClassFacts,
 };
 use crate::config::{ClassConfig, Config, WipeMethod};
+use crate::contract::{ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, KEY_PREFIX, NODE_LABEL};
 use crate::disk::{Discovery, Disk, DiskIdentity, VolumeMode};
 use crate::pvname;
 
@@ -128,7 +127,7 @@ impl Pv {
         meta.name = Some(pvname::localpv_name(NODE, &disk.class, &disk.entry));
         meta.uid = Some(format!("uid-{}", disk.entry));
         let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
-        annotations.retain(|k, _| !k.starts_with("localpv.io/"));
+        annotations.retain(|k, _| !k.starts_with(KEY_PREFIX));
         annotations.extend(identity::annotations(disk));
         let spec = self.spec();
         spec.local = Some(LocalVolumeSource {
@@ -276,7 +275,7 @@ impl Pv {
 
     pub fn without_identity(mut self) -> Pv {
         if let Some(annotations) = self.0.metadata.annotations.as_mut() {
-            annotations.retain(|k, _| !k.starts_with("localpv.io/"));
+            annotations.retain(|k, _| !k.starts_with(KEY_PREFIX));
         }
         self
     }

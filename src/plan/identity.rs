@@ -10,20 +10,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::contract::{
+    ANN_DEV_ID, ANN_DEVICE, ANN_FS_LABEL, ANN_FS_TYPE, ANN_FS_UUID, ANN_MODEL, ANN_MOUNT_ROOT,
+    ANN_ROTATIONAL, ANN_SERIAL, ANN_VENDOR, ANN_VOLUME_ID, ANN_WWN,
+};
 use crate::disk::{Disk, DiskIdentity, VolumeMode};
-
-pub const ANN_FS_UUID: &str = "localpv.io/fs-uuid";
-pub const ANN_FS_TYPE: &str = "localpv.io/fs-type";
-pub const ANN_FS_LABEL: &str = "localpv.io/fs-label";
-pub const ANN_DEVICE: &str = "localpv.io/device";
-pub const ANN_DEV_ID: &str = "localpv.io/dev-id";
-pub const ANN_WWN: &str = "localpv.io/wwn";
-pub const ANN_SERIAL: &str = "localpv.io/serial";
-pub const ANN_MODEL: &str = "localpv.io/model";
-pub const ANN_VENDOR: &str = "localpv.io/vendor";
-pub const ANN_ROTATIONAL: &str = "localpv.io/rotational";
-pub const ANN_MOUNT_ROOT: &str = "localpv.io/mount-root";
-pub const ANN_VOLUME_ID: &str = "localpv.io/volume-id";
 
 /// What a PV remembers about the disk it was created for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

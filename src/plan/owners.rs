@@ -19,7 +19,8 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 
 use super::NodeFacts;
 use super::identity::{self, IdentityCheck, Recorded};
-use super::pv::{NODE_LABEL, PvRef};
+use super::pv::PvRef;
+use crate::contract::NODE_LABEL;
 use crate::disk::Disk;
 use crate::extender::labels::NodeAffinity;
 

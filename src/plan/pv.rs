@@ -14,36 +14,18 @@ use serde::Serialize;
 use super::identity::{self, Recorded};
 use super::{NodeFacts, StorageClassFacts};
 use crate::config::{ClassConfig, Config};
+use crate::contract::{ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, NODE_LABEL, Phase, WipePhase};
 use crate::disk::{Disk, VolumeMode};
 
-/// Label on every PV of ours: the node it lives on. The agent watches its PVs with this selector.
-pub const NODE_LABEL: &str = "localpv.io/node";
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 /// NB: the PV controller leaves a Released PV with this annotation to its (external) provisioner; without it a
 /// Delete-policy local PV would be marked Failed for lack of a deleter plugin.
 pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
-/// `Wiping` while a wipe runs, `Wiped` once it completed, for the lifetime in [`ANN_WIPE_LIFETIME`].
-pub const ANN_WIPE_PHASE: &str = "localpv.io/wipe-phase";
-/// `<PV UID>/<claim UID>`: the lifetime a wipe phase belongs to. A phase recorded for any other PV object or any
-/// other claim is stale and ignored.
-pub const ANN_WIPE_LIFETIME: &str = "localpv.io/wipe-lifetime";
-pub const WIPE_PHASE_WIPING: &str = "Wiping";
-pub const WIPE_PHASE_WIPED: &str = "Wiped";
 const REFERENCE_PROVISIONER: &str = "local-volume-provisioner-";
 
 /// Our `pv.kubernetes.io/provisioned-by` value for PVs we create.
 pub fn provisioner_name(node: &str) -> String {
     format!("localpv-{node}")
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// Just created; no status yet. Treated like Available.
-    Pending,
-    Available,
-    Bound,
-    Released,
-    Failed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,13 +42,6 @@ pub enum Origin {
     Ours,
     /// Created by the reference provisioner on this node and not yet adopted.
     Reference,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WipePhase {
-    None,
-    Wiping,
-    Wiped,
 }
 
 /// Identifies one PV object, with the version a precondition is checked against.
@@ -107,11 +82,7 @@ impl PvView {
         let claim_uid = spec.claim_ref.as_ref().and_then(|c| c.uid.clone());
         let wipe = match annotations.get(ANN_WIPE_LIFETIME) {
             Some(recorded) if *recorded == lifetime(&uid, claim_uid.as_deref()) => {
-                match annotations.get(ANN_WIPE_PHASE).map(String::as_str) {
-                    Some(WIPE_PHASE_WIPED) => WipePhase::Wiped,
-                    Some(WIPE_PHASE_WIPING) => WipePhase::Wiping,
-                    _ => WipePhase::None,
-                }
+                WipePhase::parse(annotations.get(ANN_WIPE_PHASE).map(String::as_str))
             }
             _ => WipePhase::None,
         };
@@ -121,7 +92,7 @@ impl PvView {
                 uid,
                 resource_version: meta.resource_version.clone().unwrap_or_default(),
             },
-            phase: phase(pv),
+            phase: Phase::parse(pv.status.as_ref().and_then(|s| s.phase.as_deref())),
             path,
             class: spec.storage_class_name.clone().unwrap_or_default(),
             mode: match spec.volume_mode.as_deref() {
@@ -151,23 +122,17 @@ impl PvView {
     }
 
     pub fn is_unclaimed(&self) -> bool {
-        matches!(self.phase, Phase::Pending | Phase::Available)
+        // NB: a PV without a known phase is one just created (the API server sets Pending on create).
+        matches!(
+            self.phase,
+            Phase::Pending | Phase::Unknown | Phase::Available
+        )
     }
 }
 
 /// `<PV UID>/<claim UID or ->`.
 pub fn lifetime(pv_uid: &str, claim_uid: Option<&str>) -> String {
     format!("{pv_uid}/{}", claim_uid.unwrap_or("-"))
-}
-
-fn phase(pv: &PersistentVolume) -> Phase {
-    match pv.status.as_ref().and_then(|s| s.phase.as_deref()) {
-        Some("Available") => Phase::Available,
-        Some("Bound") => Phase::Bound,
-        Some("Released") => Phase::Released,
-        Some("Failed") => Phase::Failed,
-        _ => Phase::Pending,
-    }
 }
 
 /// Ours by label, or the reference provisioner's for this node by its `provisioned-by` text

@@ -21,7 +21,8 @@ use nix::unistd::{fdatasync, fsync};
 use serde::{Deserialize, Serialize};
 
 use super::command::{self, CommandError, CommandOutput};
-use super::{Control, DevId, WipeMethod};
+use super::{Control, WipeMethod};
+use crate::contract::DevId;
 use crate::sys::{self, RangeOp};
 
 /// Environment variable naming the device for an operator's block wipe command (as in the reference provisioner).

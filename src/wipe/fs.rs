@@ -28,9 +28,10 @@ use nix::fcntl::{OFlag, open};
 use nix::sys::stat::{Mode, fstat};
 use serde::{Deserialize, Serialize};
 
+use super::Control;
 use super::command::{self, CommandError, CommandOutput};
 use super::walk::{Ctx, Tally, Walk, open_dir, used_bytes};
-use super::{Control, DevId};
+use crate::contract::DevId;
 
 /// Environment variable naming the volume root for an operator's filesystem wipe command.
 pub const FSPATH_ENV: &str = "LOCAL_PV_FSPATH";

@@ -79,37 +79,6 @@ impl fmt::Display for WipeMethod {
     }
 }
 
-/// A device number split as the kernel prints it (`major:minor`, as in mountinfo and `Disk::identity.dev_id`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct DevId {
-    pub major: u64,
-    pub minor: u64,
-}
-
-impl DevId {
-    pub fn from_dev(dev: u64) -> Self {
-        DevId {
-            major: nix::sys::stat::major(dev),
-            minor: nix::sys::stat::minor(dev),
-        }
-    }
-
-    /// Parse `"8:16"`; `None` for anything else.
-    pub fn parse(s: &str) -> Option<Self> {
-        let (major, minor) = s.trim().split_once(':')?;
-        Some(DevId {
-            major: major.parse().ok()?,
-            minor: minor.parse().ok()?,
-        })
-    }
-}
-
-impl fmt::Display for DevId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.major, self.minor)
-    }
-}
-
 /// Progress of one wipe, shared with whoever publishes it. Counters only grow.
 #[derive(Debug, Default)]
 pub struct Progress {
@@ -177,6 +146,7 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
+    use crate::contract::DevId;
 
     #[rstest]
     #[case("\"zeroout\"", WipeMethod::ZeroOut)]
@@ -197,21 +167,18 @@ mod tests {
         assert!(serde_json::from_str::<WipeMethod>("\"shred\"").is_err());
     }
 
-    #[rstest]
-    #[case("8:16", Some(DevId { major: 8, minor: 16 }))]
-    #[case(" 259:0\n", Some(DevId { major: 259, minor: 0 }))]
-    #[case("8", None)]
-    #[case("a:b", None)]
-    fn device_numbers_parse_from_major_colon_minor(
-        #[case] text: &str,
-        #[case] want: Option<DevId>,
-    ) {
-        assert_eq!(DevId::parse(text), want);
-    }
-
     #[test]
     fn device_numbers_round_trip_through_dev_t() {
         let dev = nix::sys::stat::makedev(259, 7);
         assert_eq!(DevId::from_dev(dev).to_string(), "259:7");
+        // The contract splits `dev_t` by hand; libc's split is the reference.
+        for (major, minor) in [(0, 55), (8, 16), (4096, 256), (0xffff_ffff, 0xffff_ffff)] {
+            let dev = nix::sys::stat::makedev(major, minor);
+            let split = DevId::from_dev(dev);
+            assert_eq!(
+                (u64::from(split.major), u64::from(split.minor)),
+                (nix::sys::stat::major(dev), nix::sys::stat::minor(dev))
+            );
+        }
     }
 }

@@ -229,7 +229,7 @@ fn a_loop_device_is_identified_by_its_backing_file_across_loop_numbers() {
     let serial_of = |device: &Path| {
         let rdev =
             std::os::unix::fs::MetadataExt::rdev(&fs::metadata(device).expect("stat loop device"));
-        let dev = localpv::host::mountinfo::DevId::new(
+        let dev = localpv::contract::DevId::new(
             nix::sys::stat::major(rdev) as u32,
             nix::sys::stat::minor(rdev) as u32,
         );

@@ -6,7 +6,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
-use localpv::wipe::{BlockOptions, BlockWipeError, Control, DevId, WipeMethod, wipe_block};
+use localpv::contract::DevId;
+use localpv::wipe::{BlockOptions, BlockWipeError, Control, WipeMethod, wipe_block};
 use rstest::rstest;
 
 use crate::fixtures::{Loop, Mount, run};

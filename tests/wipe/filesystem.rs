@@ -7,9 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
-use localpv::wipe::{
-    Control, DevId, Expected, FsOptions, FsWipeError, SkipOp, Skipped, wipe_filesystem,
-};
+use localpv::contract::DevId;
+use localpv::wipe::{Control, Expected, FsOptions, FsWipeError, SkipOp, Skipped, wipe_filesystem};
 use nix::errno::Errno;
 use nix::sys::stat::{Mode, SFlag, makedev, mknod};
 use nix::unistd::mkfifo;

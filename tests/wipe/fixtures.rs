@@ -204,6 +204,6 @@ pub fn many_files(root: &Path, dirs: usize, per_dir: usize) {
 }
 
 /// `st_dev` of `path` as the wipe expects it.
-pub fn dev_of(path: &Path) -> localpv::wipe::DevId {
-    localpv::wipe::DevId::from_dev(fs::metadata(path).unwrap().dev())
+pub fn dev_of(path: &Path) -> localpv::contract::DevId {
+    localpv::contract::DevId::from_dev(fs::metadata(path).unwrap().dev())
 }

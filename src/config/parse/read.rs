@@ -8,9 +8,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::NodeSelectorTerm;
 use serde_yaml_ng::Value;
 
-use super::{NODE_LABEL, Reader};
+use super::Reader;
 use crate::config::PvNaming;
 use crate::config::values::{go_duration, label_key_problem, label_value_problem, yaml11_bool};
+use crate::contract::NODE_LABEL;
 use crate::disk::VolumeMode;
 
 impl Reader {

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::PersistentVolume;
 
 use super::Planner;
+use crate::contract::NODE_LABEL;
 use crate::disk::Disk;
 use crate::plan::owners::{self, OtherPv};
 use crate::plan::pv::{Origin, PvView};
@@ -140,7 +141,7 @@ impl Planner<'_> {
             let mut what = Vec::new();
             if other.labelled {
                 what.push(format!(
-                    "carries the label localpv.io/node={}",
+                    "carries the label {NODE_LABEL}={}",
                     self.inputs.node.name
                 ));
             }

@@ -47,7 +47,7 @@ fn a_tmpfs_is_tagged_before_it_is_published_and_its_pv_records_the_volume_id() {
     assert!(plans[0].requeue_after.is_some());
     let pv = only_created(&plans[1]);
     let annotations = pv.metadata.annotations.expect("annotations");
-    assert_eq!(annotations["localpv.io/volume-id"], "vid-vol1");
+    assert_eq!(annotations[ANN_VOLUME_ID], "vid-vol1");
 }
 
 #[test]

@@ -180,7 +180,7 @@ fn an_available_pv_on_a_swapped_disk_is_replaced() {
     world.apply(&first);
     let pv = only_created(&world.plan());
     assert_eq!(
-        pv.metadata.annotations.expect("annotations")["localpv.io/fs-uuid"],
+        pv.metadata.annotations.expect("annotations")[ANN_FS_UUID],
         "new"
     );
 }
@@ -285,7 +285,7 @@ fn reference_pvs_of_this_node_are_adopted_in_place(#[case] provisioned_by: &str)
     };
     assert_eq!(name, "local-pv-e3f48c6a");
     assert_eq!(patch.labels[NODE_LABEL], NODE);
-    assert_eq!(patch.annotations["localpv.io/fs-uuid"], "uuid-vol1");
+    assert_eq!(patch.annotations[ANN_FS_UUID], "uuid-vol1");
     assert_eq!(patch.resource_version.as_deref(), Some("1"));
     assert!(
         !patch.annotations.contains_key(ANN_PROVISIONED_BY),

@@ -4,9 +4,13 @@ use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Pers
 use rstest::rstest;
 
 use super::fixtures::*;
-use super::pv::{ANN_PROVISIONED_BY, NODE_LABEL};
+use super::pv::ANN_PROVISIONED_BY;
 use super::*;
 use crate::config::PvNaming;
+use crate::contract::{
+    ANN_DEVICE, ANN_FS_TYPE, ANN_FS_UUID, ANN_VOLUME_ID, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE,
+    NODE_LABEL,
+};
 use crate::disk::{ClassFailure, Disk, Unusable, UnusableReason};
 use crate::pvname;
 use std::path::PathBuf;
@@ -139,9 +143,9 @@ fn a_new_disk_becomes_one_pv_with_the_reference_spec() {
     );
     let annotations = meta.annotations.clone().expect("annotations");
     assert_eq!(annotations[ANN_PROVISIONED_BY], "localpv-n1");
-    assert_eq!(annotations["localpv.io/fs-uuid"], "uuid-vol1");
-    assert_eq!(annotations["localpv.io/fs-type"], "ext4");
-    assert_eq!(annotations["localpv.io/device"], "/dev/mapper/vol1");
+    assert_eq!(annotations[ANN_FS_UUID], "uuid-vol1");
+    assert_eq!(annotations[ANN_FS_TYPE], "ext4");
+    assert_eq!(annotations[ANN_DEVICE], "/dev/mapper/vol1");
     assert_eq!(meta.owner_references, None);
     let spec = pv.spec.clone().expect("spec");
     assert_eq!(local_path(&pv), "/mnt/disks/vol1");

@@ -29,13 +29,10 @@ fn a_released_pv_under_delete_is_wiped_for_its_own_lifetime() {
         (start.uid.as_str(), start.resource_version.as_deref()),
         ("uid-vol1", Some("1"))
     );
-    assert_eq!(start.annotations["localpv.io/wipe-phase"], "Wiping");
+    assert_eq!(start.annotations[ANN_WIPE_PHASE], "Wiping");
     let done = order.on_success.expect("success patch");
-    assert_eq!(done.annotations["localpv.io/wipe-phase"], "Wiped");
-    assert_eq!(
-        done.annotations["localpv.io/wipe-lifetime"],
-        "uid-vol1/claim-1"
-    );
+    assert_eq!(done.annotations[ANN_WIPE_PHASE], "Wiped");
+    assert_eq!(done.annotations[ANN_WIPE_LIFETIME], "uid-vol1/claim-1");
 }
 
 #[rstest]

@@ -1,0 +1,293 @@
+//! The contract with the cluster: every `localpv.io/*` key localpv writes or reads on Kubernetes objects, the
+//! field managers it applies with, and the identity types several modules share (a PV's phase, a wipe's phase, a
+//! device number).
+//!
+//! ```text
+//!  agent ──── writes PV labels and annotations, LocalDisk labels ───┐
+//!  extender ─ reads the wipe phase and the score strategy ──────────┤
+//!  cleanup ── finds a deleted node's objects by NODE_LABEL ─────────┼──> contract (this leaf)
+//!  config ─── refuses NODE_LABEL in labelsForPV ────────────────────┘
+//! ```
+//!
+//! A leaf: it imports nothing from the crate, so any module may depend on it without a cycle. A test
+//! (`tests/layout.rs`) fails on a `localpv.io/` string literal anywhere else under `src/`, so a key is spelled once;
+//! the tests below pin every spelling, because a renamed key strands the objects already in a cluster.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// API group of the `LocalDisk` custom resource. NB: `#[kube(group = ..)]` takes only a literal, so
+/// `inventory::crd` spells it again and its test checks it against this constant.
+pub const GROUP: &str = "localpv.io";
+
+/// Every label and annotation key of ours starts with this.
+pub const KEY_PREFIX: &str = "localpv.io/";
+
+/// Label on every PV and LocalDisk of ours: the node it lives on. Agents watch their own objects by it, the
+/// clean-up controller finds a deleted node's objects by it, and `labelsForPV` may not override it.
+pub const NODE_LABEL: &str = "localpv.io/node";
+/// LocalDisk label: the storage class whose discovery directory holds the entry.
+pub const CLASS_LABEL: &str = "localpv.io/class";
+/// PV annotation recording the filesystem UUID of the disk the PV was made for.
+pub const ANN_FS_UUID: &str = "localpv.io/fs-uuid";
+/// LocalDisk label with the filesystem UUID, when it is a valid label value: finds every node's copy of a cloned
+/// disk. The same key as [`ANN_FS_UUID`], as a label on another kind.
+pub const FS_UUID_LABEL: &str = ANN_FS_UUID;
+
+/// PV annotations recording the rest of a disk's identity (see `plan::identity`).
+pub const ANN_FS_TYPE: &str = "localpv.io/fs-type";
+pub const ANN_FS_LABEL: &str = "localpv.io/fs-label";
+pub const ANN_DEVICE: &str = "localpv.io/device";
+pub const ANN_DEV_ID: &str = "localpv.io/dev-id";
+pub const ANN_WWN: &str = "localpv.io/wwn";
+pub const ANN_SERIAL: &str = "localpv.io/serial";
+pub const ANN_MODEL: &str = "localpv.io/model";
+pub const ANN_VENDOR: &str = "localpv.io/vendor";
+pub const ANN_ROTATIONAL: &str = "localpv.io/rotational";
+pub const ANN_MOUNT_ROOT: &str = "localpv.io/mount-root";
+pub const ANN_VOLUME_ID: &str = "localpv.io/volume-id";
+
+/// PV annotation: [`WipePhase`] of the volume's current lifetime. The extender reads any non-empty value as "the
+/// agent is wiping it, it comes back as Available".
+pub const ANN_WIPE_PHASE: &str = "localpv.io/wipe-phase";
+/// PV annotation `<PV UID>/<claim UID or ->`: the lifetime a wipe phase belongs to. A phase recorded for any other
+/// PV object or any other claim is stale and ignored.
+pub const ANN_WIPE_LIFETIME: &str = "localpv.io/wipe-lifetime";
+/// StorageClass annotation overriding the extender's global score strategy for claims of that class.
+pub const ANN_SCORE_STRATEGY: &str = "localpv.io/score-strategy";
+
+/// Field manager of the node agent's PV creates and patches, and the reporting controller of its Events.
+pub const NODE_MANAGER: &str = "localpv-node";
+
+/// Field manager of one node agent's LocalDisk applies: per node, so two agents never take each other's fields.
+/// Cut to the API server's 128-character limit.
+pub fn inventory_manager(node: &str) -> String {
+    format!("{NODE_MANAGER}-{node}").chars().take(128).collect()
+}
+
+/// `status.phase` of a PersistentVolume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Pending,
+    Available,
+    Bound,
+    Released,
+    Failed,
+    /// No phase yet, or one this version does not know; the node agent's planner treats it like `Pending`.
+    Unknown,
+}
+
+impl Phase {
+    pub fn parse(phase: Option<&str>) -> Phase {
+        match phase {
+            Some("Pending") => Phase::Pending,
+            Some("Available") => Phase::Available,
+            Some("Bound") => Phase::Bound,
+            Some("Released") => Phase::Released,
+            Some("Failed") => Phase::Failed,
+            _ => Phase::Unknown,
+        }
+    }
+}
+
+/// The value of [`ANN_WIPE_PHASE`] for the PV's current lifetime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WipePhase {
+    /// No phase recorded, a stale one, or a value this version does not know.
+    None,
+    Wiping,
+    Wiped,
+}
+
+impl WipePhase {
+    /// The annotation value; `None` for [`WipePhase::None`], which is written as no annotation at all.
+    pub fn as_str(self) -> Option<&'static str> {
+        match self {
+            WipePhase::None => None,
+            WipePhase::Wiping => Some("Wiping"),
+            WipePhase::Wiped => Some("Wiped"),
+        }
+    }
+
+    pub fn parse(value: Option<&str>) -> WipePhase {
+        match value {
+            Some("Wiping") => WipePhase::Wiping,
+            Some("Wiped") => WipePhase::Wiped,
+            _ => WipePhase::None,
+        }
+    }
+}
+
+/// A device number split as the kernel prints it (`major:minor`, as in mountinfo, `/sys/dev/block` and the
+/// [`ANN_DEV_ID`] annotation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DevId {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl DevId {
+    pub fn new(major: u32, minor: u32) -> Self {
+        DevId { major, minor }
+    }
+
+    /// Split a `dev_t` (`st_dev`, `st_rdev`) as glibc's `major()`/`minor()` do: 12+20 bits of major and 8+24 of
+    /// minor, interleaved. Pure arithmetic, so this leaf needs no libc.
+    pub fn from_dev(dev: u64) -> Self {
+        let major = ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0000_0fff);
+        let minor = ((dev >> 12) & 0xffff_ff00) | (dev & 0x0000_00ff);
+        // NB: both masks leave at most 32 bits, so the casts cannot truncate.
+        DevId {
+            major: major as u32,
+            minor: minor as u32,
+        }
+    }
+
+    /// Parse `"8:16"` (surrounding white space allowed, as in sysfs `dev` files); `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        s.trim().parse().ok()
+    }
+
+    /// Major 0 is the kernel's "unnamed" block major: tmpfs, proc, overlay, btrfs subvolumes... have no device
+    /// node behind this number.
+    pub fn is_anonymous(self) -> bool {
+        self.major == 0
+    }
+}
+
+impl fmt::Display for DevId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+impl FromStr for DevId {
+    type Err = ();
+
+    /// Exactly `major:minor`, no white space.
+    fn from_str(s: &str) -> Result<Self, ()> {
+        let (major, minor) = s.split_once(':').ok_or(())?;
+        Ok(DevId {
+            major: major.parse().map_err(drop)?,
+            minor: minor.parse().map_err(drop)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+
+    /// The wire: objects already in clusters carry these spellings, so changing one is a migration, not a rename.
+    #[test]
+    fn every_key_keeps_its_spelling() {
+        let keys = [
+            (GROUP, "localpv.io"),
+            (KEY_PREFIX, "localpv.io/"),
+            (NODE_LABEL, "localpv.io/node"),
+            (CLASS_LABEL, "localpv.io/class"),
+            (FS_UUID_LABEL, "localpv.io/fs-uuid"),
+            (ANN_FS_UUID, "localpv.io/fs-uuid"),
+            (ANN_FS_TYPE, "localpv.io/fs-type"),
+            (ANN_FS_LABEL, "localpv.io/fs-label"),
+            (ANN_DEVICE, "localpv.io/device"),
+            (ANN_DEV_ID, "localpv.io/dev-id"),
+            (ANN_WWN, "localpv.io/wwn"),
+            (ANN_SERIAL, "localpv.io/serial"),
+            (ANN_MODEL, "localpv.io/model"),
+            (ANN_VENDOR, "localpv.io/vendor"),
+            (ANN_ROTATIONAL, "localpv.io/rotational"),
+            (ANN_MOUNT_ROOT, "localpv.io/mount-root"),
+            (ANN_VOLUME_ID, "localpv.io/volume-id"),
+            (ANN_WIPE_PHASE, "localpv.io/wipe-phase"),
+            (ANN_WIPE_LIFETIME, "localpv.io/wipe-lifetime"),
+            (ANN_SCORE_STRATEGY, "localpv.io/score-strategy"),
+            (NODE_MANAGER, "localpv-node"),
+        ];
+        for (key, spelled) in keys {
+            assert_eq!(key, spelled);
+        }
+        for (key, _) in &keys[2..keys.len() - 1] {
+            assert!(key.starts_with(KEY_PREFIX), "{key}");
+        }
+        assert_eq!(inventory_manager("n1"), "localpv-node-n1");
+        assert_eq!(inventory_manager(&"x".repeat(300)).len(), 128);
+    }
+
+    #[rstest]
+    #[case(None, Phase::Unknown)]
+    #[case(Some("Pending"), Phase::Pending)]
+    #[case(Some("Available"), Phase::Available)]
+    #[case(Some("Bound"), Phase::Bound)]
+    #[case(Some("Released"), Phase::Released)]
+    #[case(Some("Failed"), Phase::Failed)]
+    #[case(Some("Lost"), Phase::Unknown)]
+    fn pv_phase_reads_the_status_text(#[case] text: Option<&str>, #[case] want: Phase) {
+        assert_eq!(Phase::parse(text), want);
+    }
+
+    #[rstest]
+    #[case(WipePhase::None, None)]
+    #[case(WipePhase::Wiping, Some("Wiping"))]
+    #[case(WipePhase::Wiped, Some("Wiped"))]
+    fn wipe_phase_round_trips_through_its_annotation(
+        #[case] phase: WipePhase,
+        #[case] text: Option<&str>,
+    ) {
+        assert_eq!(phase.as_str(), text);
+        assert_eq!(WipePhase::parse(text), phase);
+    }
+
+    #[test]
+    fn an_unknown_wipe_phase_reads_as_none() {
+        assert_eq!(WipePhase::parse(Some("wiped")), WipePhase::None);
+    }
+
+    #[rstest]
+    #[case("8:16", Some(DevId::new(8, 16)))]
+    #[case(" 259:0\n", Some(DevId::new(259, 0)))]
+    #[case("0:27", Some(DevId::new(0, 27)))]
+    #[case("8", None)]
+    #[case("8:", None)]
+    #[case("a:1", None)]
+    #[case("a:b", None)]
+    #[case("-1:1", None)]
+    #[case("8:16:1", None)]
+    fn dev_id_parses_major_colon_minor(#[case] text: &str, #[case] want: Option<DevId>) {
+        assert_eq!(DevId::parse(text), want);
+    }
+
+    #[test]
+    fn dev_id_from_str_refuses_white_space() {
+        assert_eq!(" 8:1".parse::<DevId>(), Err(()));
+    }
+
+    /// glibc's `makedev`: the same interleaving `from_dev` undoes.
+    fn makedev(major: u64, minor: u64) -> u64 {
+        ((major & 0xffff_f000) << 32)
+            | ((major & 0x0000_0fff) << 8)
+            | ((minor & 0xffff_ff00) << 12)
+            | (minor & 0x0000_00ff)
+    }
+
+    #[rstest]
+    #[case(8, 16)]
+    #[case(259, 7)]
+    #[case(0, 55)]
+    #[case(4095, 255)]
+    #[case(4096, 256)]
+    #[case(0xffff_ffff, 0xffff_ffff)]
+    fn dev_id_from_dev_splits_what_makedev_joins(#[case] major: u32, #[case] minor: u32) {
+        let dev = makedev(major.into(), minor.into());
+        assert_eq!(DevId::from_dev(dev), DevId::new(major, minor));
+        assert_eq!(DevId::from_dev(dev).to_string(), format!("{major}:{minor}"));
+    }
+
+    #[test]
+    fn major_zero_is_anonymous() {
+        assert!(DevId::new(0, 55).is_anonymous());
+        assert!(!DevId::new(7, 0).is_anonymous());
+    }
+}
