@@ -15,12 +15,12 @@
 //! after 290 s). With LOCALPV_BENCH_FIGURES set, headline figures are appended there as JSON lines (bench/run.sh
 //! turns them into docs/benchmarks.md).
 
+mod common;
 #[path = "../tests/support/mod.rs"]
 #[allow(unused_imports)]
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,6 +32,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
+use common::figures::{Spread, figure, millis, percentile, sorted, spread};
 use support::agent::{Agent, install_crd};
 use support::cluster::{ControlPlane, Options};
 use support::disks::Mount;
@@ -549,43 +550,14 @@ fn requests(audit_log: &Path, user: &str, known: &BTreeSet<String>) -> Audited {
     a
 }
 
-/// (median, min, max) of samples (the median of an even count is the mean of the middle two).
-fn spread(samples: &[f64]) -> (f64, f64, f64) {
-    let mut v = samples.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let median = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
-    (median, v[0], v[n - 1])
-}
-
-/// Appends one headline figure to the file named by LOCALPV_BENCH_FIGURES (nothing when it is unset).
-fn figure(key: &str, label: &str, unit: &str, samples: &[f64]) {
-    let Some(file) = std::env::var_os("LOCALPV_BENCH_FIGURES") else {
-        return;
-    };
-    let (median, min, max) = spread(samples);
-    let places = if unit == "s" { 1000.0 } else { 10.0 };
-    let round = |x: f64| (x * places).round() / places;
-    let line = json!({"key": key, "label": label, "unit": unit, "median": round(median),
-                      "min": round(min), "max": round(max), "n": samples.len()});
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&file)
-        .and_then(|mut f| writeln!(f, "{line}"))
-        .unwrap_or_else(|e| panic!("failed to append to {}: {e}", file.to_string_lossy()));
-}
-
 /// "median X (min-max)" in `unit` (ms or s), and the figure behind it.
 fn timed(key: &str, label: &str, unit: &str, samples: &[Duration]) -> String {
     let scale = if unit == "ms" { 1000.0 } else { 1.0 };
     let v: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * scale).collect();
     figure(key, label, unit, &v);
-    let (median, min, max) = spread(&v);
+    let Spread {
+        median, min, max, ..
+    } = spread(&v);
     let digits = if unit == "ms" { 1 } else { 2 };
     format!(
         "median {median:.digits$} {unit} ({min:.digits$}-{max:.digits$}, n={})",
@@ -594,9 +566,7 @@ fn timed(key: &str, label: &str, unit: &str, samples: &[Duration]) -> String {
 }
 
 fn p99(samples: &[Duration]) -> Duration {
-    let mut v = samples.to_vec();
-    v.sort();
-    v[((v.len() as f64 - 1.0) * 0.99).round() as usize]
+    Duration::from_secs_f64(percentile(&sorted(&millis(samples)), 0.99) / 1000.0)
 }
 
 fn row(what: &str, result: String) {

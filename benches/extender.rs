@@ -15,7 +15,8 @@
 //! LOCALPV_BENCH_FIGURES (a file to append the headline figures to, one JSON object per line: decoding p50 and
 //! p99, filter and prioritize p50 and p99 per case, requests per second, memory).
 
-use std::io::Write;
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,8 @@ use localpv::extender::verbs;
 use localpv::extender::wire::ExtenderArgs;
 use serde_json::{Value, json};
 use tower::ServiceExt;
+
+use common::figures::{self, figure};
 
 const PVS_PER_NODE: usize = 10;
 
@@ -216,50 +219,20 @@ struct Stats {
     p99: Duration,
     max: Duration,
     n: usize,
-    /// Every run, in milliseconds, for the figures file.
+    /// Every run in milliseconds, ascending, for the figures file.
     runs_ms: Vec<f64>,
 }
 
-/// The sample at quantile `q` (nearest rank); the tables and the figures file both use it.
-fn quantile<T: Copy>(sorted: &[T], q: f64) -> T {
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
-
-fn stats(mut samples: Vec<Duration>) -> Stats {
-    samples.sort();
+fn stats(samples: Vec<Duration>) -> Stats {
+    let runs_ms = figures::sorted(&figures::millis(&samples));
+    let at = |q: f64| Duration::from_secs_f64(figures::percentile(&runs_ms, q) / 1e3);
     Stats {
-        p50: quantile(&samples, 0.5),
-        p99: quantile(&samples, 0.99),
-        max: *samples.last().expect("samples"),
-        n: samples.len(),
-        runs_ms: samples.iter().map(|d| d.as_secs_f64() * 1e3).collect(),
+        p50: at(0.5),
+        p99: at(0.99),
+        max: at(1.0),
+        n: runs_ms.len(),
+        runs_ms,
     }
-}
-
-/// Appends one headline figure to the file `LOCALPV_BENCH_FIGURES` names (bench/run.sh gathers them into
-/// docs/benchmarks.md): median (the p50, as in the tables), min and max of `samples`. Nothing when unset.
-fn figure(key: &str, label: &str, unit: &str, samples: &[f64]) {
-    let Some(path) = std::env::var_os("LOCALPV_BENCH_FIGURES") else {
-        return;
-    };
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let round = |v: f64| (v * 1e3).round() / 1e3;
-    let line = json!({
-        "key": key, "label": label, "unit": unit,
-        "median": round(quantile(&sorted, 0.5)),
-        "min": round(*sorted.first().expect("samples")),
-        "max": round(*sorted.last().expect("samples")),
-        "n": sorted.len(),
-    });
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .expect("LOCALPV_BENCH_FIGURES names a writable file");
-    // One write per line, so figures appended by other benchmark binaries never interleave within a line.
-    file.write_all(format!("{line}\n").as_bytes())
-        .expect("LOCALPV_BENCH_FIGURES names a writable file");
 }
 
 /// A p99 is one number derived from many runs: a single measurement for the figures file.

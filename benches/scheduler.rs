@@ -13,11 +13,11 @@
 //! environment: LOCALPV_BENCH_PODS (1000), LOCALPV_BENCH_NODES (100), LOCALPV_BENCH_REPEATS (3). With
 //! LOCALPV_BENCH_FIGURES set, headline figures are appended to that file as JSON lines.
 
+mod common;
 #[path = "../tests/support/mod.rs"]
 #[allow(unused_imports)]
 mod support;
 
-use std::io::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,7 @@ use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use common::figures::{Spread, figure, figure_spread, median, spread};
 use support::agent::{http_get, install_crd, localpv_bin};
 use support::cluster::{ControlPlane, Extender, Options, free_port};
 use support::nodes::create_node;
@@ -610,49 +611,6 @@ async fn run_once(round: usize, mode: Mode, sizes: Sizes) -> Run {
     }
 }
 
-/// (median, min, max); the median of an even count is the mean of the middle two.
-fn spread(samples: &[f64]) -> (f64, f64, f64) {
-    let mut v = samples.to_vec();
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    let median = if v.len().is_multiple_of(2) {
-        (v[mid - 1] + v[mid]) / 2.0
-    } else {
-        v[mid]
-    };
-    (median, v[0], v[v.len() - 1])
-}
-
-/// Appends one headline figure to `$LOCALPV_BENCH_FIGURES` (see the figures contract of bench/run.sh).
-fn figure(key: &str, label: &str, unit: &str, samples: &[f64]) {
-    let (median, min, max) = spread(samples);
-    figure_values(key, label, unit, (median, min, max), samples.len());
-}
-
-fn figure_values(
-    key: &str,
-    label: &str,
-    unit: &str,
-    (median, min, max): (f64, f64, f64),
-    n: usize,
-) {
-    let Some(path) = std::env::var_os("LOCALPV_BENCH_FIGURES") else {
-        return;
-    };
-    let line = json!({"key": key, "label": label, "unit": unit, "median": round2(median),
-                      "min": round2(min), "max": round2(max), "n": n});
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .expect("the figures file opens for appending");
-    writeln!(f, "{line}").expect("the figures file is writable");
-}
-
-fn round2(v: f64) -> f64 {
-    (v * 100.0).round() / 100.0
-}
-
 fn overhead(intree: f64, ext: f64) -> f64 {
     (intree - ext) / intree * 100.0
 }
@@ -668,9 +626,9 @@ fn cycle_ceiling(r: &Run) -> f64 {
 
 /// Overhead of `mode` against in-tree for a throughput `tput`: the median from the two medians, the spread from
 /// the rounds (modes alternate within a round, so each round pairs runs that saw the same machine).
-fn overhead_spread(runs: &[Run], mode: Mode, tput: fn(&Run) -> f64) -> (f64, f64, f64) {
-    let median_of = |m: Mode| spread(&of(runs, m, tput)).0;
-    let median = overhead(median_of(Mode::InTree), median_of(mode));
+fn overhead_spread(runs: &[Run], mode: Mode, tput: fn(&Run) -> f64) -> Spread {
+    let median_of = |m: Mode| median(&of(runs, m, tput));
+    let overall = overhead(median_of(Mode::InTree), median_of(mode));
     let rounds = runs.iter().map(|r| r.round).max().unwrap_or(0) + 1;
     let paired: Vec<f64> = (0..rounds)
         .filter_map(|round| {
@@ -678,17 +636,22 @@ fn overhead_spread(runs: &[Run], mode: Mode, tput: fn(&Run) -> f64) -> (f64, f64
             Some(overhead(tput(find(Mode::InTree)?), tput(find(mode)?)))
         })
         .collect();
-    let (_, min, max) = spread(&paired);
+    let per_round = spread(&paired);
     // NB: a ratio of medians may fall outside the per-round ratios; widen so min <= median <= max holds.
-    (median, min.min(median), max.max(median))
+    Spread {
+        median: overall,
+        min: per_round.min.min(overall),
+        max: per_round.max.max(overall),
+        n: per_round.n,
+    }
 }
 
 fn overhead_cell(runs: &[Run], mode: Mode, tput: fn(&Run) -> f64) -> String {
     if mode == Mode::InTree {
         return "-".into();
     }
-    let (median, lo, hi) = overhead_spread(runs, mode, tput);
-    format!("{median:.1}% ({lo:.1}% .. {hi:.1}%)")
+    let s = overhead_spread(runs, mode, tput);
+    format!("{:.1}% ({:.1}% .. {:.1}%)", s.median, s.min, s.max)
 }
 
 fn report(runs: &[Run], sizes: Sizes) {
@@ -724,10 +687,15 @@ fn report(runs: &[Run], sizes: Sizes) {
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for mode in Mode::ALL {
-        let (tput, min, max) = spread(&of(runs, mode, |r| r.pods_per_second));
-        let bound = spread(&of(runs, mode, |r| r.bound)).0;
-        let algorithm = spread(&of(runs, mode, |r| r.scheduler.algorithm_ms)).0;
-        let ceiling = spread(&of(runs, mode, cycle_ceiling)).0;
+        let Spread {
+            median: tput,
+            min,
+            max,
+            ..
+        } = spread(&of(runs, mode, |r| r.pods_per_second));
+        let bound = median(&of(runs, mode, |r| r.bound));
+        let algorithm = median(&of(runs, mode, |r| r.scheduler.algorithm_ms));
+        let ceiling = median(&of(runs, mode, cycle_ceiling));
         println!(
             "| {} | {tput:.1} | {min:.1}-{max:.1} | {bound:.1} s | {} | {algorithm:.2} ms | {ceiling:.0} | {} |",
             mode.label(),
@@ -806,19 +774,17 @@ fn figures(runs: &[Run], sizes: Sizes) {
     }
     for mode in [Mode::NodeNames, Mode::Nodes] {
         let (key, words) = (mode.key(), mode_words(mode));
-        figure_values(
+        figure_spread(
             &format!("scheduler.overhead_percent.{key}"),
             &format!("extender overhead on scheduler throughput, {words} (target <= 5%)"),
             "%",
             overhead_spread(runs, mode, |r| r.pods_per_second),
-            sizes.repeats,
         );
-        figure_values(
+        figure_spread(
             &format!("scheduler.cycle_overhead_percent.{key}"),
             &format!("extender overhead on the scheduling cycle alone (algorithm time), {words}"),
             "%",
             overhead_spread(runs, mode, cycle_ceiling),
-            sizes.repeats,
         );
     }
 }
