@@ -112,7 +112,7 @@ impl<'a> Planner<'a> {
         }
         let disk = self.disks.get(pv.path.as_path()).copied();
         if pv.origin == Origin::Reference {
-            self.adopt(pv, disk);
+            self.adopt(pv, disk, class);
             return;
         }
         let check = disk.map(|d| identity::check(pv.mode, pv.recorded.as_ref(), d));
@@ -133,8 +133,17 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn adopt(&mut self, pv: &PvView, disk: Option<&Disk>) {
+    fn adopt(&mut self, pv: &PvView, disk: Option<&Disk>, class: &ClassFacts) {
         let annotations = match disk {
+            // NB: a disk that can carry the agent's volume id and has none (a tmpfs) is tagged now and its identity
+            // recorded in the next pass (NotRecorded): recorded now, a device number alone would refuse every wipe.
+            Some(disk) if disk.mode == pv.mode && identity::wants_volume_id(disk) => {
+                self.writes.push(Action::TagVolume {
+                    host_path: disk.host_path.clone(),
+                    path: process_path(class, &disk.host_path),
+                });
+                BTreeMap::new()
+            }
             Some(disk) if disk.mode == pv.mode => identity::annotations(disk),
             _ => BTreeMap::new(),
         };

@@ -185,6 +185,21 @@ pub fn is_strong(mode: VolumeMode, identity: &DiskIdentity) -> bool {
     }
 }
 
+/// Whether a filesystem disk is identified by the agent's volume id rather than by its UUID: it has no UUID, or it
+/// is a directory bind-mounted from a filesystem whose UUID its siblings share.
+pub fn needs_volume_id(disk: &Disk) -> bool {
+    disk.identity.fs_uuid.is_none() || disk.mount_root.is_some()
+}
+
+/// Whether the agent should store its volume id on this disk: a filesystem disk that needs one, has none yet, and
+/// whose filesystem takes extended attributes.
+pub fn wants_volume_id(disk: &Disk) -> bool {
+    disk.mode == VolumeMode::Filesystem
+        && disk.identity.volume_id.is_none()
+        && !disk.identity.volume_id_unsupported
+        && needs_volume_id(disk)
+}
+
 fn changed(what: &str, was: &str, now: &str) -> IdentityCheck {
     IdentityCheck::Changed(format!("{what} {was} became {now}"))
 }

@@ -216,10 +216,10 @@ impl Planner<'_> {
     /// a claim is held: it may be that disk.
     fn identified(&mut self, disk: &Disk, class: &ClassFacts) -> bool {
         let id = &disk.identity;
-        // NB: a whole filesystem with a UUID is identified by it (classify never publishes it twice); a directory
-        // bind-mounted from one shares its UUID with its siblings, so it gets an id of its own.
-        let needs_id = id.fs_uuid.is_none() || disk.mount_root.is_some();
-        if disk.mode == VolumeMode::Block || id.volume_id.is_some() || !needs_id {
+        if disk.mode == VolumeMode::Block
+            || id.volume_id.is_some()
+            || !identity::needs_volume_id(disk)
+        {
             return true;
         }
         let path_key = identity::ledger_key(disk.mode, &Default::default(), None, &disk.host_path);

@@ -202,3 +202,33 @@ fn a_raw_device_without_hardware_ids_that_moved_is_not_published_a_second_time()
         [("vol2".to_string(), HoldReason::HeldByAnotherPv)]
     );
 }
+
+#[test]
+fn an_adopted_tmpfs_is_tagged_and_records_its_volume_id_so_it_is_wiped_once_released() {
+    let reference = Pv::test()
+        .reference("local-volume-provisioner-n1")
+        .bound()
+        .build();
+    let mut world = World::new(vec![tmpfs("vol1", "0:55")], vec![reference]);
+    let plans = world.settle();
+    assert_eq!(
+        acts(&plans[0]),
+        [
+            "tag /mnt/disks/vol1",
+            "own uid-vol1",
+            "adopt uid-vol1",
+            "event uid-vol1 Adopted"
+        ]
+    );
+    let annotations = world.existing[0].metadata.annotations.clone();
+    assert_eq!(
+        annotations
+            .as_ref()
+            .map(|a| a["localpv.io/volume-id"].as_str()),
+        Some("vid-vol1"),
+        "{annotations:?}"
+    );
+    world.existing[0].status.get_or_insert_default().phase = Some("Released".into());
+    let order = only_wipe(&world.plan());
+    assert_eq!(order.expected.volume_id.as_deref(), Some("vid-vol1"));
+}
