@@ -8,6 +8,8 @@ mod support;
 mod common;
 mod extender;
 mod lifecycle;
+mod migrate;
+mod migrate_lsp;
 mod publish;
 mod restart;
 mod statefulset;

@@ -45,14 +45,14 @@ int main(void) {
 }
 "#;
 
-fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     let home = std::env::var_os("HOME").expect("HOME is set");
     let dir = PathBuf::from(home).join(".cache/localpv/realnode");
     fs::create_dir_all(dir.join("images")).expect("image cache dir can be created");
     dir
 }
 
-fn key(parts: &[&[u8]]) -> String {
+pub(crate) fn key(parts: &[&[u8]]) -> String {
     let mut h = DefaultHasher::new();
     for p in parts {
         p.hash(&mut h);
@@ -73,7 +73,7 @@ fn image_exists(name: &str) -> bool {
 }
 
 /// Saves `image` as a docker archive at `path` (written aside, then renamed: concurrent runs never see half).
-fn save(image: &str, path: &Path) {
+pub(crate) fn save(image: &str, path: &Path) {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let _ = fs::remove_file(&tmp);
     buildah(&[
@@ -104,7 +104,7 @@ fn scratch_container(rootfs: &Path, work: &Path) -> String {
 }
 
 /// An image made of a root file system directory, from scratch.
-fn from_rootfs(rootfs: &Path, image: &str, entrypoint: &str, work: &Path) {
+pub(crate) fn from_rootfs(rootfs: &Path, image: &str, entrypoint: &str, work: &Path) {
     let c = scratch_container(rootfs, work);
     buildah(&[
         "config",

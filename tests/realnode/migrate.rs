@@ -1,0 +1,663 @@
+//! Migration for real: the reference provisioner, built from its source and installed with its own chart as
+//! operators run it, publishes disks on both nodes and serves a StatefulSet whose pods keep writing; then the
+//! commands of docs/migration.md's "Step by step" run as the doc prints them. The pods keep running (same pods, no
+//! container restart, their data and counters intact), localpv adopts every PV in place (names, UIDs, claims), the
+//! old provisioner is gone, and once the claims are deleted localpv wipes the adopted disks, publishes them anew and
+//! the next pods find them empty.
+//!
+//! The test holds the doc's command blocks as it expects them and fails when the doc says anything else, so a doc
+//! change breaks it; it then runs the doc's own text. The only substitutions are this machine's: the run's disk
+//! directory for `/mnt/disks`, and the locally built image (no registry here) on `helm install localpv`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+use crate::common::*;
+use crate::migrate_lsp::lsp;
+use crate::support::realnode::{POD_TIMEOUT, RealCluster};
+
+const DOC: &str = "docs/migration.md";
+const LSP_RELEASE: &str = "local-static-provisioner";
+const NS: &str = "kube-system";
+
+/// What the test does with each fenced `sh` block of the doc's "Step by step", in the doc's order.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Use {
+    Run,
+    /// The other way of step 4 (the old values file); the chart_reference_values test covers those files.
+    Alternative,
+}
+
+/// The doc's blocks as the test expects them (indentation removed).
+const BLOCKS: &[(Use, &str)] = &[
+    (
+        Use::Run,
+        "kubectl get pv -o custom-columns='NAME:.metadata.name,UID:.metadata.uid,STATUS:.status.phase,CLAIM:.spec.claimRef.name,PATH:.spec.local.path,BY:.metadata.annotations.pv\\.kubernetes\\.io/provisioned-by' \\
+  | tee pvs-before.txt
+kubectl -n kube-system get configmap local-static-provisioner-config -o yaml > lsp-config.yaml
+",
+    ),
+    (
+        Use::Run,
+        "localpv node --check-config --config lsp-config.yaml\n",
+    ),
+    (
+        Use::Run,
+        "kubectl -n kube-system delete daemonset local-static-provisioner --cascade=foreground\n",
+    ),
+    (
+        Use::Run,
+        "helm install localpv charts/localpv --namespace kube-system \\
+  --set existingConfigMap=local-static-provisioner-config \\
+  --set 'node.hostDirs[0].hostPath=/mnt/disks' --set 'node.hostDirs[0].mountPath=/mnt/disks' \\
+  --set 'classes=null'
+",
+    ),
+    (
+        Use::Run,
+        "kubectl apply --server-side --force-conflicts -f charts/localpv/crds/
+helm upgrade localpv charts/localpv --namespace kube-system --reset-then-reuse-values
+",
+    ),
+    (
+        Use::Alternative,
+        "helm install localpv charts/localpv --namespace kube-system -f lsp-values.yaml\n",
+    ),
+    (
+        Use::Run,
+        "kubectl get events -A --field-selector reason=Adopted
+kubectl get pv -L localpv.io/node
+localpv disks
+",
+    ),
+    (
+        Use::Run,
+        "kubectl get pv -o custom-columns='NAME:.metadata.name,UID:.metadata.uid,STATUS:.status.phase,CLAIM:.spec.claimRef.name,PATH:.spec.local.path,BY:.metadata.annotations.pv\\.kubernetes\\.io/provisioned-by' \\
+  | diff pvs-before.txt - && echo \"every PV kept\"
+",
+    ),
+    (
+        Use::Run,
+        "kubectl -n kube-system delete secret -l owner=helm,name=local-static-provisioner
+kubectl -n kube-system delete serviceaccount,role,rolebinding,service -l app.kubernetes.io/instance=local-static-provisioner
+kubectl delete clusterrole,clusterrolebinding -l app.kubernetes.io/instance=local-static-provisioner
+",
+    ),
+];
+
+/// The fenced `sh` blocks of the doc's "## Step by step" section, dedented.
+fn doc_blocks() -> Vec<String> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(DOC))
+        .expect("docs/migration.md readable");
+    let start = text
+        .find("## Step by step")
+        .expect("docs/migration.md has a \"## Step by step\" section");
+    let section = &text[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let mut blocks = Vec::new();
+    let mut current: Option<(usize, String)> = None;
+    for line in section.lines() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        match &mut current {
+            None if trimmed == "```sh" => current = Some((indent, String::new())),
+            Some(_) if trimmed == "```" => blocks.push(current.take().expect("in a block").1),
+            Some((ind, body)) => {
+                body.push_str(line.get(*ind..).unwrap_or(trimmed));
+                body.push('\n');
+            }
+            None => {}
+        }
+    }
+    blocks
+}
+
+/// The operator's shell: kubectl, helm and localpv on PATH, the cluster's kubeconfig, a working directory of its
+/// own where `charts/` is the repository's.
+struct Operator<'a> {
+    c: &'a RealCluster,
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+}
+
+impl<'a> Operator<'a> {
+    fn new(c: &'a RealCluster) -> Operator<'a> {
+        let dir = c.run_dir().join("operator");
+        let bin = c.run_dir().join("operator-bin");
+        std::fs::create_dir_all(&dir).expect("operator dir");
+        std::fs::create_dir_all(&bin).expect("operator bin dir");
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        std::os::unix::fs::symlink(repo.join("charts"), dir.join("charts")).expect("charts link");
+        for tool in ["kubectl", "helm"] {
+            std::os::unix::fs::symlink(c.plane.bin.join(tool), bin.join(tool)).expect("tool link");
+        }
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_localpv"), bin.join("localpv"))
+            .expect("localpv link");
+        Operator { c, dir, bin }
+    }
+
+    /// Runs a block of the doc with this machine's substitutions; panics with its output when it fails.
+    fn run(&self, block: &str) -> String {
+        let disks = self.c.disk_root().join("disks");
+        let script = block
+            .replace("/mnt/disks", &disks.display().to_string())
+            .replace(
+                "helm install localpv charts/localpv",
+                &format!(
+                    "helm install localpv charts/localpv --set image.repository={} --set image.tag={} \
+                     --set image.pullPolicy=Never",
+                    crate::support::realnode::images::LOCALPV_REPOSITORY,
+                    self.c.images.localpv_tag
+                ),
+            );
+        let home = self.c.run_dir().join("helm-home");
+        let out = Command::new("sh")
+            .args(["-e", "-c", &script])
+            .current_dir(&self.dir)
+            .env(
+                "PATH",
+                format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", self.bin.display()),
+            )
+            .env("KUBECONFIG", &self.c.plane.admin_kubeconfig)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .output()
+            .expect("sh runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "{DOC}'s commands failed ({}):\n{script}\n----- output -----\n{text}",
+            out.status
+        );
+        eprintln!("$ {script}{text}");
+        text
+    }
+}
+
+/// Each replica: on first start writes its name to /data/owner; on every start records what it found; then counts.
+const SCRIPT: &str = "if [ -f /data/owner ]; then echo \"found $(cat /data/owner)\" >> /data/history; \
+                      else echo empty >> /data/history; hostname > /data/owner; fi; sync; \
+                      trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo $i > /data/counter; sleep 0.2; done";
+
+fn statefulset(replicas: i32) -> StatefulSet {
+    obj(json!({
+        "metadata": {"name": "db"},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": "db",
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}
+                    ]}},
+                    "containers": [{
+                        "name": "main",
+                        "image": crate::support::realnode::images::BUSYBOX,
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", SCRIPT],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    }],
+                },
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "local-storage",
+                    "resources": {"requests": {"storage": "32Mi"}},
+                },
+            }],
+        },
+    }))
+}
+
+/// The host directory of the disk behind replica `pod`'s claim.
+async fn replica_disk(c: &RealCluster, ns: &str, pod: &str) -> std::path::PathBuf {
+    let (_, pv) = claim_state(c, ns, &format!("data-{pod}")).await;
+    let pv = pvs(c)
+        .await
+        .remove(&pv.expect("claim bound"))
+        .expect("PV exists");
+    host_path(c, &pv_node(&pv), &pv_path(&pv))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn counter(disk: &Path) -> u64 {
+    read(&disk.join("counter")).trim().parse().unwrap_or(0)
+}
+
+/// (UID, container restarts, phase) of each pod of the StatefulSet.
+async fn pod_states(c: &RealCluster, ns: &str) -> BTreeMap<String, (String, i32, String)> {
+    Api::<Pod>::namespaced(c.client(), ns)
+        .list(&ListParams::default().labels("app=db"))
+        .await
+        .expect("pods list")
+        .items
+        .into_iter()
+        .map(|p| {
+            let st = p.status.unwrap_or_default();
+            let restarts = st
+                .container_statuses
+                .unwrap_or_default()
+                .iter()
+                .map(|s| s.restart_count)
+                .sum();
+            (
+                p.metadata.name.unwrap_or_default(),
+                (
+                    p.metadata.uid.unwrap_or_default(),
+                    restarts,
+                    st.phase.unwrap_or_default(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Waits until DaemonSet `name` in kube-system has one Ready, up-to-date pod per node.
+async fn wait_daemonset(c: &RealCluster, name: &str, pod_prefix: &str) {
+    let api: Api<DaemonSet> = Api::namespaced(c.client(), NS);
+    let want = c.nodes.len() as i32;
+    let deadline = Instant::now() + POD_TIMEOUT;
+    loop {
+        let ds = api.get_opt(name).await.ok().flatten();
+        let ok = ds.as_ref().is_some_and(|d| {
+            let s = d.status.clone().unwrap_or_default();
+            d.metadata.generation == s.observed_generation
+                && s.number_ready == want
+                && s.updated_number_scheduled == Some(want)
+        });
+        if ok {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "DaemonSet {NS}/{name} not Ready on {want} nodes after {POD_TIMEOUT:?}: {:?}\n{}",
+            ds.and_then(|d| d.status),
+            c.container_logs(NS, pod_prefix)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits until `check` holds for the PVs; returns them.
+async fn wait_pvs<F>(
+    c: &RealCluster,
+    what: &str,
+    logs: &str,
+    check: F,
+) -> BTreeMap<String, k8s_openapi::api::core::v1::PersistentVolume>
+where
+    F: Fn(&BTreeMap<String, k8s_openapi::api::core::v1::PersistentVolume>) -> bool,
+{
+    let deadline = Instant::now() + POD_TIMEOUT;
+    loop {
+        let all = pvs(c).await;
+        if check(&all) {
+            return all;
+        }
+        if Instant::now() > deadline {
+            let seen: Vec<_> = all
+                .values()
+                .map(|p| {
+                    (
+                        p.metadata.name.clone().unwrap_or_default(),
+                        pv_node(p),
+                        pv_path(p),
+                        pv_phase(p),
+                        p.metadata.labels.clone().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            panic!(
+                "{what}: not after {POD_TIMEOUT:?}; PVs: {seen:#?}\n{}",
+                c.container_logs(NS, logs)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migration_from_the_reference_provisioner_as_the_doc_says_keeps_pods_and_data_and_recycles_disks()
+ {
+    // The doc first: a changed command fails here, before minutes of cluster work.
+    let blocks = doc_blocks();
+    let expected: Vec<&str> = BLOCKS.iter().map(|(_, b)| *b).collect();
+    assert_eq!(
+        blocks, expected,
+        "{DOC}'s command blocks differ from what tests/realnode/migrate.rs runs: change both together"
+    );
+
+    let lsp = lsp();
+    let c = RealCluster::start(2).await;
+    for n in &c.nodes {
+        n.import(&lsp.archive);
+    }
+    // Each node: a disk for a tenant (tmpfs on node-1, an ext4 loop device on node-2), and one too small for the
+    // tenants' claims, which stays Available all along.
+    c.tmpfs("node-1", "vol1", "64M");
+    c.fs_disk("node-2", "vol1", 64, "ext4");
+    for node in ["node-1", "node-2"] {
+        c.tmpfs(node, "small", "16M");
+    }
+    let disks = c.disk_root().join("disks");
+    let vol1 = disks.join("vol1").display().to_string();
+    let small = disks.join("small").display().to_string();
+
+    // The reference provisioner with its own chart, values as an operator writes them.
+    let (repo, tag) = lsp.image.split_once(':').expect("image has a tag");
+    let values = c.run_dir().join("lsp-values.yaml");
+    std::fs::write(
+        &values,
+        format!(
+            "classes:\n- name: local-storage\n  hostDir: {}\n  volumeMode: Filesystem\n  fsType: ext4\n  \
+             blockCleanerCommand:\n  - \"/scripts/shred.sh\"\n  - \"2\"\n  storageClass:\n    reclaimPolicy: Delete\n\
+             image: {repo}:{tag}\nimagePullPolicy: Never\n",
+            disks.display()
+        ),
+    )
+    .expect("values written");
+    c.helm(&[
+        "install",
+        LSP_RELEASE,
+        &lsp.chart.display().to_string(),
+        "--namespace",
+        NS,
+        "-f",
+        &values.display().to_string(),
+    ]);
+    wait_daemonset(&c, LSP_RELEASE, LSP_RELEASE).await;
+    let by_lsp = |p: &k8s_openapi::api::core::v1::PersistentVolume| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("pv.kubernetes.io/provisioned-by"))
+            .is_some_and(|b| b.starts_with("local-volume-provisioner-"))
+    };
+    wait_pvs(
+        &c,
+        "the reference provisioner publishes 4 PVs",
+        LSP_RELEASE,
+        |all| {
+            all.values()
+                .filter(|p| by_lsp(p) && pv_phase(p) == "Available")
+                .count()
+                == 4
+        },
+    )
+    .await;
+
+    // Tenants: one replica per node, each bound to its node's vol1 (the small disks do not fit 32Mi).
+    let ns = c.plane.namespace("tenant").await;
+    let sets: Api<StatefulSet> = Api::namespaced(c.client(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client(), &ns);
+    create(&sets, &statefulset(2)).await;
+    let mut tenant_disks = Vec::new();
+    for pod in ["db-0", "db-1"] {
+        wait_pod(&c, &ns, pod, &["Running"]).await;
+        let disk = replica_disk(&c, &ns, pod).await;
+        assert!(
+            disk.ends_with("mnt/disks/vol1"),
+            "{pod} is on {}",
+            disk.display()
+        );
+        tenant_disks.push((pod, disk));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tenant_disks.iter().any(|(_, d)| counter(d) < 3) {
+        assert!(Instant::now() < deadline, "tenants do not write");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let pods_before = pod_states(&c, &ns).await;
+    let pvs_before: BTreeMap<String, Option<String>> = pvs(&c)
+        .await
+        .into_iter()
+        .map(|(n, p)| (n, p.metadata.uid))
+        .collect();
+    assert_eq!(pvs_before.len(), 4);
+
+    // docs/migration.md, step by step.
+    let op = Operator::new(&c);
+    let mut run = BLOCKS
+        .iter()
+        .zip(&blocks)
+        .filter(|((u, _), _)| *u == Use::Run)
+        .map(|(_, b)| b.as_str());
+    let mut next = || run.next().expect("another block of the doc");
+    let total = BLOCKS.iter().filter(|(u, _)| *u == Use::Run).count();
+    let mut ran = 0;
+
+    // 1. Record what exists.
+    {
+        ran += 1;
+        op.run(next())
+    };
+    let recorded = read(&op.dir.join("pvs-before.txt"));
+    for name in pvs_before.keys() {
+        assert!(
+            recorded.contains(name.as_str()),
+            "{name} recorded:\n{recorded}"
+        );
+    }
+    // 2. Check the configuration: valid, with a warning for the cleaner command a Filesystem class never runs.
+    let check = {
+        ran += 1;
+        op.run(next())
+    };
+    assert!(
+        check.contains("is valid") && check.contains("blockCleanerCommand"),
+        "check-config accepts the reference ConfigMap and warns:\n{check}"
+    );
+    // 3. Stop the reference provisioner: its pods are gone when the command returns.
+    {
+        ran += 1;
+        op.run(next())
+    };
+    let left: Vec<_> = Api::<Pod>::namespaced(c.client(), NS)
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={LSP_RELEASE}")))
+        .await
+        .expect("pods list")
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert!(left.is_empty(), "reference pods still there: {left:?}");
+    // 4. Install localpv with the same ConfigMap, then the documented upgrade.
+    {
+        ran += 1;
+        op.run(next())
+    };
+    wait_daemonset(&c, "localpv-node", "localpv").await;
+    {
+        ran += 1;
+        op.run(next())
+    };
+    wait_daemonset(&c, "localpv-node", "localpv").await;
+    // 5. Watch the adoption: every PV carries localpv.io/node, with an Adopted Event.
+    let adopted = wait_pvs(&c, "every PV adopted", "localpv", |all| {
+        all.len() == 4
+            && all.values().all(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("localpv.io/node"))
+                    .is_some_and(|n| *n == pv_node(p))
+            })
+    })
+    .await;
+    let shown = {
+        ran += 1;
+        op.run(next())
+    };
+    for name in adopted.keys() {
+        assert!(shown.contains(name.as_str()), "{name} shown:\n{shown}");
+    }
+    let events = Api::<Event>::all(c.client())
+        .list(&ListParams::default().fields("reason=Adopted"))
+        .await
+        .expect("events list")
+        .items;
+    for name in adopted.keys() {
+        assert!(
+            events
+                .iter()
+                .any(|e| e.involved_object.name.as_deref() == Some(name.as_str())),
+            "an Adopted Event for {name}"
+        );
+    }
+    // 6. Compare: same names, UIDs, phases, claims, paths.
+    let diff = {
+        ran += 1;
+        op.run(next())
+    };
+    assert!(diff.contains("every PV kept"), "{diff}");
+    // 7. Remove the rest of the reference provisioner; its ConfigMap and StorageClass stay.
+    {
+        ran += 1;
+        op.run(next())
+    };
+    assert_eq!(ran, total, "every block of the doc was run");
+    let releases = c.helm(&["list", "--namespace", NS, "--short"]);
+    assert!(
+        !releases.contains(LSP_RELEASE),
+        "reference release forgotten: {releases}"
+    );
+    assert!(
+        Api::<StorageClass>::all(c.client())
+            .get_opt("local-storage")
+            .await
+            .expect("get")
+            .is_some(),
+        "the StorageClass stays"
+    );
+    assert!(
+        Api::<ConfigMap>::namespaced(c.client(), NS)
+            .get_opt("local-static-provisioner-config")
+            .await
+            .expect("get")
+            .is_some(),
+        "the ConfigMap localpv reads stays"
+    );
+    let roles: Vec<_> = Api::<ClusterRole>::all(c.client())
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={LSP_RELEASE}")))
+        .await
+        .expect("list")
+        .items;
+    assert!(roles.is_empty(), "the reference ClusterRole is deleted");
+
+    // The tenants never noticed: the same pods, no container restart, still writing, their data as written.
+    let pods_after = pod_states(&c, &ns).await;
+    assert_eq!(pods_after, pods_before, "the same pods, never restarted");
+    for (pod, disk) in &tenant_disks {
+        let was = counter(disk);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(counter(disk) > was, "{pod} keeps writing");
+        assert_eq!(read(&disk.join("owner")).trim(), *pod, "{pod}'s data");
+        assert_eq!(read(&disk.join("history")), "empty\n", "{pod} started once");
+    }
+    let now: BTreeMap<String, Option<String>> = pvs(&c)
+        .await
+        .into_iter()
+        .map(|(n, p)| (n, p.metadata.uid))
+        .collect();
+    assert_eq!(now, pvs_before, "every PV kept its name and UID");
+
+    // Release: the claims deleted, localpv wipes the adopted disks and publishes them anew.
+    sets.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 0}})),
+    )
+    .await
+    .expect("scaled down");
+    for pod in ["db-0", "db-1"] {
+        let deadline = Instant::now() + POD_TIMEOUT;
+        while pod_states(&c, &ns).await.contains_key(pod) {
+            assert!(Instant::now() < deadline, "{pod} not gone");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        claims
+            .delete(&format!("data-{pod}"), &DeleteParams::default())
+            .await
+            .expect("claim deleted");
+    }
+    let recycled = wait_pvs(
+        &c,
+        "vol1 wiped and published anew on both nodes",
+        "localpv",
+        |all| {
+            ["node-1", "node-2"].iter().all(|node| {
+                all.iter().any(|(name, p)| {
+                    pv_node(p) == *node
+                        && pv_path(p) == vol1
+                        && pv_phase(p) == "Available"
+                        && !pvs_before.contains_key(name)
+                })
+            }) && all.values().filter(|p| pv_path(p) == vol1).count() == 2
+        },
+    )
+    .await;
+    for (pod, disk) in &tenant_disks {
+        let left: Vec<_> = std::fs::read_dir(disk)
+            .expect("disk readable")
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| n != "lost+found")
+            .collect();
+        assert!(left.is_empty(), "{pod}'s disk wiped, found {left:?}");
+    }
+    for (name, p) in &recycled {
+        if pv_path(p) == small {
+            assert_eq!(
+                pvs_before.get(name),
+                Some(&p.metadata.uid),
+                "the Available adopted PV {name} is untouched"
+            );
+            assert_eq!(pv_phase(p), "Available");
+        }
+    }
+    // The next tenants find their volumes empty.
+    sets.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 2}})),
+    )
+    .await
+    .expect("scaled up");
+    for pod in ["db-0", "db-1"] {
+        wait_pod(&c, &ns, pod, &["Running"]).await;
+        let disk = replica_disk(&c, &ns, pod).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while read(&disk.join("history")).is_empty() {
+            assert!(Instant::now() < deadline, "{pod} writes its history");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert_eq!(
+            read(&disk.join("history")),
+            "empty\n",
+            "{pod}'s new claim starts on an empty volume"
+        );
+    }
+}
