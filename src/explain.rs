@@ -453,5 +453,4 @@ pub fn run(opts: &Options) -> Result<String, ExplainError> {
 }
 
 #[cfg(test)]
-#[path = "explain_tests.rs"]
 mod tests;

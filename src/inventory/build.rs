@@ -351,5 +351,4 @@ fn elapsed(since: &Time, now: SystemTime) -> Duration {
 }
 
 #[cfg(test)]
-#[path = "build_tests.rs"]
 mod tests;

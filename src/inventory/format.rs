@@ -266,5 +266,4 @@ pub fn human_age(age: Duration) -> String {
 }
 
 #[cfg(test)]
-#[path = "format_tests.rs"]
 mod tests;
