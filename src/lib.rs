@@ -1,13 +1,14 @@
 //! localpv: local persistent volumes for Kubernetes.
 //!
 //! ```text
-//!  host (mounts, block devices)          kube-apiserver                     kube-scheduler
-//!        |  host::Host (trait)               ^    |  watches (own node only)        | POST /filter, /prioritize
-//!        v                                   |    v                                 v
-//!  discover ──> disk::Discovery ──> plan (pure) ──> agent executor     extender::decide (pure) <── extender::index
+//!  host (mounts, block devices)          kube-apiserver                      kube-scheduler
+//!        |  host::Host (trait)              ^    |  watch (own node only)           | POST /filter, /prioritize
+//!        v                                  |    v                                  v
+//!  discover ──> disk::Discovery ──> plan (pure) ──> Actions ──> agent executor
+//!                                                  watch store ──> extender::snapshot ──> extender::decide (pure)
 //! ```
 //!
-//! Pure decision modules (`disk`, `config`, `pvname`, `plan`, `extender::decide`, `extender::wire`,
+//! Pure decision modules (`contract`, `disk`, `config`, `pvname`, `plan`, `extender::decide`, `extender::wire`,
 //! `host::mountinfo`) import no tokio, kube client, axum or nix; the shells around them gather inputs, call them
 //! and apply what they return.
 

@@ -8,7 +8,9 @@
 //!                                 └── maximum bipartite matching when greedy misses ──> Verdict
 //! ```
 //!
-//! Matching follows the in-tree VolumeBinding rules (REFERENCE section 6). The in-tree binder sorts claims by
+//! Matching follows the in-tree VolumeBinding plugin (`FindMatchingVolume` in Kubernetes'
+//! `pkg/controller/volume/persistentvolume/util`): claim reference, capacity, volume mode, no deletion, node
+//! affinity, pre-bound first, phase Available, selector, class, access modes. The in-tree binder sorts claims by
 //! request and lets each take the smallest matching PV; that can miss an assignment that exists (a small claim
 //! taking the one PV a pickier claim needed), so when it fails we augment its partial assignment into a maximum
 //! matching. When the greedy choice works we keep it: the scheduler's binder will then pick the same PVs.

@@ -1,4 +1,5 @@
-//! The kube-scheduler extender wire format (REFERENCE section 5).
+//! The kube-scheduler extender wire format: the Go types of `k8s.io/kube-scheduler/extender/v1` (`ExtenderArgs`,
+//! `ExtenderFilterResult`, `HostPriorityList`).
 //!
 //! The Go types carry no json tags, so keys are PascalCase and Go matches them case-insensitively: the top-level
 //! keys of `ExtenderArgs` are matched ignoring ASCII case here too, and every field tolerates `null`.
