@@ -11,7 +11,15 @@
 //! goes on; a class whose directory (or, for Filesystem classes, the mount table) cannot be read is reported in
 //! `Discovery::failed_classes`, meaning "unknown", never "empty". All probing goes through `mount_dir`; PVs get
 //! `host_dir` paths.
+//!
+//! The agent passes a [`Probed`] cache: a filesystem candidate whose mount table entry (mount id, device, root,
+//! options, source) is the one measured last time is not measured again, so a pass after one new mount probes one
+//! entry whatever the number of disks on the node. Block entries are always measured (a device number can be
+//! reused by another device, e.g. a loop device re-attached to another file); the agent forgets an entry after it
+//! changed it itself (volume id stored, wipe) and empties the cache on each periodic resync, which refreshes
+//! free space and catches what no mount event shows (an xattr changed by hand).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use tracing::debug;
@@ -28,8 +36,54 @@ pub mod pattern;
 
 use classify::{Candidate, CandidateKind, Listing};
 
+/// Filesystem measurements of earlier passes, by what identifies the mount they were taken on.
+#[derive(Debug, Default)]
+pub struct Probed {
+    disks: HashMap<ProbeKey, Disk>,
+    /// Candidates measured by the last pass (cache misses and block entries).
+    pub last_measured: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ProbeKey {
+    class: String,
+    probe_path: PathBuf,
+    host_path: PathBuf,
+    mount: MountEntry,
+}
+
+impl Probed {
+    /// Measure the entry at `host_path` again in the next pass (the agent changed it).
+    pub fn forget(&mut self, host_path: &Path) {
+        self.disks.retain(|k, _| k.host_path != host_path);
+    }
+
+    /// Measure everything again in the next pass.
+    pub fn clear(&mut self) {
+        self.disks.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.disks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.disks.is_empty()
+    }
+}
+
 /// Look at every class's discovery directory and report each matching entry as a disk or as unusable.
 pub fn discover(host: &dyn Host, classes: &[DiscoveryClass]) -> Discovery {
+    discover_with(host, classes, &mut Probed::default())
+}
+
+/// [`discover`], reusing the measurements in `probed` for filesystem entries whose mount did not change. Keeps
+/// only this pass's measurements in `probed`, so it never grows beyond the disks present.
+pub fn discover_with(
+    host: &dyn Host,
+    classes: &[DiscoveryClass],
+    probed: &mut Probed,
+) -> Discovery {
     let mut failed_classes = Vec::new();
     let table = host.mount_table();
     let mut listings = Vec::new();
@@ -55,12 +109,37 @@ pub fn discover(host: &dyn Host, classes: &[DiscoveryClass]) -> Discovery {
         unusable: classified.unusable,
         failed_classes,
     };
+    let mut kept = HashMap::with_capacity(probed.disks.len());
+    let mut measured = 0;
     for candidate in &classified.candidates {
-        match measure(host, candidate) {
-            Ok(disk) => discovery.disks.push(disk),
+        let key = match &candidate.kind {
+            CandidateKind::Filesystem { mount } => Some(ProbeKey {
+                class: candidate.class.name.clone(),
+                probe_path: candidate.probe_path.clone(),
+                host_path: candidate.host_path.clone(),
+                mount: mount.clone(),
+            }),
+            CandidateKind::Block { .. } => None,
+        };
+        let result = match key.as_ref().and_then(|k| probed.disks.remove(k)) {
+            Some(disk) => Ok(disk),
+            None => {
+                measured += 1;
+                measure(host, candidate)
+            }
+        };
+        match result {
+            Ok(disk) => {
+                if let Some(key) = key {
+                    kept.insert(key, disk.clone());
+                }
+                discovery.disks.push(disk);
+            }
             Err(error) => discovery.unusable.push(probe_failed(candidate, &error)),
         }
     }
+    probed.disks = kept;
+    probed.last_measured = measured;
     discovery
 }
 

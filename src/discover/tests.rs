@@ -684,3 +684,89 @@ fn an_unreadable_volume_id_spoils_only_its_entry_and_block_entries_are_never_ask
         |c| matches!(c, Call::VolumeId(p) | Call::TagVolume(p) if p.starts_with(BLOCK_MOUNT_DIR))
     ));
 }
+
+// ---- measurements reused across passes ----
+
+fn statvfs_calls(host: &FakeHost) -> Vec<PathBuf> {
+    host.calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Statvfs(p) => Some(p),
+            _ => None,
+        })
+        .collect()
+}
+
+fn tmpfs_host(mounts: &[(u32, &str)]) -> FakeHost {
+    let entries = mounts.iter().map(|(_, name)| dir(name)).collect();
+    let lines: Vec<String> = mounts
+        .iter()
+        .map(|(id, name)| mount(*id, &format!("0:{id}"), "/", name, "tmpfs", "tmpfs"))
+        .collect();
+    let mut host = host(entries, &lines);
+    for (_, name) in mounts {
+        host = host.with_statvfs(probe_path(name), 10, 5);
+    }
+    host
+}
+
+#[test]
+fn a_pass_after_one_new_mount_measures_only_that_mount() {
+    let mut probed = Probed::default();
+    let before = tmpfs_host(&[(30, "vol1"), (31, "vol2")]);
+    discover_with(&before, &[fs_class()], &mut probed);
+    assert_eq!(probed.last_measured, 2);
+    let after = tmpfs_host(&[(30, "vol1"), (31, "vol2"), (32, "vol3")]);
+    let discovery = discover_with(&after, &[fs_class()], &mut probed);
+    assert_eq!(published(&discovery), ["vol1", "vol2", "vol3"]);
+    assert_eq!(statvfs_calls(&after), [probe_path("vol3")]);
+    assert_eq!(probed.last_measured, 1);
+}
+
+#[test]
+fn another_mount_at_the_same_path_is_measured_again() {
+    let mut probed = Probed::default();
+    discover_with(&tmpfs_host(&[(30, "vol1")]), &[fs_class()], &mut probed);
+    let swapped = tmpfs_host(&[(40, "vol1")]);
+    let discovery = discover_with(&swapped, &[fs_class()], &mut probed);
+    assert_eq!(statvfs_calls(&swapped), [probe_path("vol1")]);
+    assert_eq!(discovery.disks[0].identity.dev_id.as_deref(), Some("0:40"));
+}
+
+#[test]
+fn a_forgotten_or_cleared_entry_is_measured_again_and_gone_entries_are_dropped() {
+    let mut probed = Probed::default();
+    let host = || tmpfs_host(&[(30, "vol1"), (31, "vol2")]);
+    discover_with(&host(), &[fs_class()], &mut probed);
+    probed.forget(&PathBuf::from(HOST_DIR).join("vol2"));
+    let again = host();
+    discover_with(&again, &[fs_class()], &mut probed);
+    assert_eq!(statvfs_calls(&again), [probe_path("vol2")]);
+    probed.clear();
+    let resync = host();
+    discover_with(&resync, &[fs_class()], &mut probed);
+    assert_eq!(statvfs_calls(&resync).len(), 2);
+    discover_with(&tmpfs_host(&[(30, "vol1")]), &[fs_class()], &mut probed);
+    assert_eq!(probed.len(), 1, "an unmounted entry is not kept");
+}
+
+#[test]
+fn block_entries_are_measured_on_every_pass() {
+    let host = || {
+        FakeHost::new()
+            .with_mountinfo(&root_line())
+            .with_dir(BLOCK_MOUNT_DIR, vec![entry("raw1", block(7, 3))])
+            .with_block_size(PathBuf::from(BLOCK_MOUNT_DIR).join("raw1"), 1 << 20)
+    };
+    let mut probed = Probed::default();
+    discover_with(&host(), &[block_class()], &mut probed);
+    let again = host();
+    discover_with(&again, &[block_class()], &mut probed);
+    assert_eq!(probed.last_measured, 1);
+    assert!(
+        again
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::BlockDeviceSize(_)))
+    );
+}

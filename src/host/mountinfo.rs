@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use crate::contract::DevId;
 
 /// One line of mountinfo.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct MountEntry {
     pub mount_id: u32,
     pub parent_id: u32,

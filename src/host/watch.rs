@@ -2,8 +2,12 @@
 //!
 //! ```text
 //!  /proc/self/mountinfo ── POLLPRI|POLLERR on any mount/unmount in our namespace ──┐
-//!  inotify(discovery dirs) ── create/delete/move/attrib of a first-level entry ────┴─> changed().await (debounced)
+//!  inotify(discovery dirs) ── create/delete/move/attrib of a first-level entry ────┴─> changed().await (at once)
 //! ```
+//!
+//! No debounce: the agent's pass only re-probes entries whose mount or kind changed, so a burst costs a few cheap
+//! passes, while a quiet time before each wake-up would be paid by every single mount. Events that arrive while
+//! a pass runs collapse into one permit (see [`MountWatcher`]), which is all the coalescing a burst needs.
 //!
 //! NB: inotify does not fire when something is mounted on a directory, which is why mountinfo is watched too; and
 //! both sources can drop events (inotify queue overflow, a directory created after the watch), so the agent must
@@ -15,20 +19,13 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tokio::sync::Notify;
-use tokio::time::{Instant, sleep_until};
 use tracing::warn;
-
-/// Quiet time after the last event before `changed` returns: a `mount` of ten disks is one wake-up, not ten.
-pub const DEBOUNCE: Duration = Duration::from_millis(50);
-/// Longest a burst can hold a wake-up back, so constant churn cannot starve discovery.
-const MAX_DELAY: Duration = Duration::from_millis(500);
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -54,8 +51,6 @@ pub struct MountWatcher {
     /// Dropping this closes the pipe, which the thread sees as POLLHUP and exits on.
     stop: Option<OwnedFd>,
     thread: Option<JoinHandle<()>>,
-    /// An event was taken by a call to `changed` that was cancelled before it returned.
-    pending: bool,
 }
 
 impl MountWatcher {
@@ -97,27 +92,13 @@ impl MountWatcher {
             events,
             stop: Some(stop),
             thread: Some(thread),
-            pending: false,
         })
     }
 
-    /// Wait until the mount table or a watched directory changed, then until things have been quiet for
-    /// [`DEBOUNCE`] (at most about half a second in all). Cancel-safe: an event taken by a cancelled call makes
-    /// the next call return after the quiet time alone.
+    /// Wait until the mount table or a watched directory changed. Cancel-safe: [`Notify::notified`] takes the
+    /// permit only when it completes, so a cancelled call loses nothing.
     pub async fn changed(&mut self) {
-        if !self.pending {
-            self.events.notified().await;
-            self.pending = true;
-        }
-        let give_up = Instant::now() + MAX_DELAY;
-        loop {
-            let quiet_until = (Instant::now() + DEBOUNCE).min(give_up);
-            tokio::select! {
-                () = self.events.notified() => {}
-                () = sleep_until(quiet_until) => break,
-            }
-        }
-        self.pending = false;
+        self.events.notified().await;
     }
 }
 
