@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  MountWatcher (mountinfo POLLPRI, inotify) ─┐
-//!  watches: own PVs (label), own Node, SCs   ─┼─ wake ─> pass: discover (host) ─> plan (pure) ─> execute actions
+//!  watches: PVs (index), own Node, SCs       ─┼─ wake ─> pass: discover (host) ─> plan (pure) ─> execute actions
 //!  resync timer, requeue hints, config poll  ─┘                                    │            (API writes, ledger,
 //!                                                                                  v             wipes in background)
 //!                                                                           /disks, /metrics, Events
@@ -28,6 +28,8 @@ mod metrics;
 #[cfg(feature = "node")]
 mod pass;
 #[cfg(feature = "node")]
+mod pvindex;
+#[cfg(feature = "node")]
 mod wiper;
 
 use std::net::SocketAddr;
@@ -36,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use kube::runtime::watcher;
@@ -78,10 +80,19 @@ pub struct Options {
     pub wipe_failing_after: u32,
 }
 
-/// The label selector scoping a watch to this node's objects (PVs and LocalDisks carry the same label).
+/// The label selector scoping a watch to this node's objects (LocalDisks carry the node label).
 fn own_pvs_like(node: &str) -> watcher::Config {
-    watcher::Config::default().labels(&format!("{NODE_LABEL}={node}"))
+    watched().labels(&format!("{NODE_LABEL}={node}"))
 }
+
+/// Every watch of the agent: a long server-side timeout (kube-rs's default re-opens each watch every 290 s, four
+/// watches 50 times an hour); bookmarks (on by default) let each re-open resume without a list.
+fn watched() -> watcher::Config {
+    watcher::Config::default().timeout(WATCH_TIMEOUT_SECS)
+}
+
+/// Server-side timeout of each watch request, in seconds.
+const WATCH_TIMEOUT_SECS: u32 = 3600;
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
     crate::config::values::go_duration(text)
@@ -152,12 +163,11 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .with_context(|| format!("failed to listen on {}", opts.listen))?;
 
     let changed = Arc::new(Notify::new());
-    let pvs = watch::Store::<PersistentVolume>::new();
+    let pvs = pvindex::PvIndex::new();
     let nodes = watch::Store::<Node>::new();
     let classes = watch::Store::<StorageClass>::new();
     let disks = watch::Store::<LocalDisk>::new();
-    let own_pvs = own_pvs_like(&node);
-    let own_node = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let own_node = watched().fields(&format!("metadata.name={node}"));
 
     let agent = pass::Agent::new(pass::Setup {
         node: node.clone(),
@@ -187,13 +197,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             opts.http.apply(crate::serve::Limits::agent()),
             shutdown.clone()
         ),
-        watch::run(
-            client.clone(),
-            own_pvs,
-            pvs,
-            changed.clone(),
-            shutdown.clone()
-        ),
+        pvindex::run(client.clone(), pvs, changed.clone(), shutdown.clone()),
         watch::run(
             client.clone(),
             own_node,
@@ -203,7 +207,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         ),
         watch::run(
             client.clone(),
-            watcher::Config::default(),
+            watched(),
             classes,
             changed.clone(),
             shutdown.clone()

@@ -15,8 +15,8 @@
 //! Ownership: a PV is ours only when its UID is in [`Owners`] (recorded from the create response, or on adoption).
 //! Any other PV that carries our label or reaches one of our disks (by normalised path, or by the identity it
 //! records) is foreign: it gets one `ForeignPersistentVolume` Event and nothing else, and while it exists the disk
-//! it reaches is neither wiped nor published. Because the agent's watch only sees labelled PVs, no wipe and no new
-//! PV is ordered without a fresh list of all PVs (`cluster`).
+//! it reaches is neither wiped nor published. Because a PV without our label can reach our disks, no wipe and no
+//! new PV is ordered without every PV that could reach this node (`cluster`).
 //!
 //! Rules, in short: one PV per disk path; a disk leaves only with its Available PV (Bound and Released PVs are
 //! never deleted or re-exposed because of a vanished or changed disk); Released + Delete is wiped after its
@@ -88,9 +88,9 @@ pub struct Inputs<'a> {
     pub existing: &'a [PersistentVolume],
     pub ledger: &'a DiskLedger,
     pub owners: &'a Owners,
-    /// Every PV in the cluster, listed afresh for this pass; `None` when the shell has not listed. Without it no
-    /// wipe and no new PV is planned (`Plan::needs_cluster_list` asks for it): a PV without our label can reach
-    /// our disks too, and the watch does not see it.
+    /// Every PV in the cluster that could reach this node (the shell's complete PV index, or a list taken afresh;
+    /// PVs affine to other nodes may be left out); `None` when the shell has neither. Without it no wipe and no new
+    /// PV is planned (`Plan::needs_cluster_list` asks for it): a PV without our label can reach our disks too.
     pub cluster: Option<&'a [PersistentVolume]>,
     pub memory: &'a Memory,
     pub now: SystemTime,

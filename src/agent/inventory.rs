@@ -22,8 +22,12 @@ use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
+/// LocalDisk requests in flight at once.
+const IN_FLIGHT: usize = 16;
+
 use super::metrics::{ApiOutcome, ApiVerb, Metrics};
 use crate::inventory::{Change, LocalDisk, WipeFailures, WipeSample};
+use futures::StreamExt;
 
 /// How often the agent looks for the LocalDisk CRD while it is missing.
 pub const CRD_POLL: Duration = Duration::from_secs(5);
@@ -162,32 +166,49 @@ impl InventoryWriter {
 
     /// Other nodes' objects under names this node would use (cloned disks): fetched by name, `NotFound` skipped.
     pub async fn fetch(&self, names: &[String]) -> Vec<LocalDisk> {
-        let mut out = Vec::new();
-        for name in names {
-            match self.api.get_opt(name).await {
-                Ok(Some(d)) => out.push(d),
-                Ok(None) => {}
-                Err(error) => {
-                    let error = crate::logging::error_text(&error);
-                    warn!(localdisk = %name, %error, "failed to read LocalDisk")
+        let results: Vec<Option<LocalDisk>> = futures::stream::iter(names)
+            .map(|name| async move {
+                match self.api.get_opt(name).await {
+                    Ok(found) => found,
+                    Err(error) => {
+                        let error = crate::logging::error_text(&error);
+                        warn!(localdisk = %name, %error, "failed to read LocalDisk");
+                        None
+                    }
                 }
-            }
-        }
-        out
+            })
+            .buffered(IN_FLIGHT)
+            .collect()
+            .await;
+        results.into_iter().flatten().collect()
     }
 
     /// Applies the changes; false when one failed in a way worth retrying soon.
     pub async fn apply(&self, changes: Vec<Change>) -> bool {
+        // Each change is to its own object, so they go out together (1,000 new disks are not 1,000 round trips);
+        // deletions first, in case a name is deleted and created again.
+        let (deletes, rest): (Vec<Change>, Vec<Change>) = changes
+            .into_iter()
+            .partition(|c| matches!(c, Change::Delete(_)));
         let mut ok = true;
-        for change in changes {
-            ok &= match change {
-                Change::Create(d) => self.create(&d).await,
-                // NB: forced. These objects are this node's (`spec.node`), and the agent is their only writer: a
-                // field someone else set (`kubectl edit`, a merge patch) would otherwise make every apply a 409
-                // conflict, and the object would stay wrong for good.
-                Change::Apply(d) | Change::MarkMissing(d) => self.server_side_apply(&d, true).await,
-                Change::Delete(name) => self.delete(&name).await,
-            };
+        for phase in [deletes, rest] {
+            let results: Vec<bool> = futures::stream::iter(phase)
+                .map(|change| async move {
+                    match change {
+                        Change::Create(d) => self.create(&d).await,
+                        // NB: forced. These objects are this node's (`spec.node`), and the agent is their only
+                        // writer: a field someone else set (`kubectl edit`, a merge patch) would otherwise make
+                        // every apply a 409 conflict, and the object would stay wrong for good.
+                        Change::Apply(d) | Change::MarkMissing(d) => {
+                            self.server_side_apply(&d, true).await
+                        }
+                        Change::Delete(name) => self.delete(&name).await,
+                    }
+                })
+                .buffer_unordered(IN_FLIGHT)
+                .collect()
+                .await;
+            ok &= results.into_iter().all(|ok| ok);
         }
         ok
     }

@@ -88,6 +88,7 @@ pub struct WipeLabels {
 pub struct Metrics {
     pub discovery_passes: Counter,
     pub discovery_seconds: Histogram,
+    pub discovery_probed: Histogram,
     pub disks_found: Gauge,
     pub disks_unusable: Family<ReasonLabels, Gauge>,
     pub pvs: Family<PhaseLabels, Gauge>,
@@ -127,6 +128,7 @@ impl Metrics {
         let m = Metrics {
             discovery_passes: Counter::default(),
             discovery_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            discovery_probed: Histogram::new(exponential_buckets(1.0, 4.0, 8)),
             disks_found: Gauge::default(),
             disks_unusable: Family::default(),
             pvs: Family::default(),
@@ -149,6 +151,11 @@ impl Metrics {
             "discovery_duration_seconds",
             "Time one discovery and planning pass took",
             m.discovery_seconds.clone(),
+        );
+        r.register(
+            "discovery_probed_entries",
+            "Entries one pass measured (size, identity): new or changed mounts and block entries, all after a resync",
+            m.discovery_probed.clone(),
         );
         r.register(
             "disks_found",

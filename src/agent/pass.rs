@@ -9,13 +9,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::{EventType as KubeEventType, Recorder, Reporter};
 use tokio::sync::{Notify, mpsc, watch as tokio_watch};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 mod wipes;
 
@@ -25,10 +26,12 @@ use super::http::State as HttpState;
 use super::inventory::{self as inv, InventoryWriter};
 use super::ledger::LedgerFile;
 use super::metrics::{Metrics, Outcome, OutcomeLabels};
+use super::pvindex::PvIndex;
 use super::wiper::{Done, Failed};
 use super::{Options, load_config};
 use crate::config::Config;
-use crate::discover::discover;
+use crate::contract::NODE_LABEL;
+use crate::discover::{Probed, discover_with};
 use crate::disk::Discovery;
 use crate::host::Host;
 use crate::host::linux::LinuxHost;
@@ -43,15 +46,19 @@ use crate::watch::Store;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(600);
 const FIRST_BACKOFF: Duration = Duration::from_secs(5);
-/// Coalesces the burst of watch events our own writes cause into one pass.
-const SETTLE: Duration = Duration::from_millis(30);
+/// Coalesces the burst of API watch events our own writes cause into one pass. Not waited after a mount event or
+/// a timer: that pass probes only what changed, and every millisecond before it is on the way to the new PV.
+const SETTLE: Duration = Duration::from_millis(10);
+/// PV creates in flight at once: enough to hide the round trip, few enough not to crowd the API server's
+/// per-client limits.
+const CREATE_CONCURRENCY: usize = 16;
 
 pub struct Setup {
     pub node: String,
     pub client: Client,
     pub config: Config,
     pub opts: Options,
-    pub pvs: Arc<Store<PersistentVolume>>,
+    pub pvs: Arc<PvIndex>,
     pub nodes: Arc<Store<Node>>,
     pub classes: Arc<Store<StorageClass>>,
     pub disks: Arc<Store<LocalDisk>>,
@@ -74,10 +81,10 @@ pub struct Agent {
     owners: Owners,
     ledger_file: LedgerFile,
     memory: Memory,
-    /// Reference-provisioner PVs of this node found by the start-up list, until adopted (then the watch has them).
-    adoptable: Vec<PersistentVolume>,
-    /// The start-up list of every PV, handed to the first pass as its fresh cluster list.
-    listed_at_start: Option<Vec<PersistentVolume>>,
+    /// Measurements of the last discovery, reused for entries whose mount did not change.
+    probed: Probed,
+    /// This pass stored a volume id: plan again at once (the disk is published next pass).
+    tagged: bool,
     running: HashMap<String, Running>,
     backoff: HashMap<String, Backoff>,
     done_tx: mpsc::Sender<WipeResult>,
@@ -111,8 +118,8 @@ impl Agent {
             owners,
             ledger_file,
             memory: Memory::default(),
-            adoptable: Vec::new(),
-            listed_at_start: None,
+            probed: Probed::default(),
+            tagged: false,
             running: HashMap::new(),
             backoff: HashMap::new(),
             notices: Default::default(),
@@ -134,9 +141,10 @@ impl Agent {
         info!("node agent ready");
         loop {
             let wake_at = requeue.map_or(resync_at, |r| (Instant::now() + r).min(resync_at));
+            let mut settle = false;
             tokio::select! {
                 _ = async { match watcher.as_mut() { Some(w) => w.changed().await, None => std::future::pending().await } } => {}
-                _ = self.s.changed.notified() => {}
+                _ = self.s.changed.notified() => settle = true,
                 Some(done) = self.done_rx.recv() => self.finish_wipe(done).await,
                 _ = tokio::time::sleep_until(wake_at.into()) => {}
                 _ = config_tick.tick() => {
@@ -145,44 +153,36 @@ impl Agent {
                 }
                 _ = shutdown.changed() => break,
             }
-            tokio::time::sleep(SETTLE).await;
+            if settle {
+                tokio::time::sleep(SETTLE).await;
+            }
             if Instant::now() >= resync_at {
                 resync_at = Instant::now() + self.s.config.min_resync_period;
+                // NB: what no mount event shows (free space, an id changed by hand) is measured again here.
+                self.probed.clear();
             }
             requeue = self.pass().await;
         }
         self.stop_wipes().await;
     }
 
-    /// Waits for the caches and lists adoptable PVs once. False when shutdown came first.
+    /// Waits for the caches (the PV index needs the Node first: it keeps the PVs that can reach it). False when
+    /// shutdown came first.
     async fn start(&mut self, shutdown: &mut tokio_watch::Receiver<bool>) -> bool {
-        let mut delay = Duration::from_millis(200);
+        let mut delay = Duration::from_millis(5);
+        let mut waited = Duration::ZERO;
         loop {
+            if let Some(node) = self.node_facts() {
+                self.s.pvs.set_node(&node);
+            }
             let synced = self.s.pvs.synced()
                 && self.s.nodes.synced()
                 && self.s.classes.synced()
                 && self.s.disks.synced();
             if synced && self.s.nodes.get(&self.s.node).is_some() {
-                match self.list_all_pvs().await {
-                    Ok(all) => {
-                        self.adoptable = all
-                            .iter()
-                            .filter(|pv| adoptable(pv, &self.s.node))
-                            .cloned()
-                            .collect();
-                        info!(
-                            count = self.adoptable.len(),
-                            "reference-provisioner PVs to adopt"
-                        );
-                        self.listed_at_start = Some(all);
-                        return true;
-                    }
-                    Err(error) => {
-                        warn!(error = %format!("{error:#}"), "failed to list PVs for adoption; retrying")
-                    }
-                }
+                return true;
             }
-            if delay >= Duration::from_secs(3) {
+            if waited >= Duration::from_secs(3) {
                 info!(
                     pvs = self.s.pvs.synced(),
                     node = self.s.nodes.get(&self.s.node).is_some(),
@@ -191,17 +191,19 @@ impl Agent {
                     "waiting for caches"
                 );
             }
+            // NB: woken by every cache change, so readiness follows the last sync by microseconds, not a poll.
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
+                _ = self.s.changed.notified() => {}
                 _ = shutdown.changed() => return false,
             }
+            waited += delay;
             delay = (delay * 2).min(Duration::from_secs(10));
         }
     }
 
-    /// One paginated list of every PV in the cluster. At start it finds the reference provisioner's PVs of this
-    /// node (they carry no label of ours); before a wipe or a new PV it finds PVs without our label that reach our
-    /// disks (the watch is label-scoped and cannot see them).
+    /// One paginated list of every PV in the cluster: the fallback when a PV the agent created has not reached
+    /// the PV index for a long time (`pvindex::AWAIT_LIMIT`).
     async fn list_all_pvs(&self) -> anyhow::Result<Vec<PersistentVolume>> {
         let api: Api<PersistentVolume> = Api::all(self.s.client.clone());
         let mut found = Vec::new();
@@ -319,24 +321,43 @@ impl Agent {
         let started = Instant::now();
         let classes = self.s.config.discovery_classes();
         let host = self.host.clone();
-        let found =
-            match tokio::task::spawn_blocking(move || discover(host.as_ref(), &classes)).await {
-                Ok(found) => found,
-                Err(error) => {
-                    warn!(%error, "discovery task failed");
-                    return Some(FIRST_BACKOFF);
-                }
-            };
+        let mut probed = std::mem::take(&mut self.probed);
+        let discovered = tokio::task::spawn_blocking(move || {
+            let found = discover_with(host.as_ref(), &classes, &mut probed);
+            (found, probed)
+        })
+        .await;
+        let found = match discovered {
+            Ok((found, probed)) => {
+                self.probed = probed;
+                found
+            }
+            Err(error) => {
+                warn!(%error, "discovery task failed");
+                return Some(FIRST_BACKOFF);
+            }
+        };
+        let discovered_in = started.elapsed();
         let Some(node) = self.node_facts() else {
             warn!(node = %self.s.node, "Node object not found; waiting");
             return Some(FIRST_BACKOFF);
         };
+        self.s.pvs.set_node(&node);
         let classes = self.class_facts();
-        let mut existing = self.s.pvs.all();
-        self.adoptable
-            .retain(|a| !existing.iter().any(|e| e.metadata.name == a.metadata.name));
-        existing.extend(self.adoptable.iter().cloned());
-        let mut cluster = self.listed_at_start.take();
+        let view = self.s.pvs.view();
+        // The planner's `existing`: this node's labelled PVs and the reference provisioner's; the whole index (every
+        // PV that can reach this node) stands in for the list of every PV once it is complete.
+        let existing: Vec<PersistentVolume> = view
+            .pvs
+            .iter()
+            .filter(|pv| {
+                let labels = pv.metadata.labels.as_ref();
+                labels.and_then(|l| l.get(NODE_LABEL)) == Some(&self.s.node)
+                    || adoptable(pv, &self.s.node)
+            })
+            .cloned()
+            .collect();
+        let mut cluster = view.complete.then_some(view.pvs);
         let plan_with = |cluster: Option<&[PersistentVolume]>| {
             plan::plan(&Inputs {
                 node: &node,
@@ -353,10 +374,11 @@ impl Agent {
         };
         let mut plan = plan_with(cluster.as_deref());
         let mut retry = false;
-        if plan.needs_cluster_list && cluster.is_none() {
+        if plan.needs_cluster_list && cluster.is_none() && view.overdue {
             // NB: planned again on a list taken just now; the actions of the plan without it are dropped.
             match self.list_all_pvs().await {
                 Ok(all) => {
+                    self.s.pvs.listed();
                     cluster = Some(all);
                     plan = plan_with(cluster.as_deref());
                 }
@@ -366,13 +388,30 @@ impl Agent {
                 }
             }
         }
+        // Otherwise an incomplete index completes with a watch event, which wakes the loop.
+        let complete = cluster.is_some();
         drop(cluster);
+        let planned_in = started.elapsed();
         let mut halted = false;
-        for action in plan.actions {
+        let mut actions = plan.actions.into_iter().peekable();
+        while let Some(action) = actions.next() {
             if halted && !matches!(action, Action::Event(_)) {
                 continue;
             }
-            match self.execute(action).await {
+            let step = if matches!(action, Action::CreatePv(_) | Action::SetDiskState { .. }) {
+                // A run of ledger states and creates (one disk's state always comes before its create): one
+                // ledger write, then the creates in parallel.
+                let mut batch = vec![action];
+                while let Some(next) = actions
+                    .next_if(|a| matches!(a, Action::CreatePv(_) | Action::SetDiskState { .. }))
+                {
+                    batch.push(next);
+                }
+                self.publish_batch(batch).await
+            } else {
+                self.execute(action).await
+            };
+            match step {
                 Step::Done => {}
                 Step::Retry => retry = true,
                 Step::Halt => {
@@ -382,10 +421,29 @@ impl Agent {
                 }
             }
         }
+        debug!(
+            disks = found.disks.len(),
+            probed = self.probed.last_measured,
+            pvs = existing.len(),
+            complete,
+            discover_ms = discovered_in.as_secs_f64() * 1e3,
+            plan_ms = (planned_in - discovered_in).as_secs_f64() * 1e3,
+            total_ms = started.elapsed().as_secs_f64() * 1e3,
+            "pass"
+        );
+        self.s
+            .metrics
+            .discovery_probed
+            .observe(self.probed.last_measured as f64);
         self.memory = plan.memory;
-        let inventory_after = self
-            .sync_inventory(&found, &plan.unpublished, &existing, &mut retry)
-            .await;
+        // NB: a volume id stored this pass publishes its disk in the next one, at once; the inventory waits for it.
+        let again = std::mem::take(&mut self.tagged);
+        let inventory_after = if again {
+            None
+        } else {
+            self.sync_inventory(&found, &plan.unpublished, &existing, &mut retry)
+                .await
+        };
         for u in self.notices.changed(&found.unusable) {
             let (path, reason) = (u.host_path.display(), u.reason.as_str());
             warn!(class = %u.class, %path, reason, note = %u.message, "entry not usable");
@@ -408,6 +466,7 @@ impl Agent {
             backoff,
             progress,
             retry.then_some(FIRST_BACKOFF),
+            again.then_some(Duration::ZERO),
         ]
         .into_iter()
         .flatten()
@@ -485,7 +544,7 @@ impl Agent {
         let retry = |ok: bool| if ok { Step::Done } else { Step::Retry };
         let halt = |ok: bool| if ok { Step::Done } else { Step::Halt };
         match action {
-            Action::CreatePv(pv) => self.create(&pv).await,
+            Action::CreatePv(pv) => self.publish_batch(vec![Action::CreatePv(pv)]).await,
             Action::DeletePv(r) => retry(self.writer.delete(&r).await.is_ok()),
             Action::DeleteUnclaimedPv { pv, disk } => match self.writer.delete(&pv).await {
                 Ok(true) => halt(self.set_disk_state(&disk, DiskState::Clean)),
@@ -507,6 +566,8 @@ impl Agent {
             Action::Wipe(order) => retry(self.start_wipe(*order).await),
             Action::TagVolume { host_path, path } => match self.host.tag_volume(&path) {
                 Ok(id) => {
+                    self.probed.forget(&host_path);
+                    self.tagged = true;
                     info!(path = %host_path.display(), volume_id = %id, "stored the volume id");
                     Step::Done
                 }
@@ -522,36 +583,75 @@ impl Agent {
         }
     }
 
-    /// Creates a PV and records its UID as ours. The name is recorded as being created first, so a lost response
-    /// (timeout, crash) still lets the next pass recognise the PV (`Owners::creating`).
-    async fn create(&mut self, pv: &PersistentVolume) -> Step {
-        let owned = OwnedPv {
-            name: pv.metadata.name.clone().unwrap_or_default(),
-            path: pv
-                .spec
-                .as_ref()
-                .and_then(|s| s.local.as_ref())
-                .map(|l| PathBuf::from(&l.path))
-                .unwrap_or_default(),
-        };
-        let name = owned.name.clone();
-        let pending = owned.clone();
-        if !self.update_owners(|o| {
-            o.creating.insert(name, pending);
-        }) {
+    /// Applies a run of `SetDiskState` and `CreatePv` actions: every ledger state in one write, then every name as
+    /// being created in one write (so a lost response, timeout or crash still lets the next pass recognise the PV:
+    /// `Owners::creating`), then the creates, at most [`CREATE_CONCURRENCY`] at once, then every UID as ours in one
+    /// write. Nothing is created unless the writes before it were stored.
+    async fn publish_batch(&mut self, batch: Vec<Action>) -> Step {
+        let mut states = Vec::new();
+        let mut pvs = Vec::new();
+        for action in batch {
+            match action {
+                Action::SetDiskState { key, state } => states.push((key, state)),
+                Action::CreatePv(pv) => pvs.push(*pv),
+                _ => {}
+            }
+        }
+        let owned: Vec<OwnedPv> = pvs.iter().map(owned_pv).collect();
+        if !self.remember_before_create(&states, &owned) {
             return Step::Halt;
         }
-        match self.writer.create(pv).await {
-            Ok(Some(uid)) => {
-                let ok = self.update_owners(|o| {
-                    o.creating.remove(&owned.name);
-                    o.pvs.insert(uid, owned);
-                });
-                if ok { Step::Done } else { Step::Halt }
+        let writer = &self.writer;
+        let results: Vec<(usize, Result<Option<String>, ()>)> =
+            futures::stream::iter(pvs.iter().enumerate())
+                .map(|(i, pv)| async move { (i, writer.create(pv).await) })
+                .buffer_unordered(CREATE_CONCURRENCY)
+                .collect()
+                .await;
+        let mut step = Step::Done;
+        let mut created = Vec::new();
+        for (i, result) in results {
+            match result {
+                Ok(Some(uid)) => created.push((uid, owned[i].clone())),
+                Ok(None) => {}
+                Err(()) => step = Step::Retry,
             }
-            Ok(None) => Step::Done,
-            Err(()) => Step::Retry,
         }
+        let recorded = self.update_owners(|o| {
+            for (uid, pv) in &created {
+                o.creating.remove(&pv.name);
+                o.pvs.insert(uid.clone(), pv.clone());
+            }
+        });
+        for (uid, _) in &created {
+            self.s.pvs.created(uid);
+        }
+        if recorded { step } else { Step::Halt }
+    }
+
+    /// Sets the ledger states and records every name as being created, with one write; false (and nothing
+    /// changed) when it could not be stored.
+    fn remember_before_create(
+        &mut self,
+        states: &[(String, DiskState)],
+        names: &[OwnedPv],
+    ) -> bool {
+        let (ledger, owners) = (self.ledger.clone(), self.owners.clone());
+        for (key, state) in states {
+            self.ledger.set(key, *state);
+        }
+        for pv in names {
+            self.owners.creating.insert(pv.name.clone(), pv.clone());
+        }
+        if self.ledger == ledger && self.owners == owners {
+            return true;
+        }
+        if !self.persist() {
+            self.ledger = ledger;
+            self.owners = owners;
+            return false;
+        }
+        true
     }
 
     fn set_disk_state(&mut self, key: &str, state: DiskState) -> bool {
@@ -590,6 +690,19 @@ impl Agent {
                 false
             }
         }
+    }
+}
+
+/// What the ledger remembers of a PV the agent creates.
+fn owned_pv(pv: &PersistentVolume) -> OwnedPv {
+    OwnedPv {
+        name: pv.metadata.name.clone().unwrap_or_default(),
+        path: pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.local.as_ref())
+            .map(|l| PathBuf::from(&l.path))
+            .unwrap_or_default(),
     }
 }
 

@@ -91,6 +91,8 @@ impl Agent {
     pub(super) async fn finish_wipe(&mut self, (order, result): WipeResult) {
         self.running.remove(&order.key);
         self.s.metrics.wipes_running.dec();
+        // The wipe changed the volume (free space, perhaps its id): measure it again.
+        self.probed.forget(&order.host_path);
         let method = order.method.as_str().to_string();
         let pv_ref = order.pv.as_ref().map(|p| ObjectReference {
             api_version: Some("v1".into()),
