@@ -1,8 +1,8 @@
 //! Cluster-level clean-up after deleted nodes, run by the elected leader among `localpv extender` replicas.
 //!
 //! ```text
-//!  Nodes, our PVs (label localpv.io/node), PVCs, LocalDisks ──> plan (pure) ──> Actions ──> run.rs executes
-//!  gone_since (node -> first seen missing), kept by the shell ─┘            └──> new gone_since
+//!  Node names, our PVs as `Volume`s (label localpv.io/node), LocalDisks ──> plan (pure) ──> Actions ──> controller
+//!  gone_since (node -> first seen missing), kept by the controller ──────┘            └──> new gone_since
 //! ```
 //!
 //! A node must stay gone for the grace period before anything happens, so a node re-created under the same name
@@ -11,15 +11,13 @@
 //! each claim bound to one of its PVs gets one Warning Event, and, only when the operator opted in, such claims are
 //! deleted after a further delay. Released and Bound PVs are never deleted here: a bound PV stays bound.
 
-pub mod lease;
-pub mod run;
-
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
-use crate::contract::NODE_LABEL;
+use crate::contract::{NODE_LABEL, Phase};
 use crate::plan::PvRef;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,7 +33,7 @@ pub struct Inputs<'a> {
     /// Names of the Nodes that exist.
     pub nodes: &'a BTreeSet<String>,
     /// PVs labelled `localpv.io/node`.
-    pub pvs: &'a [PersistentVolume],
+    pub pvs: &'a [Arc<Volume>],
     /// LocalDisks as (name, node).
     pub disks: &'a [(String, String)],
     /// When each missing node was first seen missing; kept by the shell between passes.
@@ -95,12 +93,54 @@ pub struct Plan {
     pub warned: BTreeSet<String>,
 }
 
-fn node_of(pv: &PersistentVolume) -> Option<&str> {
-    pv.metadata
-        .labels
-        .as_ref()?
-        .get(NODE_LABEL)
-        .map(String::as_str)
+/// The claim a PV's `spec.claimRef` names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRef {
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub uid: Option<String>,
+}
+
+/// One of our PVs as the plan reads it: what the controller keeps per PV instead of the whole object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Volume {
+    pub name: String,
+    pub uid: String,
+    /// The delete precondition: a PV changed (bound) since it was read is not deleted.
+    pub resource_version: String,
+    /// Its `localpv.io/node` label.
+    pub node: Option<String>,
+    pub phase: Phase,
+    pub claim: Option<ClaimRef>,
+    pub deleting: bool,
+}
+
+impl Volume {
+    pub fn from_pv(pv: &PersistentVolume) -> Volume {
+        let meta = &pv.metadata;
+        let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
+        let claim = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+        Volume {
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            node: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(NODE_LABEL).cloned()),
+            phase: Phase::parse(phase),
+            claim: claim.map(|c| ClaimRef {
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
+                uid: c.uid.clone(),
+            }),
+            deleting: meta.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+fn node_of(pv: &Volume) -> Option<&str> {
+    pv.node.as_deref()
 }
 
 /// Decides one pass. Pure: same inputs, same plan.
@@ -109,7 +149,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
     let referenced: BTreeSet<&str> = inputs
         .pvs
         .iter()
-        .filter_map(node_of)
+        .filter_map(|pv| node_of(pv))
         .chain(inputs.disks.iter().map(|(_, n)| n.as_str()))
         .collect();
     for node in referenced
@@ -139,29 +179,26 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
 /// `warned` holds the claims told in earlier passes; `out.warned` keeps only those still concerned, so a claim
 /// whose node came back is told again if it goes again.
 fn plan_pv(
-    pv: &PersistentVolume,
+    pv: &Volume,
     node: &str,
     delete_claims: bool,
     warned: &BTreeSet<String>,
     out: &mut Plan,
 ) {
-    let name = pv.metadata.name.clone().unwrap_or_default();
-    let phase = pv
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("Pending");
-    let claim = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
-    if pv.metadata.deletion_timestamp.is_some() {
+    if pv.deleting {
         return;
     }
-    match (phase, claim) {
-        ("Available" | "Pending", None) => out.actions.push(Action::DeletePv(PvRef {
-            name,
-            uid: pv.metadata.uid.clone().unwrap_or_default(),
-            resource_version: pv.metadata.resource_version.clone().unwrap_or_default(),
-        })),
-        ("Bound", Some(c)) => {
+    let name = pv.name.clone();
+    match (pv.phase, &pv.claim) {
+        // NB: `Unknown` is also a PV without a status yet, which this plan always treated as Pending.
+        (Phase::Available | Phase::Pending | Phase::Unknown, None) => {
+            out.actions.push(Action::DeletePv(PvRef {
+                name,
+                uid: pv.uid.clone(),
+                resource_version: pv.resource_version.clone(),
+            }))
+        }
+        (Phase::Bound, Some(c)) => {
             let (Some(namespace), Some(claim_name)) = (c.namespace.clone(), c.name.clone()) else {
                 return;
             };
@@ -220,7 +257,7 @@ mod tests {
 
     struct Case {
         nodes: BTreeSet<String>,
-        pvs: Vec<PersistentVolume>,
+        pvs: Vec<Arc<Volume>>,
         disks: Vec<(String, String)>,
         gone_since: BTreeMap<String, SystemTime>,
         warned: BTreeSet<String>,
@@ -231,7 +268,7 @@ mod tests {
         fn new(nodes: &[&str], pvs: Vec<PersistentVolume>, settings: Settings) -> Case {
             Case {
                 nodes: nodes.iter().map(|n| n.to_string()).collect(),
-                pvs,
+                pvs: pvs.iter().map(|pv| Arc::new(Volume::from_pv(pv))).collect(),
                 disks: vec![
                     ("fs-1".into(), "gone".into()),
                     ("fs-2".into(), "here".into()),

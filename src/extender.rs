@@ -8,10 +8,14 @@
 //!                  <── ExtenderFilterResult / HostPriorityList ──┘
 //! ```
 //!
-//! `labels`, `model`, `snapshot`, `decide`, `score`, `wire` and `verbs` are pure: the same request and snapshot
-//! always give the same answer, and `localpv explain` runs them offline on a dumped cluster. `server`, `watch`
-//! and `tls` are the shell around them. Replicas share no state: each builds its own snapshot from its watches.
+//! `labels`, `model`, `snapshot`, `decide`, `score`, `wire`, `verbs` and `pending` are pure: the same request and
+//! snapshot always give the same answer, and `localpv explain` runs them offline on a dumped cluster. `server`,
+//! `watch`, `cache` and `tls` are the shell around them. Replicas share no state: each builds its own snapshot
+//! from its watches. The replica holding the Lease also runs `crate::controller` (node clean-up and pending-pod
+//! explanations), which reads the node store and, through `pending::Explainer`, the cache; the controller knows
+//! nothing of the extender.
 
+pub mod cache;
 pub mod decide;
 pub mod labels;
 pub mod metrics;
@@ -37,9 +41,10 @@ use anyhow::Context;
 use prometheus_client::registry::Registry;
 use tracing::info;
 
+use self::cache::Cache;
 use self::metrics::Metrics;
 use self::model::Strategy;
-use self::server::{AppState, Cache, ServerConfig};
+use self::server::{AppState, ServerConfig};
 use self::snapshot::Snapshot;
 
 /// Flags of `localpv extender`; each can also come from the environment.
@@ -132,6 +137,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .context("failed to build a Kubernetes client")?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let controller_metrics = crate::controller::metrics::Metrics::register(&mut registry);
     crate::telemetry::register(&mut registry, "extender");
     let cache = Arc::new(Cache::new(Snapshot::default(), false));
     let state = AppState {
@@ -141,10 +147,17 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         registry: Arc::new(registry),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let cleanup = (opts.node_cleanup || opts.explain_pending).then(|| {
-        let cfg = crate::cleanup::run::Cleanup {
+    let stores = watch::Stores::default();
+    let controller = (opts.node_cleanup || opts.explain_pending).then(|| {
+        let explain = opts.explain_pending.then(|| {
+            let explainer = pending::Explainer {
+                cache: cache.clone(),
+            };
+            Arc::new(explainer) as Arc<dyn crate::controller::explain::Explain>
+        });
+        let cfg = crate::controller::Config {
             node_cleanup: opts.node_cleanup,
-            explain_pending: opts.explain_pending.then(|| cache.clone()),
+            explain,
             settings: crate::cleanup::Settings {
                 grace: opts.node_cleanup_grace,
                 delete_claims_after: opts.delete_claims_after,
@@ -155,13 +168,21 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
                 .clone()
                 .unwrap_or_else(|| format!("localpv-extender-{}", std::process::id())),
         };
-        tokio::spawn(crate::cleanup::run::run(
+        tokio::spawn(crate::controller::run(
             client.clone(),
             cfg,
+            stores.nodes.clone(),
+            controller_metrics,
             stop_rx.clone(),
         ))
     });
-    let watches = tokio::spawn(watch::run(client, cache.clone(), metrics, stop_rx.clone()));
+    let watches = tokio::spawn(watch::run(
+        client,
+        stores,
+        cache.clone(),
+        metrics,
+        stop_rx.clone(),
+    ));
     let app = server::app(state);
     let mut serve_stop = stop_rx.clone();
     let stopped = async move {
@@ -208,8 +229,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     cache.set_stopping();
     let _ = stop_tx.send(true);
     watches.await.context("failed to join the watch tasks")?;
-    if let Some(c) = cleanup {
-        c.await.context("failed to join the clean-up task")?;
+    if let Some(c) = controller {
+        c.await.context("failed to join the controller task")?;
     }
     result
 }

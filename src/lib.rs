@@ -20,6 +20,7 @@ pub mod agent;
 pub mod cleanup;
 pub mod config;
 pub mod contract;
+pub mod controller;
 pub mod discover;
 pub mod disk;
 pub mod explain;

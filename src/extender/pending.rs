@@ -3,18 +3,20 @@
 //! kube-scheduler runs its VolumeBinding filter before any extender, so when no node has a fitting local PV the
 //! extender is never called and the pod's FailedScheduling event carries only the in-tree summary ("didn't find
 //! available persistent volumes to bind"). The Lease holder therefore looks at pending pods itself and, for those
-//! whose delayed local claims fit no node, adds one Event with the reason per node, grouped. Pure: the shell in
-//! `cleanup::run` looks every few seconds and publishes what `plan_explanations` says.
+//! whose delayed local claims fit no node, adds one Event with the reason per node, grouped. Pure apart from
+//! `Explainer`, which reads the latest snapshot for the leader-gated controller (`crate::controller`): it looks
+//! every few seconds and publishes what `controller::explain::plan_explanations` says.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod as KubePod;
-use k8s_openapi::jiff::Timestamp;
 
+use super::cache::Cache;
 use super::decide::{PodClaims, Verdict};
 use super::snapshot::Snapshot;
 use super::wire::Pod;
+use crate::controller::explain::{Explain, PendingPod};
 
 /// Nodes listed by name per reason before the rest are only counted.
 const NAMES_PER_REASON: usize = 3;
@@ -22,7 +24,17 @@ const NAMES_PER_REASON: usize = 3;
 /// The explanation for a pod no node can take, or `None` when some node fits or the pod has no delayed static
 /// claims (then it is not ours to explain).
 pub fn explain_pending(snap: &Snapshot, pod: &Pod) -> Option<String> {
-    let claims = PodClaims::resolve(snap, pod.namespace(), &pod.claim_names()).verdicts_only();
+    explain_claims(snap, pod.namespace(), &pod.claim_names())
+}
+
+/// `explain_pending` for a pod known by its namespace ("" is `default`) and the names of its claims.
+pub fn explain_claims(snap: &Snapshot, namespace: &str, claim_names: &[String]) -> Option<String> {
+    let namespace = if namespace.is_empty() {
+        "default"
+    } else {
+        namespace
+    };
+    let claims = PodClaims::resolve(snap, namespace, claim_names).verdicts_only();
     if !claims.has_delayed() {
         return None;
     }
@@ -66,49 +78,32 @@ pub fn explain_pending(snap: &Snapshot, pod: &Pod) -> Option<String> {
     ))
 }
 
-/// A pending pod's explanation, and whether it still has to be published.
-#[derive(Debug)]
-pub struct Explanation<'a> {
-    pub pod: &'a KubePod,
-    pub uid: String,
-    pub message: String,
-    /// False when `published` already holds this message for the pod: one Event per pod and distinct message.
-    pub publish: bool,
+/// The controller's `Explain` over the extender's latest snapshot: one snapshot for all the pods of a look.
+pub struct Explainer {
+    pub cache: Arc<Cache>,
 }
 
-/// The pods among `pods` pending at least `after` (by creation time) that no node can take, with their
-/// explanations. `published` maps pod uid to the message last published; the caller keeps, for the next look, the
-/// entries it published (or did not need to).
-pub fn plan_explanations<'a>(
-    snap: &Snapshot,
-    pods: &'a [KubePod],
-    now: Timestamp,
-    after: Duration,
-    published: &BTreeMap<String, String>,
-) -> Vec<Explanation<'a>> {
-    let old_enough = |pod: &KubePod| {
-        let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        created.is_some_and(|t| now.duration_since(t).as_secs() >= after.as_secs() as i64)
-    };
-    pods.iter()
-        .filter(|pod| old_enough(pod))
-        .filter_map(|pod| {
-            let uid = pod.metadata.uid.clone()?;
-            let message = explain_pending(snap, &Pod::from(pod))?;
-            let publish = published.get(&uid) != Some(&message);
-            Some(Explanation {
-                pod,
-                uid,
-                message,
-                publish,
-            })
-        })
-        .collect()
+impl Explain for Explainer {
+    fn claims(&self, pod: &KubePod) -> Vec<String> {
+        Pod::from(pod).claim_names()
+    }
+
+    fn explain(&self, pods: &[&PendingPod]) -> Vec<Option<String>> {
+        let snap = self.cache.load();
+        pods.iter()
+            .map(|p| explain_claims(&snap, &p.namespace, &p.claims))
+            .collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::jiff::Timestamp;
+
     use super::*;
+    use crate::controller::explain::plan_explanations;
     use crate::extender::fixtures::{PvBuilder, PvcBuilder, local_class, node, pv, pvc};
 
     fn snapshot(pvs: Vec<PvBuilder>, pvcs: Vec<PvcBuilder>) -> Snapshot {
@@ -132,17 +127,18 @@ mod tests {
         .expect("a wire pod")
     }
 
-    fn kube_pod(uid: &str, age_secs: i64, claims: &[&str]) -> KubePod {
+    fn pending_pod(uid: &str, age_secs: i64, claims: &[&str]) -> Arc<PendingPod> {
         let volumes: Vec<_> = claims
             .iter()
             .map(|c| serde_json::json!({"name": c, "persistentVolumeClaim": {"claimName": c}}))
             .collect();
         let created = Timestamp::UNIX_EPOCH + jiff_secs(1_000 - age_secs);
-        serde_json::from_value(serde_json::json!({
+        let pod: KubePod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": uid, "namespace": "default", "uid": uid, "creationTimestamp": created.to_string()},
             "spec": {"containers": [], "volumes": volumes}
         }))
-        .expect("a v1 pod")
+        .expect("a v1 pod");
+        Arc::new(PendingPod::new(&pod, Pod::from(&pod).claim_names()))
     }
 
     fn jiff_secs(secs: i64) -> k8s_openapi::jiff::SignedDuration {
@@ -150,7 +146,7 @@ mod tests {
     }
 
     /// uid, message and whether to publish, per planned explanation.
-    fn plan(pods: &[KubePod], published: &[(&str, &str)]) -> Vec<(String, String, bool)> {
+    fn plan(pods: &[Arc<PendingPod>], published: &[(&str, &str)]) -> Vec<(String, String, bool)> {
         let snap = snapshot(
             vec![pv("small").on_node("n1").capacity("5Gi")],
             vec![pvc("big").request("50Gi"), pvc("fits").request("1Gi")],
@@ -160,7 +156,11 @@ mod tests {
             .map(|(uid, m)| (uid.to_string(), m.to_string()))
             .collect();
         let now = Timestamp::UNIX_EPOCH + jiff_secs(1_000);
-        plan_explanations(&snap, pods, now, Duration::from_secs(5), &published)
+        let explain = |pods: &[&PendingPod]| {
+            let explain = |p: &&PendingPod| explain_claims(&snap, &p.namespace, &p.claims);
+            pods.iter().map(explain).collect()
+        };
+        plan_explanations(pods, now, Duration::from_secs(5), &published, explain)
             .into_iter()
             .map(|e| (e.uid, e.message, e.publish))
             .collect()
@@ -169,10 +169,10 @@ mod tests {
     #[test]
     fn only_pods_pending_a_while_that_fit_nowhere_are_explained() {
         let pods = [
-            kube_pod("young", 2, &["big"]),
-            kube_pod("old", 30, &["big"]),
-            kube_pod("placeable", 30, &["fits"]),
-            kube_pod("no-claims", 30, &[]),
+            pending_pod("young", 2, &["big"]),
+            pending_pod("old", 30, &["big"]),
+            pending_pod("placeable", 30, &["fits"]),
+            pending_pod("no-claims", 30, &[]),
         ];
         let planned = plan(&pods, &[]);
         let uids: Vec<(&str, bool)> = planned.iter().map(|(u, _, p)| (u.as_str(), *p)).collect();
@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn a_message_already_published_is_kept_but_not_published_again() {
-        let pods = [kube_pod("old", 30, &["big"])];
+        let pods = [pending_pod("old", 30, &["big"])];
         let message = plan(&pods, &[]).remove(0).1;
         let again = plan(&pods, &[("old", &message)]);
         assert_eq!(again, [("old".to_string(), message.clone(), false)]);

@@ -21,10 +21,10 @@ use kube::runtime::watcher;
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
+use super::cache::Cache;
 use super::labels::Labels;
 use super::metrics::{Kind, KindLabels, Metrics};
 use super::model::{Claim, Class, ModelError, Volume, node_labels};
-use super::server::Cache;
 use super::snapshot::Snapshot;
 use crate::watch::{Store, run_as};
 
@@ -127,11 +127,11 @@ fn convert_node(node: Node) -> Result<Labels, ModelError> {
 /// Runs the four watches and the snapshot builder until `shutdown` changes; joins them all before returning.
 pub async fn run(
     client: Client,
+    stores: Stores,
     cache: Arc<Cache>,
     metrics: Metrics,
     shutdown: watch::Receiver<bool>,
 ) {
-    let stores = Stores::default();
     let all = || watcher::Config::default();
     let (c, s, dirty) = (&client, &shutdown, &stores.dirty);
     tokio::join!(

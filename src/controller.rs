@@ -1,0 +1,479 @@
+//! The Lease holder's work among `localpv extender` replicas: clean-up after deleted nodes and explanations for
+//! pending pods, in one leader-gated controller.
+//!
+//! ```text
+//!  watches (crate::watch) ──> compact stores: node names (the extender's node store), our PVs as cleanup::Volume,
+//!                             LocalDisk -> node, pending pods as PendingPod
+//!  every TICK: renew the Lease ──> leader? ──> cleanup::plan (pure, on a blocking thread, only when the stores
+//!                                         │     changed or a gone node's grace period is running) ──┐
+//!                                         └─> explain::plan_explanations (pure, blocking thread) ───┴─> write,
+//!                                             each one only while the Lease is still held (else dropped, counted)
+//! ```
+//!
+//! Followers keep their stores warm, so a new leader acts at once. The stores hold compact models, never whole
+//! objects, and a pass copies pointers out of them: the extender's answers never wait for this work, and its memory
+//! stays a small fraction of the snapshot's. Every write is idempotent: 404 and 409 count as already done.
+
+pub mod explain;
+pub mod lease;
+pub mod metrics;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::Client;
+use kube::api::{Api, DeleteParams, Preconditions};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use tokio::sync::{Notify, watch as tokio_watch};
+use tracing::{info, warn};
+
+use self::explain::{Explain, PendingPod, plan_explanations};
+use self::lease::Elector;
+use self::metrics::{Metrics, Outcome, Work, WorkLabels, WriteKind, WriteLabels};
+use crate::cleanup::{Action, Inputs, Plan, Settings, Volume, plan};
+use crate::contract::NODE_LABEL;
+use crate::inventory::LocalDisk;
+use crate::logging::error_text;
+use crate::watch::{Store, run_as};
+
+const TICK: Duration = Duration::from_secs(5);
+const LEASE: Duration = Duration::from_secs(15);
+/// A pod pending at least this long is looked at (the scheduler usually places a pod well within it).
+const PENDING_AFTER: Duration = Duration::from_secs(5);
+
+pub struct Config {
+    /// Clean up after deleted nodes.
+    pub node_cleanup: bool,
+    pub settings: Settings,
+    /// Explain pending pods with the extender's reasons.
+    pub explain: Option<Arc<dyn Explain>>,
+    pub lease_namespace: String,
+    pub identity: String,
+}
+
+struct Stores<N> {
+    /// Keyed by node name; the model is whatever the store's owner keeps (only the keys are read here).
+    nodes: Arc<Store<N>>,
+    pvs: Arc<Store<Volume>>,
+    /// LocalDisk name -> its node.
+    disks: Arc<Store<String>>,
+    pods: Arc<Store<PendingPod>>,
+}
+
+impl<N> Clone for Stores<N> {
+    fn clone(&self) -> Self {
+        Stores {
+            nodes: self.nodes.clone(),
+            pvs: self.pvs.clone(),
+            disks: self.disks.clone(),
+            pods: self.pods.clone(),
+        }
+    }
+}
+
+/// Runs the controller's watches and the leader loop until `shutdown` changes; joins them before returning.
+/// `nodes` is a store of every Node keyed by name, kept by the caller's own watch.
+pub async fn run<N: Send + Sync + 'static>(
+    client: Client,
+    cfg: Config,
+    nodes: Arc<Store<N>>,
+    metrics: Metrics,
+    shutdown: tokio_watch::Receiver<bool>,
+) {
+    let st = Stores {
+        nodes,
+        pvs: Store::new(),
+        disks: Store::new(),
+        pods: Store::new(),
+    };
+    // NB: the loop runs on its timer; the watches' change signal is not needed here.
+    let changed = Arc::new(Notify::new());
+    let ours = watcher::Config::default().labels(NODE_LABEL);
+    let unscheduled = watcher::Config::default().fields("spec.nodeName=");
+    let (c, n, s) = (&client, &changed, &shutdown);
+    let volume = |pv: PersistentVolume| Ok::<_, Infallible>(Volume::from_pv(&pv));
+    let disk = |d: LocalDisk| Ok::<_, Infallible>(d.spec.node);
+    let explain = cfg.explain.clone();
+    tokio::join!(
+        run_as(
+            c.clone(),
+            ours.clone(),
+            st.pvs.clone(),
+            volume,
+            n.clone(),
+            s.clone()
+        ),
+        run_as(
+            c.clone(),
+            ours,
+            st.disks.clone(),
+            disk,
+            n.clone(),
+            s.clone()
+        ),
+        async {
+            if let Some(explain) = explain {
+                let pod =
+                    move |p: Pod| Ok::<_, Infallible>(PendingPod::new(&p, explain.claims(&p)));
+                run_as(
+                    c.clone(),
+                    unscheduled,
+                    st.pods.clone(),
+                    pod,
+                    n.clone(),
+                    s.clone(),
+                )
+                .await;
+            }
+        },
+        lead(c.clone(), cfg, st.clone(), metrics, s.clone()),
+    );
+}
+
+/// Whether this replica holds the Lease now: renewed at `asked`, held until one tick before it could expire.
+struct Leadership {
+    held_until: Option<Instant>,
+}
+
+impl Leadership {
+    fn holds(&self) -> bool {
+        self.held_until.is_some_and(|t| Instant::now() < t)
+    }
+}
+
+/// What the leader carries from one pass to the next.
+#[derive(Default)]
+struct Memory {
+    /// Pod UID -> the explanation already published for it.
+    explained: BTreeMap<String, String>,
+    gone_since: BTreeMap<String, SystemTime>,
+    warned: BTreeSet<String>,
+    /// The store generations the last clean-up plan saw.
+    planned_at: Option<[u64; 3]>,
+}
+
+async fn lead<N: Send + Sync + 'static>(
+    client: Client,
+    cfg: Config,
+    st: Stores<N>,
+    metrics: Metrics,
+    mut shutdown: tokio_watch::Receiver<bool>,
+) {
+    let elector = Elector::new(
+        client.clone(),
+        &cfg.lease_namespace,
+        "localpv-cleanup",
+        &cfg.identity,
+        LEASE,
+    );
+    let reporter = Reporter {
+        controller: "localpv-cleanup".into(),
+        instance: Some(cfg.identity.clone()),
+    };
+    let writer = Writer {
+        client: client.clone(),
+        recorder: Recorder::new(client, reporter),
+        metrics: metrics.clone(),
+        lease: Leadership { held_until: None },
+    };
+    let mut writer = writer;
+    let mut memory = Memory::default();
+    loop {
+        let asked = Instant::now();
+        let leader = match elector.try_acquire_or_renew().await {
+            Ok(leader) => leader,
+            Err(error) => {
+                warn!(error = %error_text(&error), "failed to renew the clean-up lease; acting as follower");
+                false
+            }
+        };
+        if leader != writer.lease.holds() {
+            info!(identity = %cfg.identity, leader, "clean-up leadership changed");
+        }
+        writer.lease.held_until = leader.then(|| asked + LEASE - TICK);
+        metrics.leader.set(i64::from(leader));
+        if leader {
+            if let Some(explain) = &cfg.explain {
+                explain_pending(&writer, explain, &st.pods, &mut memory).await;
+            }
+            if cfg.node_cleanup {
+                clean_up(&writer, &cfg.settings, &st, &mut memory).await;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(TICK) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// One Warning Event per pending pod and distinct explanation; a failed publish is tried again on the next look.
+async fn explain_pending(
+    writer: &Writer,
+    explain: &Arc<dyn Explain>,
+    pods: &Store<PendingPod>,
+    memory: &mut Memory,
+) {
+    if !pods.synced() {
+        return;
+    }
+    let pods = pods.shared();
+    let published = std::mem::take(&mut memory.explained);
+    let explain = explain.clone();
+    let work = writer.timed(Work::Explain);
+    let planned = tokio::task::spawn_blocking(move || {
+        let _timer = work;
+        let now = k8s_openapi::jiff::Timestamp::now();
+        plan_explanations(&pods, now, PENDING_AFTER, &published, |p| {
+            explain.explain(p)
+        })
+    })
+    .await;
+    let plan = match planned {
+        Ok(done) => done,
+        Err(error) => {
+            warn!(%error, "explaining pending pods failed");
+            return;
+        }
+    };
+    let mut seen = BTreeMap::new();
+    for e in plan {
+        if e.publish && !writer.explain(&e.pod, &e.uid, &e.message).await {
+            continue;
+        }
+        seen.insert(e.uid, e.message);
+    }
+    memory.explained = seen;
+}
+
+/// Plans clean-up on a blocking thread when the stores changed since the last plan or a gone node's grace period
+/// is running, and applies the plan.
+async fn clean_up<N: Send + Sync + 'static>(
+    writer: &Writer,
+    settings: &Settings,
+    st: &Stores<N>,
+    memory: &mut Memory,
+) {
+    if !(st.nodes.synced() && st.pvs.synced() && st.disks.synced()) {
+        return;
+    }
+    let seen = [
+        st.nodes.generation(),
+        st.pvs.generation(),
+        st.disks.generation(),
+    ];
+    if memory.planned_at == Some(seen) && memory.gone_since.is_empty() {
+        return;
+    }
+    let names: BTreeSet<String> = st.nodes.read(|items| items.keys().cloned().collect());
+    let disks: Vec<(String, String)> = st.disks.read(|items| {
+        let pairs = items
+            .iter()
+            .map(|(name, node)| (name.clone(), String::clone(node)));
+        pairs.collect()
+    });
+    let pvs = st.pvs.shared();
+    let gone_since = std::mem::take(&mut memory.gone_since);
+    let warned = std::mem::take(&mut memory.warned);
+    let settings = settings.clone();
+    let work = writer.timed(Work::Cleanup);
+    let planned = tokio::task::spawn_blocking(move || {
+        let _timer = work;
+        plan(&Inputs {
+            nodes: &names,
+            pvs: &pvs,
+            disks: &disks,
+            gone_since: &gone_since,
+            warned: &warned,
+            settings: &settings,
+            now: SystemTime::now(),
+        })
+    })
+    .await;
+    let Plan {
+        actions,
+        gone_since,
+        warned,
+    } = match planned {
+        Ok(p) => p,
+        Err(error) => {
+            warn!(%error, "clean-up planning failed");
+            return;
+        }
+    };
+    for action in actions {
+        writer.apply(action).await;
+    }
+    memory.planned_at = Some(seen);
+    memory.gone_since = gone_since;
+    memory.warned = warned;
+}
+
+/// Sends the leader's writes, each only while the Lease is held, and counts each by kind and outcome.
+struct Writer {
+    client: Client,
+    recorder: Recorder,
+    metrics: Metrics,
+    lease: Leadership,
+}
+
+/// Observes a pass's duration when dropped (on the blocking thread, when the pass ends).
+struct PassTimer {
+    started: Instant,
+    metrics: Metrics,
+    work: Work,
+}
+
+impl Drop for PassTimer {
+    fn drop(&mut self) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        let labels = WorkLabels { work: self.work };
+        self.metrics.pass.get_or_create(&labels).observe(seconds);
+    }
+}
+
+impl Writer {
+    fn timed(&self, work: Work) -> PassTimer {
+        PassTimer {
+            started: Instant::now(),
+            metrics: self.metrics.clone(),
+            work,
+        }
+    }
+
+    fn count(&self, write: WriteKind, outcome: Outcome) {
+        let labels = WriteLabels { write, outcome };
+        self.metrics.writes.get_or_create(&labels).inc();
+    }
+
+    /// Publishes one explanation; true when it was published.
+    async fn explain(&self, pod: &PendingPod, uid: &str, message: &str) -> bool {
+        if !self.lease.holds() {
+            self.count(WriteKind::ExplainPod, Outcome::NotLeader);
+            return false;
+        }
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(pod.namespace.clone()).filter(|ns| !ns.is_empty()),
+            name: Some(pod.name.clone()),
+            uid: Some(uid.to_string()),
+            ..Default::default()
+        };
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: "NoLocalVolume".into(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "Explain".into(),
+            secondary: None,
+        };
+        match self.recorder.publish(&ev, &reference).await {
+            Ok(()) => {
+                self.count(WriteKind::ExplainPod, Outcome::Applied);
+                true
+            }
+            Err(error) => {
+                self.count(WriteKind::ExplainPod, Outcome::Failed);
+                let pod = pod.name.as_str();
+                warn!(error = %error_text(&error), pod, "failed to publish the pending pod's explanation");
+                false
+            }
+        }
+    }
+
+    async fn apply(&self, action: Action) {
+        let write = match &action {
+            Action::DeletePv(_) => WriteKind::DeletePv,
+            Action::DeleteLocalDisk(_) => WriteKind::DeleteLocalDisk,
+            Action::WarnClaim { .. } => WriteKind::WarnClaim,
+            Action::DeleteClaim { .. } => WriteKind::DeleteClaim,
+        };
+        // NB: checked before each write, not once per pass: a pass can outlive the Lease (a slow API server),
+        // and then another replica may already be acting.
+        if !self.lease.holds() {
+            self.count(write, Outcome::NotLeader);
+            return;
+        }
+        match self.send(&action).await {
+            Ok(()) => {
+                self.count(write, Outcome::Applied);
+                info!(%action, "clean-up applied");
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                self.count(write, Outcome::AlreadyDone)
+            }
+            Err(error) => {
+                self.count(write, Outcome::Failed);
+                warn!(%action, error = %error_text(&error), "clean-up step failed; retried next pass")
+            }
+        }
+    }
+
+    async fn send(&self, action: &Action) -> Result<(), kube::Error> {
+        let client = self.client.clone();
+        match action {
+            Action::DeletePv(r) => {
+                let pre = Preconditions {
+                    uid: Some(r.uid.clone()),
+                    resource_version: Some(r.resource_version.clone()),
+                };
+                let dp = DeleteParams {
+                    preconditions: Some(pre),
+                    ..Default::default()
+                };
+                let api = Api::<PersistentVolume>::all(client);
+                api.delete(&r.name, &dp).await.map(drop)
+            }
+            Action::DeleteLocalDisk(name) => Api::<LocalDisk>::all(client)
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(drop),
+            Action::DeleteClaim {
+                namespace,
+                name,
+                uid,
+            } => {
+                let pre = Preconditions {
+                    uid: uid.clone(),
+                    resource_version: None,
+                };
+                let dp = DeleteParams {
+                    preconditions: Some(pre),
+                    ..Default::default()
+                };
+                let api = Api::<PersistentVolumeClaim>::namespaced(client, namespace);
+                api.delete(name, &dp).await.map(drop)
+            }
+            Action::WarnClaim {
+                namespace,
+                name,
+                uid,
+                pv,
+                node,
+            } => {
+                let reference = ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("PersistentVolumeClaim".into()),
+                    namespace: Some(namespace.clone()),
+                    name: Some(name.clone()),
+                    uid: uid.clone(),
+                    ..Default::default()
+                };
+                let ev = Event {
+                    type_: EventType::Warning,
+                    reason: "NodeDeleted".into(),
+                    note: Some(format!(
+                        "node {node} holding local volume {pv} was deleted; the data is on that machine only"
+                    )),
+                    action: "NodeDeleted".into(),
+                    secondary: None,
+                };
+                self.recorder.publish(&ev, &reference).await
+            }
+        }
+    }
+}
