@@ -33,6 +33,49 @@ impl NodeLabels for Labels {
     }
 }
 
+/// Reading one label by key: a node's whole map, or a PV's compact list.
+pub trait LabelSet {
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl LabelSet for Labels {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+/// A PV's labels, read only by claim selectors: one sorted allocation instead of a map. A `BTreeMap` with two
+/// labels costs a whole 11-entry node (over 500 bytes), and there is one per cached PV.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PvLabels(Box<[(Box<str>, Box<str>)]>);
+
+impl PvLabels {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<&Labels> for PvLabels {
+    fn from(labels: &Labels) -> PvLabels {
+        // NB: a BTreeMap iterates in key order, so the list is sorted and `label` can search it.
+        let pairs = labels
+            .iter()
+            .map(|(k, v)| (k.as_str().into(), v.as_str().into()));
+        PvLabels(pairs.collect())
+    }
+}
+
+impl LabelSet for PvLabels {
+    fn label(&self, key: &str) -> Option<&str> {
+        let found = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
+        Some(&self.0[found].1)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Op {
     In(Vec<String>),
@@ -52,11 +95,11 @@ struct Requirement {
 }
 
 impl Requirement {
-    fn matches(&self, labels: &Labels) -> bool {
-        let value = labels.get(&self.key);
+    fn matches<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
+        let value = labels.label(&self.key);
         match &self.op {
-            Op::In(values) => value.is_some_and(|v| values.contains(v)),
-            Op::NotIn(values) => value.is_none_or(|v| !values.contains(v)),
+            Op::In(values) => value.is_some_and(|v| values.iter().any(|x| x == v)),
+            Op::NotIn(values) => value.is_none_or(|v| !values.iter().any(|x| x == v)),
             Op::Exists => value.is_some(),
             Op::DoesNotExist => value.is_none(),
             Op::Gt(bound) => value
@@ -110,7 +153,7 @@ impl Selector {
         Selector { requirements }
     }
 
-    pub fn matches(&self, labels: &Labels) -> bool {
+    pub fn matches<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 }
@@ -142,19 +185,24 @@ impl Term {
 
 /// A PV's `spec.nodeAffinity.required`: terms ORed. `None` required means every node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeAffinity {
-    terms: Option<Vec<Term>>,
-    /// Exactly `kubernetes.io/hostname In [..]`: being found under a node's hostname in the index proves a match.
-    hostname_only: bool,
+pub struct NodeAffinity(Compiled);
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+enum Compiled {
+    /// No required affinity: every node.
+    #[default]
+    Any,
+    /// Exactly `kubernetes.io/hostname In [..]` (what local PVs carry), kept as its values alone: one small
+    /// allocation per PV instead of a term, a requirement and their vectors. Being found under a node's hostname
+    /// in the index proves a match.
+    Hostnames(Box<[Box<str>]>),
+    Terms(Box<[Term]>),
 }
 
 impl NodeAffinity {
     pub fn compile(affinity: Option<&VolumeNodeAffinity>) -> NodeAffinity {
         let Some(required) = affinity.and_then(|a| a.required.as_ref()) else {
-            return NodeAffinity {
-                terms: None,
-                hostname_only: false,
-            };
+            return NodeAffinity(Compiled::Any);
         };
         let terms = required.node_selector_terms.iter().map(|term| {
             let exprs: &[NodeSelectorRequirement] =
@@ -174,35 +222,50 @@ impl NodeAffinity {
                 never,
             }
         });
-        let terms: Vec<Term> = terms.collect();
-        let hostname_only = matches!(terms.as_slice(), [t] if !t.never
-            && matches!(t.requirements.as_slice(), [r] if r.key == HOSTNAME_LABEL && matches!(r.op, Op::In(_))));
-        NodeAffinity {
-            terms: Some(terms),
-            hostname_only,
+        let mut terms: Vec<Term> = terms.collect();
+        if let [t] = terms.as_mut_slice()
+            && !t.never
+            && let [r] = t.requirements.as_mut_slice()
+            && r.key == HOSTNAME_LABEL
+            && let Op::In(values) = &mut r.op
+        {
+            let values = std::mem::take(values)
+                .into_iter()
+                .map(String::into_boxed_str);
+            return NodeAffinity(Compiled::Hostnames(values.collect()));
         }
+        NodeAffinity(Compiled::Terms(terms.into_boxed_slice()))
     }
 
     pub fn matches(&self, labels: &Labels) -> bool {
-        match &self.terms {
-            None => true,
-            Some(terms) => terms.iter().any(|t| t.matches(labels)),
+        match &self.0 {
+            Compiled::Any => true,
+            Compiled::Hostnames(values) => labels
+                .get(HOSTNAME_LABEL)
+                .is_some_and(|v| values.iter().any(|x| **x == **v)),
+            Compiled::Terms(terms) => terms.iter().any(|t| t.matches(labels)),
         }
     }
 
     /// Whether finding this PV under a node's hostname (`hostnames`) already proves the affinity matches it.
     pub fn implied_by_hostname(&self) -> bool {
-        self.hostname_only
+        matches!(self.0, Compiled::Hostnames(_))
     }
 
     /// Hostname label values outside which this affinity can never match, or `None` when it may match nodes of
     /// any hostname. Used only to index; every decision still evaluates `matches`.
     pub fn hostnames(&self) -> Option<Vec<String>> {
-        let terms = self.terms.as_ref()?;
-        let mut all = Vec::new();
-        for term in terms {
-            all.extend(term.hostnames()?.iter().cloned());
-        }
+        let mut all: Vec<String> = match &self.0 {
+            Compiled::Any => return None,
+            Compiled::Hostnames(values) => values.iter().map(|v| v.to_string()).collect(),
+            Compiled::Terms(terms) => {
+                let mut all = Vec::new();
+                for term in terms {
+                    all.extend(term.hostnames()?.iter().cloned());
+                }
+                all
+            }
+        };
         all.sort();
         all.dedup();
         Some(all)

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::labels::{Labels, NodeAffinity, Selector};
+use super::labels::{Labels, NodeAffinity, PvLabels, Selector};
 use crate::contract::{ANN_SCORE_STRATEGY, ANN_WIPE_PHASE, Phase};
 use crate::disk::VolumeMode;
 
@@ -78,7 +78,7 @@ pub struct Volume {
     pub capacity: u128,
     pub mode: VolumeMode,
     pub access: AccessModes,
-    pub labels: Labels,
+    pub labels: PvLabels,
     pub affinity: NodeAffinity,
     pub claim_ref: Option<ClaimRef>,
     pub phase: Phase,
@@ -118,7 +118,7 @@ impl Volume {
                 .unwrap_or(0),
             mode: parse_mode(spec.volume_mode.as_deref()),
             access: AccessModes::parse(spec.access_modes.iter().flatten()),
-            labels: meta.labels.clone().unwrap_or_default(),
+            labels: meta.labels.as_ref().map(PvLabels::from).unwrap_or_default(),
             affinity: NodeAffinity::compile(spec.node_affinity.as_ref()),
             claim_ref,
             phase: Phase::parse(pv.status.as_ref().and_then(|s| s.phase.as_deref())),
