@@ -27,11 +27,8 @@ use super::labels::NodeLabels;
 use super::model::Claim;
 use super::snapshot::{ClassIndex, NodeRef, Snapshot, VolId};
 
-#[path = "decide_matching.rs"]
 mod matching;
-#[path = "decide_quick.rs"]
 mod quick;
-#[path = "decide_scan.rs"]
 mod scan;
 
 /// One delayed claim served by one PV on a node.
@@ -330,9 +327,7 @@ fn assignment(snap: &Snapshot, d: &Delayed, volume: VolId) -> Assignment {
 }
 
 #[cfg(test)]
-#[path = "decide_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "decide_agree_tests.rs"]
 mod agree_tests;

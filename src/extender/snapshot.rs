@@ -27,7 +27,6 @@ use crate::disk::VolumeMode;
 pub use self::nodes::FastHasher;
 use self::nodes::{FastBuild, NodeTable};
 
-#[path = "snapshot_nodes.rs"]
 mod nodes;
 
 pub type VolId = usize;
@@ -364,5 +363,4 @@ impl<'a> Iterator for Candidates<'a> {
 }
 
 #[cfg(test)]
-#[path = "snapshot_tests.rs"]
 mod tests;

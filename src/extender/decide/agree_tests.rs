@@ -1,4 +1,4 @@
-//! The shortcuts (`decide_quick.rs`) against the general path on many generated clusters: every pod on every
+//! The shortcuts (`decide/quick.rs`) against the general path on many generated clusters: every pod on every
 //! node must get the same verdict, assignments, spare counts and reason both ways.
 
 use rstest::rstest;
