@@ -150,9 +150,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let stores = watch::Stores::default();
     let controller = (opts.node_cleanup || opts.explain_pending).then(|| {
         let explain = opts.explain_pending.then(|| {
-            let explainer = pending::Explainer {
-                cache: cache.clone(),
-            };
+            let explainer = pending::Explainer::new(cache.clone());
             Arc::new(explainer) as Arc<dyn crate::controller::explain::Explain>
         });
         let cfg = crate::controller::Config {

@@ -7,8 +7,8 @@
 //! `Explainer`, which reads the latest snapshot for the leader-gated controller (`crate::controller`): it looks
 //! every few seconds and publishes what `controller::explain::plan_explanations` says.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod as KubePod;
 
@@ -80,7 +80,27 @@ pub fn explain_claims(snap: &Snapshot, namespace: &str, claim_names: &[String]) 
 
 /// The controller's `Explain` over the extender's latest snapshot: one snapshot for all the pods of a look.
 pub struct Explainer {
-    pub cache: Arc<Cache>,
+    cache: Arc<Cache>,
+    memo: Mutex<Memo>,
+}
+
+/// The answers of the last look and the snapshot they were made from. A pod's claims never change (volumes are
+/// immutable in a pod's spec), so while the snapshot is the same the answer is too: a queue of pods that fit
+/// nowhere costs a walk over every node once per snapshot, not once per look.
+#[derive(Default)]
+struct Memo {
+    snapshot: Option<Arc<Snapshot>>,
+    /// Pod UID -> its answer.
+    by_pod: HashMap<String, Option<String>>,
+}
+
+impl Explainer {
+    pub fn new(cache: Arc<Cache>) -> Explainer {
+        Explainer {
+            cache,
+            memo: Mutex::default(),
+        }
+    }
 }
 
 impl Explain for Explainer {
@@ -90,9 +110,34 @@ impl Explain for Explainer {
 
     fn explain(&self, pods: &[&PendingPod]) -> Vec<Option<String>> {
         let snap = self.cache.load();
-        pods.iter()
-            .map(|p| explain_claims(&snap, &p.namespace, &p.claims))
-            .collect()
+        // NB: only the controller's one blocking pass takes this lock; requests never do.
+        let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+        let same = memo
+            .snapshot
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, &snap));
+        let mut known = if same {
+            std::mem::take(&mut memo.by_pod)
+        } else {
+            HashMap::new()
+        };
+        let mut by_pod = HashMap::with_capacity(pods.len());
+        let answers = pods
+            .iter()
+            .map(|p| {
+                let key = p.uid.clone().unwrap_or_default();
+                let answer = known
+                    .remove(&key)
+                    .unwrap_or_else(|| explain_claims(&snap, &p.namespace, &p.claims));
+                by_pod.insert(key, answer.clone());
+                answer
+            })
+            .collect();
+        *memo = Memo {
+            snapshot: Some(snap),
+            by_pod,
+        };
+        answers
     }
 }
 
@@ -192,6 +237,36 @@ mod tests {
         assert_eq!(again, [("old".to_string(), message.clone(), false)]);
         let changed = plan(&pods, &[("old", "an older reason")]);
         assert_eq!(changed, [("old".to_string(), message, true)]);
+    }
+
+    #[test]
+    fn the_explainer_answers_again_from_a_new_snapshot_only() {
+        let small = || vec![pv("small").on_node("n1").capacity("5Gi")];
+        let cache = Arc::new(Cache::new(
+            snapshot(small(), vec![pvc("data").request("50Gi")]),
+            true,
+        ));
+        let explainer = Explainer::new(cache.clone());
+        let pod = pending_pod("old", 30, &["data"]);
+        let first = explainer.explain(&[&pod]);
+        assert!(
+            first[0]
+                .as_deref()
+                .is_some_and(|m| m.contains("largest free PV is 5Gi"))
+        );
+        assert_eq!(
+            explainer.explain(&[&pod]),
+            first,
+            "same snapshot, same answer"
+        );
+        let mut grown = small();
+        grown.push(pv("big").on_node("n2").capacity("100Gi"));
+        cache.store(snapshot(grown, vec![pvc("data").request("50Gi")]));
+        assert_eq!(
+            explainer.explain(&[&pod]),
+            [None],
+            "a new snapshot is looked at"
+        );
     }
 
     #[test]
