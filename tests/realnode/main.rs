@@ -9,6 +9,7 @@ mod common;
 mod extender;
 mod lifecycle;
 mod migrate;
+mod migrate_doc;
 mod migrate_lsp;
 mod publish;
 mod restart;

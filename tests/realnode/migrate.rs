@@ -10,8 +10,7 @@
 //! directory for `/mnt/disks`, and the locally built image (no registry here) on `helm install localpv`.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
@@ -22,171 +21,12 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use crate::common::*;
+use crate::migrate_doc::{BLOCKS, DOC, Operator, Use, doc_blocks};
 use crate::migrate_lsp::lsp;
 use crate::support::realnode::{POD_TIMEOUT, RealCluster};
 
-const DOC: &str = "docs/migration.md";
 const LSP_RELEASE: &str = "local-static-provisioner";
 const NS: &str = "kube-system";
-
-/// What the test does with each fenced `sh` block of the doc's "Step by step", in the doc's order.
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum Use {
-    Run,
-    /// The other way of step 4 (the old values file); the chart_reference_values test covers those files.
-    Alternative,
-}
-
-/// The doc's blocks as the test expects them (indentation removed).
-const BLOCKS: &[(Use, &str)] = &[
-    (
-        Use::Run,
-        "kubectl get pv -o custom-columns='NAME:.metadata.name,UID:.metadata.uid,STATUS:.status.phase,CLAIM:.spec.claimRef.name,PATH:.spec.local.path,BY:.metadata.annotations.pv\\.kubernetes\\.io/provisioned-by' \\
-  | tee pvs-before.txt
-kubectl -n kube-system get configmap local-static-provisioner-config -o yaml > lsp-config.yaml
-",
-    ),
-    (
-        Use::Run,
-        "localpv node --check-config --config lsp-config.yaml\n",
-    ),
-    (
-        Use::Run,
-        "kubectl -n kube-system delete daemonset local-static-provisioner --cascade=foreground\n",
-    ),
-    (
-        Use::Run,
-        "helm install localpv charts/localpv --namespace kube-system \\
-  --set existingConfigMap=local-static-provisioner-config \\
-  --set 'node.hostDirs[0].hostPath=/mnt/disks' --set 'node.hostDirs[0].mountPath=/mnt/disks' \\
-  --set 'classes=null'
-",
-    ),
-    (
-        Use::Run,
-        "kubectl apply --server-side --force-conflicts -f charts/localpv/crds/
-helm upgrade localpv charts/localpv --namespace kube-system --reset-then-reuse-values
-",
-    ),
-    (
-        Use::Alternative,
-        "helm install localpv charts/localpv --namespace kube-system -f lsp-values.yaml\n",
-    ),
-    (
-        Use::Run,
-        "kubectl get events -A --field-selector reason=Adopted
-kubectl get pv -L localpv.io/node
-localpv disks
-",
-    ),
-    (
-        Use::Run,
-        "kubectl get pv -o custom-columns='NAME:.metadata.name,UID:.metadata.uid,STATUS:.status.phase,CLAIM:.spec.claimRef.name,PATH:.spec.local.path,BY:.metadata.annotations.pv\\.kubernetes\\.io/provisioned-by' \\
-  | diff pvs-before.txt - && echo \"every PV kept\"
-",
-    ),
-    (
-        Use::Run,
-        "kubectl -n kube-system delete secret -l owner=helm,name=local-static-provisioner
-kubectl -n kube-system delete serviceaccount,role,rolebinding,service -l app.kubernetes.io/instance=local-static-provisioner
-kubectl delete clusterrole,clusterrolebinding -l app.kubernetes.io/instance=local-static-provisioner
-",
-    ),
-];
-
-/// The fenced `sh` blocks of the doc's "## Step by step" section, dedented.
-fn doc_blocks() -> Vec<String> {
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(DOC))
-        .expect("docs/migration.md readable");
-    let start = text
-        .find("## Step by step")
-        .expect("docs/migration.md has a \"## Step by step\" section");
-    let section = &text[start..];
-    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
-    let mut blocks = Vec::new();
-    let mut current: Option<(usize, String)> = None;
-    for line in section.lines() {
-        let trimmed = line.trim_start();
-        let indent = line.len() - trimmed.len();
-        match &mut current {
-            None if trimmed == "```sh" => current = Some((indent, String::new())),
-            Some(_) if trimmed == "```" => blocks.push(current.take().expect("in a block").1),
-            Some((ind, body)) => {
-                body.push_str(line.get(*ind..).unwrap_or(trimmed));
-                body.push('\n');
-            }
-            None => {}
-        }
-    }
-    blocks
-}
-
-/// The operator's shell: kubectl, helm and localpv on PATH, the cluster's kubeconfig, a working directory of its
-/// own where `charts/` is the repository's.
-struct Operator<'a> {
-    c: &'a RealCluster,
-    dir: std::path::PathBuf,
-    bin: std::path::PathBuf,
-}
-
-impl<'a> Operator<'a> {
-    fn new(c: &'a RealCluster) -> Operator<'a> {
-        let dir = c.run_dir().join("operator");
-        let bin = c.run_dir().join("operator-bin");
-        std::fs::create_dir_all(&dir).expect("operator dir");
-        std::fs::create_dir_all(&bin).expect("operator bin dir");
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-        std::os::unix::fs::symlink(repo.join("charts"), dir.join("charts")).expect("charts link");
-        for tool in ["kubectl", "helm"] {
-            std::os::unix::fs::symlink(c.plane.bin.join(tool), bin.join(tool)).expect("tool link");
-        }
-        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_localpv"), bin.join("localpv"))
-            .expect("localpv link");
-        Operator { c, dir, bin }
-    }
-
-    /// Runs a block of the doc with this machine's substitutions; panics with its output when it fails.
-    fn run(&self, block: &str) -> String {
-        let disks = self.c.disk_root().join("disks");
-        let script = block
-            .replace("/mnt/disks", &disks.display().to_string())
-            .replace(
-                "helm install localpv charts/localpv",
-                &format!(
-                    "helm install localpv charts/localpv --set image.repository={} --set image.tag={} \
-                     --set image.pullPolicy=Never",
-                    crate::support::realnode::images::LOCALPV_REPOSITORY,
-                    self.c.images.localpv_tag
-                ),
-            );
-        let home = self.c.run_dir().join("helm-home");
-        let out = Command::new("sh")
-            .args(["-e", "-c", &script])
-            .current_dir(&self.dir)
-            .env(
-                "PATH",
-                format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", self.bin.display()),
-            )
-            .env("KUBECONFIG", &self.c.plane.admin_kubeconfig)
-            .env("HELM_CACHE_HOME", home.join("cache"))
-            .env("HELM_CONFIG_HOME", home.join("config"))
-            .env("HELM_DATA_HOME", home.join("data"))
-            .output()
-            .expect("sh runs");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.status.success(),
-            "{DOC}'s commands failed ({}):\n{script}\n----- output -----\n{text}",
-            out.status
-        );
-        eprintln!("$ {script}{text}");
-        text
-    }
-}
 
 /// Each replica: on first start writes its name to /data/owner; on every start records what it found; then counts.
 const SCRIPT: &str = "if [ -f /data/owner ]; then echo \"found $(cat /data/owner)\" >> /data/history; \
@@ -339,6 +179,142 @@ where
     }
 }
 
+/// The reference provisioner installed with its own chart, values as an operator writes them (one Filesystem class
+/// with the stock cleaner and a StorageClass); waits until it has published every disk.
+async fn install_reference(c: &RealCluster, lsp: &crate::migrate_lsp::Lsp) {
+    let (repo, tag) = lsp.image.split_once(':').expect("image has a tag");
+    let values = c.run_dir().join("lsp-values.yaml");
+    std::fs::write(
+        &values,
+        format!(
+            "classes:\n- name: local-storage\n  hostDir: {}\n  volumeMode: Filesystem\n  fsType: ext4\n  \
+             blockCleanerCommand:\n  - \"/scripts/shred.sh\"\n  - \"2\"\n  storageClass:\n    reclaimPolicy: Delete\n\
+             image: {repo}:{tag}\nimagePullPolicy: Never\n",
+            c.disk_root().join("disks").display()
+        ),
+    )
+    .expect("values written");
+    c.helm(&[
+        "install",
+        LSP_RELEASE,
+        &lsp.chart.display().to_string(),
+        "--namespace",
+        NS,
+        "-f",
+        &values.display().to_string(),
+    ]);
+    wait_daemonset(c, LSP_RELEASE, LSP_RELEASE).await;
+    let by_lsp = |p: &k8s_openapi::api::core::v1::PersistentVolume| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("pv.kubernetes.io/provisioned-by"))
+            .is_some_and(|b| b.starts_with("local-volume-provisioner-"))
+    };
+    wait_pvs(
+        c,
+        "the reference provisioner publishes 4 PVs",
+        LSP_RELEASE,
+        |all| {
+            all.values()
+                .filter(|p| by_lsp(p) && pv_phase(p) == "Available")
+                .count()
+                == 4
+        },
+    )
+    .await;
+}
+
+/// Release: the claims deleted, localpv wipes the adopted disks and publishes them anew; the Available adopted PVs
+/// stay as they were, and the next replicas find their volumes empty.
+async fn release_and_recycle(
+    c: &RealCluster,
+    ns: &str,
+    tenant_disks: &[(&str, PathBuf)],
+    pvs_before: &BTreeMap<String, Option<String>>,
+) {
+    let sets: Api<StatefulSet> = Api::namespaced(c.client(), ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client(), ns);
+    let disks = c.disk_root().join("disks");
+    let vol1 = disks.join("vol1").display().to_string();
+    let small = disks.join("small").display().to_string();
+    sets.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 0}})),
+    )
+    .await
+    .expect("scaled down");
+    for pod in ["db-0", "db-1"] {
+        let deadline = Instant::now() + POD_TIMEOUT;
+        while pod_states(c, ns).await.contains_key(pod) {
+            assert!(Instant::now() < deadline, "{pod} not gone");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        claims
+            .delete(&format!("data-{pod}"), &DeleteParams::default())
+            .await
+            .expect("claim deleted");
+    }
+    let recycled = wait_pvs(
+        c,
+        "vol1 wiped and published anew on both nodes",
+        "localpv",
+        |all| {
+            ["node-1", "node-2"].iter().all(|node| {
+                all.iter().any(|(name, p)| {
+                    pv_node(p) == *node
+                        && pv_path(p) == vol1
+                        && pv_phase(p) == "Available"
+                        && !pvs_before.contains_key(name)
+                })
+            }) && all.values().filter(|p| pv_path(p) == vol1).count() == 2
+        },
+    )
+    .await;
+    for (pod, disk) in tenant_disks {
+        let left: Vec<_> = std::fs::read_dir(disk)
+            .expect("disk readable")
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| n != "lost+found")
+            .collect();
+        assert!(left.is_empty(), "{pod}'s disk wiped, found {left:?}");
+    }
+    for (name, p) in &recycled {
+        if pv_path(p) == small {
+            assert_eq!(
+                pvs_before.get(name),
+                Some(&p.metadata.uid),
+                "the Available adopted PV {name} is untouched"
+            );
+            assert_eq!(pv_phase(p), "Available");
+        }
+    }
+    // The next tenants find their volumes empty.
+    sets.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 2}})),
+    )
+    .await
+    .expect("scaled up");
+    for pod in ["db-0", "db-1"] {
+        wait_pod(c, ns, pod, &["Running"]).await;
+        let disk = replica_disk(c, ns, pod).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while read(&disk.join("history")).is_empty() {
+            assert!(Instant::now() < deadline, "{pod} writes its history");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert_eq!(
+            read(&disk.join("history")),
+            "empty\n",
+            "{pod}'s new claim starts on an empty volume"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn migration_from_the_reference_provisioner_as_the_doc_says_keeps_pods_and_data_and_recycles_disks()
  {
@@ -362,57 +338,11 @@ async fn migration_from_the_reference_provisioner_as_the_doc_says_keeps_pods_and
     for node in ["node-1", "node-2"] {
         c.tmpfs(node, "small", "16M");
     }
-    let disks = c.disk_root().join("disks");
-    let vol1 = disks.join("vol1").display().to_string();
-    let small = disks.join("small").display().to_string();
-
-    // The reference provisioner with its own chart, values as an operator writes them.
-    let (repo, tag) = lsp.image.split_once(':').expect("image has a tag");
-    let values = c.run_dir().join("lsp-values.yaml");
-    std::fs::write(
-        &values,
-        format!(
-            "classes:\n- name: local-storage\n  hostDir: {}\n  volumeMode: Filesystem\n  fsType: ext4\n  \
-             blockCleanerCommand:\n  - \"/scripts/shred.sh\"\n  - \"2\"\n  storageClass:\n    reclaimPolicy: Delete\n\
-             image: {repo}:{tag}\nimagePullPolicy: Never\n",
-            disks.display()
-        ),
-    )
-    .expect("values written");
-    c.helm(&[
-        "install",
-        LSP_RELEASE,
-        &lsp.chart.display().to_string(),
-        "--namespace",
-        NS,
-        "-f",
-        &values.display().to_string(),
-    ]);
-    wait_daemonset(&c, LSP_RELEASE, LSP_RELEASE).await;
-    let by_lsp = |p: &k8s_openapi::api::core::v1::PersistentVolume| {
-        p.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("pv.kubernetes.io/provisioned-by"))
-            .is_some_and(|b| b.starts_with("local-volume-provisioner-"))
-    };
-    wait_pvs(
-        &c,
-        "the reference provisioner publishes 4 PVs",
-        LSP_RELEASE,
-        |all| {
-            all.values()
-                .filter(|p| by_lsp(p) && pv_phase(p) == "Available")
-                .count()
-                == 4
-        },
-    )
-    .await;
+    install_reference(&c, &lsp).await;
 
     // Tenants: one replica per node, each bound to its node's vol1 (the small disks do not fit 32Mi).
     let ns = c.plane.namespace("tenant").await;
     let sets: Api<StatefulSet> = Api::namespaced(c.client(), &ns);
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client(), &ns);
     create(&sets, &statefulset(2)).await;
     let mut tenant_disks = Vec::new();
     for pod in ["db-0", "db-1"] {
@@ -584,80 +514,5 @@ async fn migration_from_the_reference_provisioner_as_the_doc_says_keeps_pods_and
         .collect();
     assert_eq!(now, pvs_before, "every PV kept its name and UID");
 
-    // Release: the claims deleted, localpv wipes the adopted disks and publishes them anew.
-    sets.patch(
-        "db",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"replicas": 0}})),
-    )
-    .await
-    .expect("scaled down");
-    for pod in ["db-0", "db-1"] {
-        let deadline = Instant::now() + POD_TIMEOUT;
-        while pod_states(&c, &ns).await.contains_key(pod) {
-            assert!(Instant::now() < deadline, "{pod} not gone");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        claims
-            .delete(&format!("data-{pod}"), &DeleteParams::default())
-            .await
-            .expect("claim deleted");
-    }
-    let recycled = wait_pvs(
-        &c,
-        "vol1 wiped and published anew on both nodes",
-        "localpv",
-        |all| {
-            ["node-1", "node-2"].iter().all(|node| {
-                all.iter().any(|(name, p)| {
-                    pv_node(p) == *node
-                        && pv_path(p) == vol1
-                        && pv_phase(p) == "Available"
-                        && !pvs_before.contains_key(name)
-                })
-            }) && all.values().filter(|p| pv_path(p) == vol1).count() == 2
-        },
-    )
-    .await;
-    for (pod, disk) in &tenant_disks {
-        let left: Vec<_> = std::fs::read_dir(disk)
-            .expect("disk readable")
-            .flatten()
-            .map(|e| e.file_name())
-            .filter(|n| n != "lost+found")
-            .collect();
-        assert!(left.is_empty(), "{pod}'s disk wiped, found {left:?}");
-    }
-    for (name, p) in &recycled {
-        if pv_path(p) == small {
-            assert_eq!(
-                pvs_before.get(name),
-                Some(&p.metadata.uid),
-                "the Available adopted PV {name} is untouched"
-            );
-            assert_eq!(pv_phase(p), "Available");
-        }
-    }
-    // The next tenants find their volumes empty.
-    sets.patch(
-        "db",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"replicas": 2}})),
-    )
-    .await
-    .expect("scaled up");
-    for pod in ["db-0", "db-1"] {
-        wait_pod(&c, &ns, pod, &["Running"]).await;
-        let disk = replica_disk(&c, &ns, pod).await;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while read(&disk.join("history")).is_empty() {
-            assert!(Instant::now() < deadline, "{pod} writes its history");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        assert_eq!(
-            read(&disk.join("history")),
-            "empty\n",
-            "{pod}'s new claim starts on an empty volume"
-        );
-    }
+    release_and_recycle(&c, &ns, &tenant_disks, &pvs_before).await;
 }
