@@ -10,18 +10,20 @@
 //!
 //! - `crd`: the resource types and the generated CRD (`localpv crd`).
 //! - `naming`: object names from stable identity (`fs-<uuid>`, else node + path).
-//! - `build`, `status`: the agent's pure decision; `status` holds the phase rules and the no-op comparison.
+//! - `build`, `status`: the agent's pure decision; `status` holds the phase rules and the no-op comparison;
+//!   `inputs`: what both read (one pass's findings, settings, wipe samples), so neither imports the other.
 //! - `format`: tables, summary, JSON/YAML; `cli`: `localpv disks` (the only part that talks to the API server).
 
 pub mod build;
 pub mod cli;
 pub mod crd;
 pub mod format;
+pub mod inputs;
 pub mod naming;
 pub mod notices;
 pub mod reason;
 pub mod status;
 
-pub use build::{Change, Changes, Inputs, Settings, build, names_to_look_up};
+pub use build::{Change, Changes, build, names_to_look_up};
 pub use crd::{LocalDisk, LocalDiskPhase, LocalDiskSpec, LocalDiskStatus, crd, crd_yaml};
-pub use status::{WipeFailures, WipeSample};
+pub use inputs::{Inputs, Settings, WipeFailures, WipeSample};

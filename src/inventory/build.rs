@@ -23,54 +23,14 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 
 use super::crd::{DuplicateUuid, LocalDisk, LocalDiskPhase};
+use super::inputs::{Inputs, time};
 use super::naming::{self, DiskKey};
-use super::status::{self, WipeFailures, WipeSample};
+use super::status;
 use crate::disk::{Discovery, Disk, Unusable};
+use crate::plan::NodeFacts;
 use crate::plan::pv::PvView;
-use crate::plan::{DiskLedger, NodeFacts, Unpublished};
-
-/// Tunables of the inventory.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
-    /// How long a disk stays `Missing` before its LocalDisk is deleted.
-    pub missing_grace: Duration,
-    /// Consecutive failed wipes after which a disk is `Failing`.
-    pub failing_after: u32,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            missing_grace: Duration::from_secs(24 * 3600),
-            failing_after: 3,
-        }
-    }
-}
-
-/// Everything one inventory pass looks at. Maps are keyed by host path.
-#[derive(Clone, Copy, Debug)]
-pub struct Inputs<'a> {
-    pub node: &'a str,
-    pub found: &'a Discovery,
-    /// `Plan::unpublished` of the same pass.
-    pub unpublished: &'a [Unpublished],
-    /// This node's PVs (ours and the reference provisioner's), as given to the planner.
-    pub pvs: &'a [PersistentVolume],
-    pub ledger: &'a DiskLedger,
-    /// Wipes running now.
-    pub wipes: &'a BTreeMap<PathBuf, WipeSample>,
-    /// Consecutive failed wipes (reset by a successful one).
-    pub wipe_failures: &'a BTreeMap<PathBuf, WipeFailures>,
-    /// This node's LocalDisks (label `localpv.io/node=<node>`).
-    pub existing: &'a [LocalDisk],
-    /// Other nodes' LocalDisks fetched by [`names_to_look_up`].
-    pub others: &'a [LocalDisk],
-    pub settings: &'a Settings,
-    pub now: SystemTime,
-}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Change {
@@ -337,12 +297,6 @@ fn stamp(desired: &mut LocalDisk, existing: Option<&LocalDisk>, now: &Time) {
                 .map_or_else(|| now.clone(), |b| b.last_transition_time.clone());
         }
     }
-}
-
-/// `now` as an API timestamp, to the second as the API server stores it.
-pub fn time(now: SystemTime) -> Time {
-    let exact = Timestamp::try_from(now).unwrap_or(Timestamp::UNIX_EPOCH);
-    Time(Timestamp::from_second(exact.as_second()).unwrap_or(exact))
 }
 
 fn elapsed(since: &Time, now: SystemTime) -> Duration {

@@ -11,12 +11,12 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::build::{Inputs, time};
 use super::crd::{
     CONDITION_DUPLICATE_UUID, CONDITION_WIPE_FAILED, DuplicateUuid, LocalDisk, LocalDiskPhase,
     LocalDiskSpec, LocalDiskStatus, WipeStatus,
 };
 use super::format::human_bytes;
+use super::inputs::{Inputs, WipeFailures, WipeSample, time};
 use super::reason::Reason;
 use crate::config::values::label_value_problem;
 use crate::contract::{CLASS_LABEL, FS_UUID_LABEL, NODE_LABEL, Phase, WipePhase};
@@ -25,23 +25,6 @@ use crate::plan::identity::{self, IdentityCheck};
 use crate::plan::pv::{Policy, PvView};
 use crate::plan::state::DiskState;
 use crate::plan::{HoldReason, Unpublished};
-
-/// A wipe running now, as the agent's wipe control reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WipeSample {
-    pub started: SystemTime,
-    pub bytes_done: u64,
-    pub entries_done: u64,
-    /// Known for block wipes.
-    pub bytes_total: Option<u64>,
-}
-
-/// Consecutive failed wipes of one disk, reset by a successful wipe.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WipeFailures {
-    pub consecutive: u32,
-    pub last_error: String,
-}
 
 /// Relative change below which free space and wipe counters are not rewritten (5% for wipes, 1% for free space).
 const WIPE_STEP_PERCENT: u64 = 5;

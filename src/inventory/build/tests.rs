@@ -13,7 +13,7 @@ use super::*;
 use crate::contract::{ANN_FS_UUID, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, CLASS_LABEL, NODE_LABEL};
 use crate::disk::{ClassFailure, Disk, DiskIdentity, Unusable, UnusableReason, VolumeMode};
 use crate::inventory::crd::{CONDITION_DUPLICATE_UUID, CONDITION_WIPE_FAILED, LocalDiskStatus};
-use crate::inventory::status::{WipeFailures, WipeSample};
+use crate::inventory::inputs::{Settings, WipeFailures, WipeSample};
 use crate::plan::{DiskLedger, DiskState, HoldReason, Unpublished};
 
 const NODE: &str = "n1";
