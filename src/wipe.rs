@@ -24,6 +24,7 @@
 pub mod block;
 pub mod command;
 pub mod fs;
+mod fs_types;
 mod walk;
 
 use std::fmt;

@@ -15,7 +15,6 @@
 //! and the walk repeats (at most [`MAX_PASSES`] times) when the tree changed under it.
 
 use std::ffi::OsStr;
-use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -26,10 +25,10 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
 use nix::sys::stat::{Mode, fstat};
-use serde::{Deserialize, Serialize};
 
 use super::Control;
-use super::command::{self, CommandError, CommandOutput};
+use super::command::{self, CommandOutput};
+pub use super::fs_types::{FsOptions, FsWipeError, SkipOp, Skipped};
 use super::walk::{Ctx, Tally, Walk, open_dir, used_bytes};
 use crate::contract::DevId;
 
@@ -48,71 +47,6 @@ pub struct Expected<'a> {
     /// NB: bind mounts of one filesystem share it; pass a `check` (mount id, UUID) to tell them apart.
     pub dev: Option<DevId>,
     pub check: Option<&'a RootCheck>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct FsOptions {
-    /// Worker threads sharing the root's subdirectories.
-    pub concurrency: usize,
-    /// Put the worker threads in the idle I/O class.
-    pub idle_io_priority: bool,
-    /// Operator argv run after the in-process wipe, with `LOCAL_PV_FSPATH` set to the root.
-    pub command: Option<Vec<String>>,
-    /// How long the root must stay empty after the last pass before the wipe counts as complete: a writer still
-    /// at work (a tenant's process outliving its claim) shows up as [`WipeReport::left`] instead of reaching the
-    /// next tenant.
-    pub settle_ms: u64,
-}
-
-impl Default for FsOptions {
-    fn default() -> Self {
-        FsOptions {
-            concurrency: 2,
-            idle_io_priority: true,
-            command: None,
-            settle_ms: 200,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SkipOp {
-    Unlink,
-    RemoveDir,
-    OpenDir,
-    ReadDir,
-}
-
-impl SkipOp {
-    fn verb(self) -> &'static str {
-        match self {
-            SkipOp::Unlink => "unlink",
-            SkipOp::RemoveDir => "remove directory",
-            SkipOp::OpenDir => "open directory",
-            SkipOp::ReadDir => "read directory",
-        }
-    }
-}
-
-/// An entry the wipe could not remove, with the kernel's reason.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Skipped {
-    pub path: PathBuf,
-    pub op: SkipOp,
-    pub errno: Errno,
-}
-
-impl fmt::Display for Skipped {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: failed to {}: {}",
-            self.path.display(),
-            self.op.verb(),
-            self.errno
-        )
-    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -143,42 +77,6 @@ impl WipeReport {
             && self.nested_mounts.is_empty()
             && self.left.is_empty()
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum FsWipeError {
-    #[error("failed to open volume root {path}")]
-    OpenRoot {
-        path: PathBuf,
-        #[source]
-        source: Errno,
-    },
-    #[error("failed to stat volume root {path}")]
-    StatRoot {
-        path: PathBuf,
-        #[source]
-        source: Errno,
-    },
-    #[error("failed to verify volume root {path}: on device {found}, expected {expected}")]
-    WrongFilesystem {
-        path: PathBuf,
-        expected: DevId,
-        found: DevId,
-    },
-    #[error("failed to verify volume root {path}: {reason}")]
-    RootCheck { path: PathBuf, reason: String },
-    #[error("failed to use openat2 under {path} (kernel 5.6 or later is required)")]
-    NoOpenat2 {
-        path: PathBuf,
-        #[source]
-        source: Errno,
-    },
-    #[error("failed to start a wipe worker thread")]
-    SpawnWorker(#[source] std::io::Error),
-    #[error("failed to finish wiping {path}: cancelled")]
-    Cancelled { path: PathBuf },
-    #[error(transparent)]
-    Command(#[from] CommandError),
 }
 
 /// Remove everything beneath `root` (never `root` itself), after checking it is still what `expect` says.

@@ -24,7 +24,7 @@ use nix::sys::statvfs::fstatvfs;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::Control;
-use super::fs::{FsOptions, FsWipeError, SkipOp, Skipped};
+use super::fs_types::{FsOptions, FsWipeError, SkipOp, Skipped};
 
 /// Directory levels per worker that keep an fd open (the process default limit is 1024 fds).
 pub const MAX_OPEN_PER_WORKER: usize = 48;
