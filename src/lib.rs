@@ -23,6 +23,7 @@ pub mod contract;
 pub mod controller;
 pub mod discover;
 pub mod disk;
+pub mod effects;
 pub mod explain;
 pub mod extender;
 pub mod host;

@@ -208,29 +208,17 @@ pub enum EventType {
     Warning,
 }
 
-/// An Event on a PV. Reasons are stable CamelCase strings (see [`reason`]).
+/// An Event on a PV. Reasons are stable CamelCase spellings (see [`Reason`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PvEvent {
     pub pv: PvRef,
     pub type_: EventType,
-    pub reason: &'static str,
+    pub reason: Reason,
     pub message: String,
 }
 
-/// Event reasons.
-pub mod reason {
-    pub const DISK_MISSING: &str = "DiskMissing";
-    pub const DISK_RETURNED: &str = "DiskReturned";
-    pub const DISK_IDENTITY_CHANGED: &str = "DiskIdentityChanged";
-    pub const DISK_MOVED: &str = "DiskMoved";
-    pub const WIPE_REFUSED: &str = "WipeRefused";
-    pub const VOLUME_RETAINED: &str = "VolumeRetained";
-    pub const RECLAIM_POLICY_UNSUPPORTED: &str = "ReclaimPolicyUnsupported";
-    pub const NAME_COLLISION: &str = "NameCollision";
-    pub const ADOPTED: &str = "Adopted";
-    /// On a PV the agent did not create or adopt that carries its label or reaches one of its disks.
-    pub const FOREIGN_PV: &str = "ForeignPersistentVolume";
-}
+/// Event reasons: one closed enum for every writer.
+pub use crate::effects::Reason;
 
 /// Why a found disk has no PV.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

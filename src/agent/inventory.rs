@@ -11,11 +11,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::api::{Api, ListParams};
+use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -25,7 +25,8 @@ use tracing::{debug, info, warn};
 /// LocalDisk requests in flight at once.
 const IN_FLIGHT: usize = 16;
 
-use super::metrics::{ApiOutcome, ApiVerb, Metrics};
+use crate::contract::{NODE_MANAGER, inventory_manager};
+use crate::effects::{self, Applied, Reason, Uncounted, Writer};
 use crate::inventory::{Change, LocalDisk, WipeFailures, WipeSample};
 use futures::StreamExt;
 
@@ -99,11 +100,10 @@ pub async fn watch_when_installed(
     crate::watch::run(gate.client, config, store, changed, shutdown).await
 }
 
-/// One log line and one Warning Event on the Node: PVs and wipes go on without the inventory.
+/// One Warning Event on the Node, which the writer also logs once: PVs and wipes go on without the inventory.
 async fn announce_missing(gate: &Gate) {
     let message = "the LocalDisk CRD is not installed: publishing PVs and wiping without the LocalDisk \
                    inventory; it starts when the CRD is applied (`localpv crd | kubectl apply -f -`)";
-    warn!(node = %gate.node, "{message}");
     let uid = match Api::<Node>::all(gate.client.clone())
         .get_opt(&gate.node)
         .await
@@ -114,37 +114,22 @@ async fn announce_missing(gate: &Gate) {
             None
         }
     };
-    let reference = ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Node".into()),
-        name: Some(gate.node.clone()),
-        uid,
-        ..Default::default()
-    };
-    let reporter = Reporter {
-        controller: crate::contract::NODE_MANAGER.into(),
-        instance: Some(gate.node.clone()),
-    };
-    let event = Event {
-        type_: EventType::Warning,
-        reason: "InventoryUnavailable".into(),
-        note: Some(message.into()),
-        action: "InventoryUnavailable".into(),
-        secondary: None,
-    };
-    if let Err(error) = Recorder::new(gate.client.clone(), reporter)
-        .publish(&event, &reference)
-        .await
-    {
-        warn!(%error, "failed to publish the InventoryUnavailable Event");
-    }
+    let regarding = effects::reference::<Node>(None, &gate.node, uid.as_deref());
+    let writer = Writer::new(
+        gate.client.clone(),
+        NODE_MANAGER,
+        &gate.node,
+        Arc::new(Uncounted),
+    );
+    let (warning, reason) = (EventType::Warning, Reason::InventoryUnavailable);
+    let _ = writer.event(&regarding, warning, reason, message).await;
 }
 
 pub struct InventoryWriter {
+    /// Reads of other nodes' objects.
     pub api: Api<LocalDisk>,
-    pub metrics: Metrics,
     /// One field manager per node: a node's applies never silently take over another node's object.
-    field_manager: String,
+    writer: Writer,
 }
 
 /// What the agent knows about wipes, in the inventory's terms (keyed by host path).
@@ -155,12 +140,10 @@ pub struct WipeFacts {
 }
 
 impl InventoryWriter {
-    pub fn new(client: Client, metrics: Metrics, node: &str) -> InventoryWriter {
-        let field_manager = crate::contract::inventory_manager(node);
+    pub fn new(client: Client, writer: &Writer, node: &str) -> InventoryWriter {
         InventoryWriter {
             api: Api::all(client),
-            metrics,
-            field_manager,
+            writer: writer.with_field_manager(inventory_manager(node)),
         }
     }
 
@@ -213,19 +196,6 @@ impl InventoryWriter {
         ok
     }
 
-    fn count(&self, verb: ApiVerb, result: &Result<(), kube::Error>) -> bool {
-        let outcome = match result {
-            Ok(()) => ApiOutcome::Ok,
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => ApiOutcome::Moot,
-            Err(_) => ApiOutcome::Error,
-        };
-        self.metrics.api(verb, outcome);
-        if let Err(error) = result {
-            debug!(error = %crate::logging::error_text(error), "LocalDisk write not applied");
-        }
-        !matches!(outcome, ApiOutcome::Error)
-    }
-
     /// Creates through server-side apply, so later applies own (and can drop) every field it set. Without
     /// `force`, another node's object under the same `fs-<uuid>` name is a conflict (409), never a takeover.
     async fn create(&self, disk: &LocalDisk) -> bool {
@@ -233,47 +203,31 @@ impl InventoryWriter {
     }
 
     /// One server-side apply of the whole object: the CRD has no status subresource (the agent is its only
-    /// writer), so spec and status go in one request.
+    /// writer), so spec and status go in one request. A 404 (no CRD) or 409 (another node's object) is moot.
     async fn server_side_apply(&self, disk: &LocalDisk, force: bool) -> bool {
         let name = disk.metadata.name.clone().unwrap_or_default();
-        let mut pp = PatchParams::apply(&self.field_manager);
-        pp.force = force;
-        let result = self
-            .api
-            .patch(&name, &pp, &Patch::Apply(&owned(disk)))
-            .await;
-        let leftovers = result
-            .as_ref()
-            .ok()
-            .and_then(|applied| leftovers(disk, applied));
-        let applied = self.count(ApiVerb::Patch, &result.map(drop));
-        match leftovers {
-            Some(patch) if applied => self.clear(&name, &patch).await,
-            _ => applied,
+        match self.writer.apply(&owned(disk), force).await {
+            Ok(Applied::Done(applied)) => match leftovers(disk, &applied) {
+                Some(patch) => self.clear(&name, &patch).await,
+                None => true,
+            },
+            Ok(Applied::Moot) => true,
+            Err(_) => false,
         }
     }
 
     /// Removes fields another writer set that the agent's object leaves out (a JSON merge patch of nulls).
     async fn clear(&self, name: &str, patch: &serde_json::Value) -> bool {
-        let pp = PatchParams {
-            field_manager: Some(self.field_manager.clone()),
-            ..PatchParams::default()
-        };
         let result = self
-            .api
-            .patch(name, &pp, &Patch::Merge(patch))
-            .await
-            .map(drop);
-        self.count(ApiVerb::Patch, &result)
+            .writer
+            .merge_patch::<LocalDisk>(None, name, patch)
+            .await;
+        result.is_ok()
     }
 
     async fn delete(&self, name: &str) -> bool {
-        let result = self
-            .api
-            .delete(name, &DeleteParams::default())
-            .await
-            .map(drop);
-        self.count(ApiVerb::Delete, &result)
+        let result = self.writer.delete::<LocalDisk>(None, name, None).await;
+        result.is_ok()
     }
 }
 

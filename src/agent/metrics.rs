@@ -26,21 +26,8 @@ const UNUSABLE_REASONS: [UnusableReason; 6] = [
     UnusableReason::DeviceInUse,
 ];
 
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum ApiVerb {
-    Create,
-    Delete,
-    Patch,
-    Event,
-}
-
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum ApiOutcome {
-    Ok,
-    /// `AlreadyExists`, `NotFound`, or a failed precondition: the step was already done or is moot.
-    Moot,
-    Error,
-}
+/// The writer's request labels (`effects::Writer` counts through [`Metrics`]).
+pub use crate::effects::{Outcome as ApiOutcome, Verb as ApiVerb};
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Outcome {
@@ -301,6 +288,12 @@ impl Metrics {
         self.api_requests
             .get_or_create(&ApiLabels { verb, outcome })
             .inc();
+    }
+}
+
+impl crate::effects::Count for Metrics {
+    fn request(&self, verb: ApiVerb, outcome: ApiOutcome) {
+        self.api(verb, outcome);
     }
 }
 

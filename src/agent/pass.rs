@@ -10,18 +10,18 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use kube::api::{Api, ListParams};
-use kube::runtime::events::{EventType as KubeEventType, Recorder, Reporter};
+use kube::runtime::events::EventType as KubeEventType;
 use tokio::sync::{Notify, mpsc, watch as tokio_watch};
 use tracing::{debug, info, warn};
 
 mod wipes;
 
 use self::wipes::{Backoff, Running};
-use super::exec::Writer;
+use super::exec::PvWriter;
 use super::http::State as HttpState;
 use super::inventory::{self as inv, InventoryWriter};
 use super::ledger::LedgerFile;
@@ -33,6 +33,7 @@ use crate::config::Config;
 use crate::contract::NODE_LABEL;
 use crate::discover::{Probed, discover_with};
 use crate::disk::Discovery;
+use crate::effects::{self, Reason, Writer};
 use crate::host::Host;
 use crate::host::linux::LinuxHost;
 use crate::host::watch::MountWatcher;
@@ -75,7 +76,7 @@ type WipeResult = (WipeOrder, Result<Done, Failed>);
 pub struct Agent {
     s: Setup,
     host: Arc<dyn Host>,
-    writer: Writer,
+    writer: PvWriter,
     inventory: InventoryWriter,
     ledger: DiskLedger,
     owners: Owners,
@@ -98,21 +99,18 @@ impl Agent {
     pub fn new(s: Setup) -> anyhow::Result<Agent> {
         let ledger_file = LedgerFile::new(&s.opts.state_dir);
         let (ledger, owners) = ledger_file.load()?;
-        let reporter = Reporter {
-            controller: crate::contract::NODE_MANAGER.into(),
-            instance: Some(s.node.clone()),
-        };
-        let writer = Writer {
-            pvs: Api::all(s.client.clone()),
-            recorder: Recorder::new(s.client.clone(), reporter),
-            metrics: s.metrics.clone(),
-        };
+        let writer = Writer::new(
+            s.client.clone(),
+            crate::contract::NODE_MANAGER,
+            &s.node,
+            Arc::new(s.metrics.clone()),
+        );
         let (done_tx, done_rx) = mpsc::channel(16);
-        let inventory = InventoryWriter::new(s.client.clone(), s.metrics.clone(), &s.node);
+        let inventory = InventoryWriter::new(s.client.clone(), &writer, &s.node);
         Ok(Agent {
             s,
             host: Arc::new(LinuxHost::default()),
-            writer,
+            writer: PvWriter { writer },
             inventory,
             ledger,
             owners,
@@ -270,18 +268,19 @@ impl Agent {
                             outcome: Outcome::Error,
                         })
                         .inc();
-                    let node = ObjectReference {
-                        api_version: Some("v1".into()),
-                        kind: Some("Node".into()),
-                        name: Some(self.s.node.clone()),
-                        uid: self.s.nodes.get(&self.s.node).and_then(|n| n.metadata.uid),
-                        ..Default::default()
-                    };
+                    let uid = self.s.nodes.get(&self.s.node).and_then(|n| n.metadata.uid);
                     let message = format!(
                         "configuration rejected, still running on the last good one: {text}"
                     );
+                    let (node, warning) = (&self.s.node, KubeEventType::Warning);
                     self.writer
-                        .publish(KubeEventType::Warning, "ConfigRejected", &message, &node)
+                        .on_node(
+                            node,
+                            uid.as_deref(),
+                            warning,
+                            Reason::ConfigRejected,
+                            &message,
+                        )
                         .await;
                     self.last_config_error = Some(text);
                 }
@@ -549,7 +548,7 @@ impl Agent {
             Action::DeleteUnclaimedPv { pv, disk } => match self.writer.delete(&pv).await {
                 Ok(true) => halt(self.set_disk_state(&disk, DiskState::Clean)),
                 Ok(false) => Step::Done,
-                Err(()) => Step::Retry,
+                Err(_) => Step::Retry,
             },
             Action::AdoptPv { name, patch } | Action::RecordIdentity { name, patch } => {
                 retry(self.writer.patch(&name, &patch).await.is_ok())
@@ -602,7 +601,7 @@ impl Agent {
             return Step::Halt;
         }
         let writer = &self.writer;
-        let results: Vec<(usize, Result<Option<String>, ()>)> =
+        let results: Vec<(usize, Result<Option<String>, effects::Failed>)> =
             futures::stream::iter(pvs.iter().enumerate())
                 .map(|(i, pv)| async move { (i, writer.create(pv).await) })
                 .buffer_unordered(CREATE_CONCURRENCY)
@@ -614,7 +613,7 @@ impl Agent {
             match result {
                 Ok(Some(uid)) => created.push((uid, owned[i].clone())),
                 Ok(None) => {}
-                Err(()) => step = Step::Retry,
+                Err(effects::Failed) => step = Step::Retry,
             }
         }
         let recorded = self.update_owners(|o| {

@@ -10,8 +10,8 @@ use super::owners::OtherPv;
 use super::pv::{MetaPatch, Origin, Policy, PvRef, PvView, lifetime};
 use super::state::{Condition, DiskState, Memory};
 use super::{
-    Action, ClassFacts, EventType, HoldReason, Inputs, Plan, PvEvent, Unpublished, WipeOrder,
-    reason,
+    Action, ClassFacts, EventType, HoldReason, Inputs, Plan, PvEvent, Reason, Unpublished,
+    WipeOrder,
 };
 use crate::contract::{ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, NODE_LABEL, Phase, WipePhase};
 use crate::disk::{Disk, UnusableReason};
@@ -163,7 +163,7 @@ impl<'a> Planner<'a> {
         let message =
             "adopted from the reference provisioner: the PV and its disk are left as they are"
                 .to_string();
-        self.event(&pv.pv_ref, EventType::Normal, reason::ADOPTED, message);
+        self.event(&pv.pv_ref, EventType::Normal, Reason::Adopted, message);
         self.requeue(SOON);
     }
 
@@ -214,7 +214,7 @@ impl<'a> Planner<'a> {
                     pv,
                     Condition::Retained,
                     EventType::Normal,
-                    reason::VOLUME_RETAINED,
+                    Reason::VolumeRetained,
                     message,
                 );
             }
@@ -224,7 +224,7 @@ impl<'a> Planner<'a> {
                 );
                 let (cond, why) = (
                     Condition::UnsupportedPolicy,
-                    reason::RECLAIM_POLICY_UNSUPPORTED,
+                    Reason::ReclaimPolicyUnsupported,
                 );
                 self.condition(pv, cond, EventType::Warning, why, message);
             }
@@ -250,12 +250,7 @@ impl<'a> Planner<'a> {
                     "the disk at {} is gone; this unclaimed PV is deleted so no claim is bound to it",
                     pv.path.display()
                 );
-                self.event(
-                    &pv.pv_ref,
-                    EventType::Warning,
-                    reason::DISK_MISSING,
-                    message,
-                );
+                self.event(&pv.pv_ref, EventType::Warning, Reason::DiskMissing, message);
                 self.delete(pv);
             } else {
                 self.memory.missing_since.insert(uid.clone(), since);
@@ -272,7 +267,7 @@ impl<'a> Planner<'a> {
             pv,
             Condition::DiskMissing,
             EventType::Warning,
-            reason::DISK_MISSING,
+            Reason::DiskMissing,
             message,
         );
     }
@@ -288,7 +283,7 @@ impl<'a> Planner<'a> {
             "{path} now holds a different disk ({what}); this {:?} PV is left untouched",
             pv.phase
         );
-        let why = reason::DISK_IDENTITY_CHANGED;
+        let why = Reason::DiskIdentityChanged;
         self.condition(
             pv,
             Condition::IdentityChanged,
@@ -302,7 +297,7 @@ impl<'a> Planner<'a> {
                 pv,
                 Condition::WipeRefused,
                 EventType::Warning,
-                reason::WIPE_REFUSED,
+                Reason::WipeRefused,
                 message,
             );
         }
@@ -327,12 +322,7 @@ impl<'a> Planner<'a> {
             .had(&pv.pv_ref.uid, Condition::DiskMissing)
         {
             let message = format!("the disk at {} is back", pv.path.display());
-            self.event(
-                &pv.pv_ref,
-                EventType::Normal,
-                reason::DISK_RETURNED,
-                message,
-            );
+            self.event(&pv.pv_ref, EventType::Normal, Reason::DiskReturned, message);
         }
         match pv.phase {
             Phase::Pending | Phase::Unknown | Phase::Available
@@ -356,7 +346,7 @@ impl<'a> Planner<'a> {
                         pv.path.display(),
                         other.pv_ref.name
                     );
-                    let why = reason::WIPE_REFUSED;
+                    let why = Reason::WipeRefused;
                     self.condition(pv, Condition::WipeRefused, EventType::Warning, why, message);
                     return;
                 }
@@ -376,7 +366,7 @@ impl<'a> Planner<'a> {
                     pv,
                     Condition::WipeRefused,
                     EventType::Warning,
-                    reason::WIPE_REFUSED,
+                    Reason::WipeRefused,
                     message,
                 );
             }
@@ -467,7 +457,7 @@ impl<'a> Planner<'a> {
         pv: &PvView,
         condition: Condition,
         type_: EventType,
-        why: &'static str,
+        why: Reason,
         message: String,
     ) {
         self.condition_on(&pv.pv_ref, condition, type_, why, message);
@@ -478,7 +468,7 @@ impl<'a> Planner<'a> {
         pv: &PvRef,
         condition: Condition,
         type_: EventType,
-        why: &'static str,
+        why: Reason,
         message: String,
     ) {
         let uid = &pv.uid;
@@ -493,7 +483,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn event(&mut self, pv: &PvRef, type_: EventType, reason: &'static str, message: String) {
+    fn event(&mut self, pv: &PvRef, type_: EventType, reason: Reason, message: String) {
         self.events.push(Action::Event(PvEvent {
             pv: pv.clone(),
             type_,

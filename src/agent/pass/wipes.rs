@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType as KubeEventType;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -13,6 +12,7 @@ use tracing::{info, warn};
 use super::super::metrics::{Outcome, WipeLabels};
 use super::super::wiper::{self, Failed};
 use super::{Agent, FIRST_BACKOFF, MAX_BACKOFF, WipeResult};
+use crate::effects::Reason;
 use crate::plan::{DiskState, WipeOrder};
 use crate::wipe::Control;
 
@@ -46,7 +46,7 @@ impl Agent {
             match self.writer.patch(&pv.name, patch).await {
                 Ok(true) => {}
                 Ok(false) => return true, // the PV changed meanwhile: the next pass decides again
-                Err(()) => return false,
+                Err(_) => return false,
             }
         }
         let Some(class) = self
@@ -94,13 +94,6 @@ impl Agent {
         // The wipe changed the volume (free space, perhaps its id): measure it again.
         self.probed.forget(&order.host_path);
         let method = order.method.as_str().to_string();
-        let pv_ref = order.pv.as_ref().map(|p| ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("PersistentVolume".into()),
-            name: Some(p.name.clone()),
-            uid: Some(p.uid.clone()),
-            ..Default::default()
-        });
         match result {
             Ok(done) => {
                 self.s
@@ -121,18 +114,19 @@ impl Agent {
                 if let (Some(pv), Some(patch)) = (&order.pv, &order.on_success) {
                     let _ = self.writer.patch(&pv.name, patch).await;
                 }
-                if let Some(r) = &pv_ref {
+                if let Some(pv) = &order.pv {
                     let msg = format!("wiped {} with {}", order.host_path.display(), done.method);
+                    let (normal, reason) = (KubeEventType::Normal, Reason::WipeCompleted);
                     self.writer
-                        .publish(KubeEventType::Normal, "WipeCompleted", &msg, r)
+                        .on_pv(&pv.name, Some(&pv.uid), normal, reason, &msg)
                         .await;
                 }
             }
             Err(failure) => {
                 let (reason, message, outcome) = match failure {
-                    Failed::Refused(m) => ("WipeRefused", m, Outcome::Refused),
-                    Failed::Error(m) => ("WipeFailed", m, Outcome::Error),
-                    Failed::Incomplete(m) => ("WipeIncomplete", m, Outcome::Error),
+                    Failed::Refused(m) => (Reason::WipeRefused, m, Outcome::Refused),
+                    Failed::Error(m) => (Reason::WipeFailed, m, Outcome::Error),
+                    Failed::Incomplete(m) => (Reason::WipeIncomplete, m, Outcome::Error),
                 };
                 self.s
                     .metrics
@@ -151,10 +145,11 @@ impl Agent {
                     .saturating_mul(1 << b.failures.min(8))
                     .min(MAX_BACKOFF);
                 b.not_before = Instant::now() + delay;
-                warn!(disk = %order.key, reason, note = %message, retry_in = ?delay, "wipe did not complete");
-                if let Some(r) = &pv_ref {
+                warn!(disk = %order.key, %reason, note = %message, retry_in = ?delay, "wipe did not complete");
+                if let Some(pv) = &order.pv {
+                    let warning = KubeEventType::Warning;
                     self.writer
-                        .publish(KubeEventType::Warning, reason, &message, r)
+                        .on_pv(&pv.name, Some(&pv.uid), warning, reason, &message)
                         .await;
                 }
             }

@@ -11,7 +11,7 @@ use crate::disk::Disk;
 use crate::plan::owners::{self, OtherPv};
 use crate::plan::pv::{Origin, PvView};
 use crate::plan::state::{Condition, OwnedPv};
-use crate::plan::{Action, EventType, Inputs, reason};
+use crate::plan::{Action, EventType, Inputs, Reason};
 
 /// The PVs of one pass, sorted by owner.
 #[derive(Default)]
@@ -167,7 +167,7 @@ impl Planner<'_> {
                 &other.pv_ref,
                 Condition::Foreign,
                 EventType::Warning,
-                reason::FOREIGN_PV,
+                Reason::ForeignPv,
                 message,
             );
         }

@@ -6,7 +6,7 @@ use crate::disk::{Disk, VolumeMode};
 use crate::plan::identity;
 use crate::plan::pv::{NewPv, PvView};
 use crate::plan::state::{Condition, DiskState};
-use crate::plan::{Action, ClassFacts, EventType, HoldReason, WipeOrder, reason};
+use crate::plan::{Action, ClassFacts, EventType, HoldReason, Reason, WipeOrder};
 use crate::pvname;
 
 impl Planner<'_> {
@@ -98,7 +98,7 @@ impl Planner<'_> {
                 &holder,
                 Condition::DiskMoved,
                 EventType::Warning,
-                reason::DISK_MOVED,
+                Reason::DiskMoved,
                 message,
             );
         }
@@ -189,7 +189,7 @@ impl Planner<'_> {
                 &taken,
                 Condition::NameCollision,
                 EventType::Warning,
-                reason::NAME_COLLISION,
+                Reason::NameCollision,
                 message,
             );
             return;

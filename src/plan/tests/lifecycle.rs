@@ -19,7 +19,7 @@ fn an_unclaimed_pv_whose_disk_vanished_is_deleted_with_preconditions(#[case] pv:
     let event = Action::Event(PvEvent {
         pv: expected.clone(),
         type_: EventType::Warning,
-        reason: reason::DISK_MISSING,
+        reason: Reason::DiskMissing,
         message: "the disk at /mnt/disks/vol1 is gone; this unclaimed PV is deleted so no claim is bound to it"
             .into(),
     });
