@@ -172,6 +172,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let agent = pass::Agent::new(pass::Setup {
         node: node.clone(),
         client: client.clone(),
+        host: Arc::new(crate::host::linux::LinuxHost::default()),
         config,
         opts: opts.clone(),
         pvs: pvs.clone(),

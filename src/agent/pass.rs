@@ -35,7 +35,6 @@ use crate::discover::{Probed, discover_with};
 use crate::disk::Discovery;
 use crate::effects::{self, Reason, Writer};
 use crate::host::Host;
-use crate::host::linux::LinuxHost;
 use crate::host::watch::MountWatcher;
 use crate::inventory::{self, LocalDisk, WipeFailures};
 use crate::plan::pv::adoptable;
@@ -56,7 +55,10 @@ const CREATE_CONCURRENCY: usize = 16;
 
 pub struct Setup {
     pub node: String,
+    /// The API server every read and write goes to (a scripted one in tests).
     pub client: Client,
+    /// The machine the disks are on (`LinuxHost`, or a fake in tests).
+    pub host: Arc<dyn Host>,
     pub config: Config,
     pub opts: Options,
     pub pvs: Arc<PvIndex>,
@@ -108,8 +110,8 @@ impl Agent {
         let (done_tx, done_rx) = mpsc::channel(16);
         let inventory = InventoryWriter::new(s.client.clone(), &writer, &s.node);
         Ok(Agent {
+            host: s.host.clone(),
             s,
-            host: Arc::new(LinuxHost::default()),
             writer: PvWriter { writer },
             inventory,
             ledger,
