@@ -1,55 +1,57 @@
-//! The demo behind `scripts/demo.sh`: the classic local-PV walkthrough (REFERENCE section 8) on a throw-away
-//! control plane from the test harness, with real node agents, the extender and kube-scheduler using it.
+//! The demo behind `scripts/demo.sh`: the classic local-PV walkthrough (REFERENCE section 8) on two real kubelet
+//! nodes on this machine, brought up by the real-node test harness, with the chart installed by helm.
 //!
 //! ```text
-//!  etcd + kube-apiserver + kube-controller-manager + kube-scheduler ──extender──> localpv extender
-//!  stand-in Nodes node-1, node-2 <── localpv node (one process per node) ── tmpfs "disks" under <plane>/hosts/
+//!  etcd + kube-apiserver + kube-controller-manager + kube-scheduler      (on bridge lpv<id>)
+//!  node-1, node-2: containerd + runc + kubelet, each in a mount namespace and cgroup of its own
+//!    DaemonSet pod localpv-node-* (image built here from the Dockerfile) ── tmpfs disks under R/node-n/mnt/disks
+//!    pod example-pv-pod (busybox, pinned to node-2) writes and serves /data/index.html from its claim
 //! ```
 //!
-//! Ctrl-C at any point drops the scenario: agents, extender and control plane are stopped, the tmpfs disks
-//! unmounted and the temp dir removed; the harness's watchdog does the same if the process is killed outright.
-//! Run it through `scripts/demo.sh`, which builds the binaries and the control plane first.
+//! Ctrl-C at any point drops the scenario: the harness's undo log stops the kubelets, containerd and every
+//! container, unmounts the disks, removes the bridge, the iptables chain and the cgroups, and deletes the run dir;
+//! its watchdog does the same if the process is killed outright. Run it through `scripts/demo.sh`, which installs
+//! and builds what it needs first.
 
 // NB: the harness's `mod.rs` also brings `agent.rs`, which needs `CARGO_BIN_EXE_localpv` (set for integration
-// tests only), so the demo includes the modules it uses one by one, at the crate root where their `super::`
-// paths resolve.
+// tests only), so the demo names the modules it uses one by one, under a `support` module of its own so their
+// `crate::support::` paths resolve.
 #[allow(dead_code)]
-#[path = "../tests/support/certs.rs"]
-mod certs;
+#[path = "../tests/support"]
+mod support {
+    pub mod certs;
+    pub mod cluster;
+    pub mod disks;
+    pub mod proc;
+    pub mod realnode;
+}
 #[allow(dead_code)]
-#[path = "../tests/support/cluster.rs"]
-mod cluster;
-#[allow(dead_code)]
-#[path = "../tests/support/disks.rs"]
-mod disks;
-#[allow(dead_code)]
-#[path = "../tests/support/nodes.rs"]
-mod nodes;
-#[allow(dead_code)]
-#[path = "../tests/support/proc.rs"]
-mod proc;
+#[path = "../tests/realnode/common.rs"]
+mod common;
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams};
 use serde_json::json;
 
-use cluster::{ControlPlane, Extender, Options, free_port};
-use disks::Mount;
-use nodes::create_node;
-use proc::Component;
+use common::{NAMESPACE, busybox_pod, claim, claim_state, create, delete_pod, host_path, pv_node};
+use support::realnode::{POD_TIMEOUT, RealCluster};
 
 const CLASS: &str = "local-storage";
 const CLAIM: &str = "example-local-claim";
 const POD: &str = "example-pv-pod";
+/// Where the pod serves its page (busybox httpd), reached from the host over the nodes' bridge.
+const HTTP_PORT: u16 = 8080;
 
-/// The localpv binary: `$LOCALPV_BIN`, else `localpv` next to the directory holding this example.
+fn step(text: &str) {
+    println!("\n==> {text}");
+}
+
+/// The localpv binary for `localpv disks`: `$LOCALPV_BIN`, else `localpv` next to the directory of this example.
 fn localpv_bin() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("LOCALPV_BIN") {
         return Ok(PathBuf::from(p));
@@ -69,115 +71,28 @@ fn localpv_bin() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-fn step(text: &str) {
-    println!("\n==> {text}");
-}
-
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
+/// Prints a kubectl command and its output, as an operator would see it.
+fn kubectl(c: &RealCluster, args: &[&str]) {
+    println!("$ kubectl {}", args.join(" "));
+    let out = c.kubectl(args);
+    // kubectl says "No resources found" on stderr, which the harness does not keep.
+    print!(
+        "{}",
+        if out.is_empty() {
+            "No resources found\n"
+        } else {
+            &out
         }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn obj<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
-    serde_json::from_value(v).expect("demo object literal is valid")
-}
-
-fn pv_path(pv: &PersistentVolume) -> String {
-    let local = pv.spec.as_ref().and_then(|s| s.local.as_ref());
-    local.map(|l| l.path.clone()).unwrap_or_default()
-}
-
-fn pv_phase(pv: &PersistentVolume) -> String {
-    let status = pv.status.as_ref();
-    status.and_then(|s| s.phase.clone()).unwrap_or_default()
-}
-
-fn short_path(path: &str) -> String {
-    // <plane>/hosts/<node>/disks/<vol> reads better as <node>:/disks/<vol>.
-    match path.split_once("/hosts/") {
-        Some((_, rest)) => rest.replacen('/', ":/", 1),
-        None => path.to_string(),
-    }
-}
-
-/// PVs and PVCs as two tables, like `kubectl get pv,pvc`.
-async fn print_tables(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
-    let pvs = Api::<PersistentVolume>::all(client.clone())
-        .list(&ListParams::default())
-        .await?;
-    let mut out = format!(
-        "{:<44} {:<8} {:<20} {:<10} {:<10} {}\n",
-        "PV", "NODE", "DISK", "CAPACITY", "STATUS", "CLAIM"
     );
-    for pv in &pvs.items {
-        let spec = pv.spec.clone().unwrap_or_default();
-        let labels = pv.metadata.labels.clone().unwrap_or_default();
-        let claim = spec.claim_ref.as_ref().map(|c| {
-            format!(
-                "{}/{}",
-                c.namespace.clone().unwrap_or_default(),
-                c.name.clone().unwrap_or_default()
-            )
-        });
-        let _ = writeln!(
-            out,
-            "{:<44} {:<8} {:<20} {:<10} {:<10} {}",
-            pv.metadata.name.clone().unwrap_or_default(),
-            labels.get("localpv.io/node").cloned().unwrap_or_default(),
-            short_path(&pv_path(pv)),
-            spec.capacity
-                .and_then(|c| c.get("storage").map(|q| q.0.clone()))
-                .unwrap_or_default(),
-            pv_phase(pv),
-            claim.unwrap_or_default()
-        );
-    }
-    let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await?;
-    out.push_str(&format!(
-        "\n{:<24} {:<10} {:<44} {}\n",
-        "PVC", "STATUS", "VOLUME", "REQUEST"
-    ));
-    for c in &pvcs.items {
-        let spec = c.spec.clone().unwrap_or_default();
-        let request = spec
-            .resources
-            .and_then(|r| r.requests)
-            .and_then(|r| r.get("storage").map(|q| q.0.clone()));
-        let _ = writeln!(
-            out,
-            "{:<24} {:<10} {:<44} {}",
-            c.metadata.name.clone().unwrap_or_default(),
-            c.status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_default(),
-            spec.volume_name.unwrap_or_default(),
-            request.unwrap_or_default()
-        );
-    }
-    print!("{out}");
-    Ok(())
 }
 
-/// `localpv disks`, as an operator would run it.
-fn print_disks(bin: &Path, cp: &ControlPlane) {
+const PV_COLUMNS: &str = "custom-columns=PV:.metadata.name,NODE:.metadata.labels.localpv\\.io/node,\
+PATH:.spec.local.path,CAPACITY:.spec.capacity.storage,STATUS:.status.phase,CLAIM:.spec.claimRef.name";
+
+fn show(c: &RealCluster, bin: &Path, ns: &str) {
     let out = std::process::Command::new(bin)
         .args(["disks", "--kubeconfig"])
-        .arg(&cp.admin_kubeconfig)
+        .arg(&c.plane.admin_kubeconfig)
         .output();
     match out {
         Ok(o) => {
@@ -187,252 +102,203 @@ fn print_disks(bin: &Path, cp: &ControlPlane) {
         }
         Err(error) => println!("(could not run localpv disks: {error})"),
     }
+    kubectl(c, &["get", "pv", "-o", PV_COLUMNS]);
+    kubectl(c, &["get", "pvc", "-n", ns]);
 }
 
-async fn show(bin: &Path, cp: &ControlPlane, ns: &str) -> anyhow::Result<()> {
-    print_disks(bin, cp);
-    println!();
-    print_tables(&cp.client(), ns).await
-}
-
-fn spawn(cp: &ControlPlane, bin: &Path, name: &str, args: &[String], user: &str) -> Component {
-    let kubeconfig = cp.kubeconfig_for(name, user, &["system:masters"]);
-    let env = [
-        ("KUBECONFIG", kubeconfig.to_str().expect("utf-8 path")),
-        ("RUST_LOG", "info"),
-    ];
-    Component::spawn_with_env(name, bin, args, &env, &cp.log_dir(), cp.reaper())
-}
-
-async fn wait_ready(c: &mut Component, port: u16) -> anyhow::Result<()> {
-    let url = format!("http://127.0.0.1:{port}/readyz");
-    let deadline = Instant::now() + Duration::from_secs(60);
+/// Polls `check` every 300 ms for at most `POD_TIMEOUT`.
+async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + POD_TIMEOUT;
     loop {
-        if !c.running() {
-            bail!("{} exited:\n{}", c.name, c.tail(30));
-        }
-        if get_ok(port).await {
-            return Ok(());
+        if let Some(v) = check().await {
+            return Ok(v);
         }
         if Instant::now() > deadline {
-            bail!("{url} not ready after 60s:\n{}", c.tail(30));
+            bail!("timed out after {POD_TIMEOUT:?} waiting for {what}");
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
 
-async fn get_ok(port: u16) -> bool {
+/// One HTTP/1.0 GET of `/index.html` from `ip:HTTP_PORT`; the body when the answer is 200.
+async fn http_get(ip: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return false;
-    };
-    let mut buf = Vec::new();
-    let sent = s
-        .write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .await;
-    sent.is_ok()
-        && s.read_to_end(&mut buf).await.is_ok()
-        && buf.starts_with(b"HTTP/1.")
-        && buf.get(8..13) == Some(b" 200 ")
-}
-
-async fn node_pv(client: &kube::Client, path: &str) -> Option<PersistentVolume> {
-    let pvs = Api::<PersistentVolume>::all(client.clone())
-        .list(&ListParams::default())
+    let connect = tokio::net::TcpStream::connect((ip, HTTP_PORT));
+    let mut s = tokio::time::timeout(Duration::from_secs(2), connect)
+        .await
+        .ok()?
+        .ok()?;
+    s.write_all(b"GET /index.html HTTP/1.0\r\nHost: demo\r\n\r\n")
         .await
         .ok()?;
-    pvs.items.into_iter().find(|pv| pv_path(pv) == path)
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.").then_some(())?;
+    head.contains(" 200 ").then(|| body.to_string())
+}
+
+/// The Available PV of disk `vol1` on `node`: (name, uid).
+async fn available_vol1(c: &RealCluster, node: &str) -> (String, Option<String>) {
+    let path = c.disk_root().join("disks/vol1").display().to_string();
+    let pv = common::wait_pv(c, node, &path, "Available").await;
+    (pv.metadata.name.unwrap_or_default(), pv.metadata.uid)
 }
 
 async fn scenario(bin: &Path) -> anyhow::Result<()> {
-    step("starting a control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler");
-    let extender_port = free_port();
-    let mut extender_cfg = Extender::new(&format!("http://127.0.0.1:{extender_port}"));
-    extender_cfg.node_cache_capable = true;
-    let cp = ControlPlane::start(Options {
-        controller_manager: true,
-        scheduler: true,
-        extenders: vec![extender_cfg],
-        ..Options::default()
-    })
-    .await;
-    println!("control plane in {}", cp.dir.display());
-    let client = cp.client();
-    let ns = cp.namespace("demo").await;
-    let kubectl = cp.bin.join("kubectl");
-    let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/localpv/crds");
-    let applied = std::process::Command::new(&kubectl)
-        .arg("--kubeconfig")
-        .arg(&cp.admin_kubeconfig)
-        .args(["apply", "--server-side", "-f"])
-        .arg(&crd)
-        .output()
-        .context("failed to run kubectl")?;
-    if !applied.status.success() {
-        bail!(
-            "failed to install the LocalDisk CRD: {}",
-            String::from_utf8_lossy(&applied.stderr)
-        );
-    }
-
-    step(
-        "two stand-in nodes with tmpfs disks: node-1 has vol1 and vol2 (2G each), node-2 has vol1 (1G)",
+    step("two real nodes on this machine (containerd, runc, kubelet) and a control plane");
+    let c = RealCluster::start(2).await;
+    println!(
+        "real nodes in {} (bridge {}, iptables chain {})",
+        c.dir.display(),
+        c.net.bridge,
+        c.net.chain
     );
-    let mut mounts = Vec::new();
-    let mut hosts = Vec::new();
-    for (node, disks) in [("node-1", vec!["vol1", "vol2"]), ("node-2", vec!["vol1"])] {
-        create_node(&client, node, &[]).await;
-        let root = cp.dir.join("hosts").join(node);
-        for d in disks {
-            let size = if node == "node-1" { "2G" } else { "1G" };
-            mounts.push(Mount::tmpfs(&root.join("disks").join(d), size, cp.reaper()));
-            println!("mount -t tmpfs -o size={size} {d} {node}:/disks/{d}");
-        }
-        hosts.push((node, root));
+    kubectl(&c, &["get", "nodes", "-o", "wide"]);
+
+    step("tmpfs disks: node-1 has vol1 and vol2 (2G each), node-2 has vol1 (1G)");
+    for (node, vol, size) in [
+        ("node-1", "vol1", "2G"),
+        ("node-1", "vol2", "2G"),
+        ("node-2", "vol1", "1G"),
+    ] {
+        let path = c.tmpfs(node, vol, size);
+        println!("mount -t tmpfs -o size={size} {vol} {}", path.display());
     }
+    println!(
+        "(each node sees its own disks at {})",
+        c.disk_root().join("disks").display()
+    );
 
     step(&format!(
-        "StorageClass {CLASS}: kubernetes.io/no-provisioner, WaitForFirstConsumer, reclaim Delete"
+        "helm install: the agent as a DaemonSet, StorageClass {CLASS} (WaitForFirstConsumer, reclaim Delete)"
     ));
-    let sc: StorageClass = obj(json!({
-        "metadata": {"name": CLASS}, "provisioner": "kubernetes.io/no-provisioner",
-        "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Delete",
-    }));
-    Api::<StorageClass>::all(client.clone())
-        .create(&PostParams::default(), &sc)
-        .await?;
-
-    step("starting a localpv node agent per node and the localpv extender");
-    let mut processes = Vec::new();
-    for (node, root) in &hosts {
-        let config = root.join("config.yaml");
-        let disks = root.join("disks");
-        std::fs::write(
-            &config,
-            format!(
-                "storageClassMap:\n  {CLASS}:\n    hostDir: {}\n",
-                disks.display()
-            ),
-        )?;
-        let port = free_port();
-        let args = vec![
-            "node".to_string(),
-            format!("--config={}", config.display()),
-            format!("--node-name={node}"),
-            format!("--listen=127.0.0.1:{port}"),
-            format!("--state-dir={}", root.join("state").display()),
-        ];
-        let name = format!("localpv-node-{node}");
-        processes.push((spawn(&cp, bin, &name, &args, &name), port));
-    }
-    let args = vec![
-        "extender".to_string(),
-        format!("--listen=127.0.0.1:{extender_port}"),
-    ];
-    processes.push((
-        spawn(&cp, bin, "localpv-extender", &args, "localpv-extender"),
-        extender_port,
-    ));
-    for (c, port) in processes.iter_mut() {
-        wait_ready(c, *port).await?;
-    }
-    let vol = |node: &str| {
-        cp.dir
-            .join("hosts")
-            .join(node)
-            .join("disks/vol1")
-            .display()
-            .to_string()
-    };
-    let all_three = wait_for("three Available PVs", || async {
-        let pvs = Api::<PersistentVolume>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-            .ok()?;
-        let available = pvs.items.iter().filter(|p| pv_phase(p) == "Available");
-        (available.count() == 3).then_some(())
-    })
-    .await;
-    all_three?;
+    kubectl(&c, &["apply", "-f", "config/manifests/namespace.yaml"]);
+    println!(
+        "$ helm install localpv charts/localpv --namespace {NAMESPACE} -f values.yaml   # classes[0]: {CLASS}, hostDir {}",
+        c.disk_root().join("disks").display()
+    );
+    common::helm_install(&c, json!({}));
+    common::wait_agents_ready(&c).await;
+    kubectl(&c, &["get", "pods", "-n", NAMESPACE, "-o", "wide"]);
+    kubectl(&c, &["get", "storageclass", CLASS]);
+    available_vol1(&c, "node-1").await;
+    let (node2_pv, node2_uid) = available_vol1(&c, "node-2").await;
+    let vol2 = c.disk_root().join("disks/vol2").display().to_string();
+    common::wait_pv(&c, "node-1", &vol2, "Available").await;
     println!("the agents published one Available PV per disk:");
-    show(bin, &cp, &ns).await?;
+    let ns = c.plane.namespace("demo").await;
+    show(&c, bin, &ns);
 
     step(&format!("PVC {CLAIM} (1Gi, class {CLASS})"));
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    let claim: PersistentVolumeClaim = obj(json!({"metadata": {"name": CLAIM}, "spec": {
-        "accessModes": ["ReadWriteOnce"], "storageClassName": CLASS,
-        "resources": {"requests": {"storage": "1Gi"}}}}));
-    pvcs.create(&PostParams::default(), &claim).await?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client(), &ns);
+    create(&claims, &claim(CLAIM, CLASS, "1Gi", false)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let phase = pvcs.get(CLAIM).await?.status.and_then(|s| s.phase);
-    if phase.as_deref() != Some("Pending") {
+    let (phase, _) = claim_state(&c, &ns, CLAIM).await;
+    if phase != "Pending" {
         bail!("the claim should wait for its first consumer, but is {phase:?}");
     }
     println!("PVC {CLAIM} is Pending: WaitForFirstConsumer binds it only once a pod uses it");
-    show(bin, &cp, &ns).await?;
+    kubectl(&c, &["get", "pvc", "-n", &ns]);
 
     step(&format!(
-        "pod {POD} using the claim, allowed only on node-2 (nodeSelector)"
+        "pod {POD} (busybox) using the claim, allowed only on node-2 (nodeSelector); it writes its own \
+         index.html and serves it"
     ));
-    let pod: Pod = obj(json!({"metadata": {"name": POD}, "spec": {
-        "nodeSelector": {"kubernetes.io/hostname": "node-2"},
-        "containers": [{"name": "web", "image": "nginx",
-            "volumeMounts": [{"name": "html", "mountPath": "/usr/share/nginx/html"}]}],
-        "volumes": [{"name": "html", "persistentVolumeClaim": {"claimName": CLAIM}}]}}));
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    pods.create(&PostParams::default(), &pod).await?;
-    let node2 = node_pv(&client, &vol("node-2"))
-        .await
-        .context("node-2's PV")?;
-    let node2_name = node2.metadata.name.clone().unwrap_or_default();
-    let (bound, scheduled) = wait_for("the claim to bind and the pod to be scheduled", || async {
-        let c = pvcs.get(CLAIM).await.ok()?;
-        let volume = c.spec.and_then(|s| s.volume_name)?;
-        let node = pods.get(POD).await.ok()?.spec.and_then(|s| s.node_name)?;
-        let bound = c.status.and_then(|s| s.phase).as_deref() == Some("Bound");
-        bound.then_some((volume, node))
-    })
-    .await?;
-    if bound != node2_name || scheduled != "node-2" {
-        bail!("expected {CLAIM} on node-2's PV {node2_name}, got {bound} on {scheduled}");
+    let script = format!(
+        "echo \"hello from $(hostname), written on a local PV\" > /data/index.html && sync && \
+         exec httpd -f -p {HTTP_PORT} -h /data"
+    );
+    let pods: Api<Pod> = Api::namespaced(c.client(), &ns);
+    create(
+        &pods,
+        &busybox_pod(POD, &script, CLAIM, false, Some("node-2")),
+    )
+    .await;
+    let (phase, node) = common::wait_pod(&c, &ns, POD, &["Running", "Failed", "Succeeded"]).await;
+    if phase != "Running" || node != "node-2" {
+        bail!("pod {POD} is {phase} on {node:?}, expected Running on node-2");
+    }
+    let (phase, bound) = claim_state(&c, &ns, CLAIM).await;
+    let bound = bound.unwrap_or_default();
+    let pv = common::pvs(&c).await.remove(&bound);
+    let pv = pv.with_context(|| format!("PV {bound:?} of the claim"))?;
+    if phase != "Bound" || pv_node(&pv) != "node-2" || bound != node2_pv {
+        bail!("expected {CLAIM} Bound to node-2's PV {node2_pv}, got {phase} to {bound}");
     }
     println!(
-        "PVC {CLAIM} is Bound to {bound} on node-2; pod {POD} is scheduled to node-2 \
+        "PVC {CLAIM} is Bound to {bound} on node-2; pod {POD} runs on node-2 \
          (node-1's bigger disks were never an option for this pod)"
     );
-    // No kubelet runs the pod: write what nginx would serve straight into the disk.
-    let index = Path::new(&vol("node-2")).join("index.html");
-    std::fs::write(&index, "hello from a local PV\n")?;
-    println!(
-        "the pod's data: {}",
-        short_path(&index.display().to_string())
-    );
-    show(bin, &cp, &ns).await?;
+    kubectl(&c, &["get", "pod", POD, "-n", &ns, "-o", "wide"]);
+    let ip = wait_for("the pod's IP", || async {
+        let p = pods.get(POD).await.ok()?;
+        p.status.and_then(|s| s.pod_ip)
+    })
+    .await?;
+    let page = wait_for("the pod to serve index.html", || http_get(&ip)).await?;
+    println!("$ curl http://{ip}:{HTTP_PORT}/index.html   # from the host, over the nodes' bridge");
+    print!("{page}");
+    println!("served by the pod: {}", page.trim());
+    let on_disk = host_path(&c, "node-2", &common::pv_path(&pv)).join("index.html");
+    let text = std::fs::read_to_string(&on_disk)
+        .with_context(|| format!("failed to read {}", on_disk.display()))?;
+    println!("$ cat {}   # node-2's disk, on the host", on_disk.display());
+    print!("{text}");
+    if text != page {
+        bail!("the file on node-2's disk differs from what the pod serves");
+    }
+    println!("the pod's own index.html is on node-2's disk");
+    for vol in ["vol1", "vol2"] {
+        let other = c.node("node-1").disks.join("disks").join(vol);
+        if other.join("index.html").exists() {
+            bail!("{} holds the pod's file", other.display());
+        }
+    }
+    println!("node-1's disks hold no index.html");
+    show(&c, bin, &ns);
 
     step(&format!(
         "release: delete pod {POD} and PVC {CLAIM}; the agent wipes the disk and publishes it again"
     ));
-    pods.delete(POD, &DeleteParams::default().grace_period(0))
-        .await?;
-    pvcs.delete(CLAIM, &DeleteParams::default()).await?;
-    let old_uid = node2.metadata.uid.clone();
-    wait_for("the disk to come back", || async {
-        let pv = node_pv(&client, &vol("node-2")).await?;
-        (pv.metadata.uid != old_uid && pv_phase(&pv) == "Available").then_some(())
+    delete_pod(&c, &ns, POD).await;
+    claims
+        .delete(CLAIM, &DeleteParams::default())
+        .await
+        .context("failed to delete the claim")?;
+    let fresh = wait_for("node-2's disk to come back wiped", || async {
+        let path = c.disk_root().join("disks/vol1").display().to_string();
+        let all = common::pvs(&c).await;
+        all.into_values().find(|p| {
+            pv_node(p) == "node-2"
+                && common::pv_path(p) == path
+                && common::pv_phase(p) == "Available"
+                && p.metadata.uid != node2_uid
+        })
     })
     .await?;
-    if index.exists() {
-        bail!("{} survived the wipe", index.display());
+    if on_disk.exists() {
+        bail!("{} survived the wipe", on_disk.display());
     }
     println!(
-        "PV {node2_name} was wiped (index.html is gone) and is Available again, as a new object"
+        "PV {node2_pv} was wiped (index.html is gone from node-2's disk) and is Available again, as a new \
+         object (uid {})",
+        fresh.metadata.uid.unwrap_or_default()
     );
-    show(bin, &cp, &ns).await?;
+    show(&c, bin, &ns);
 
-    step("demo finished: stopping the agents, the extender and the control plane");
-    drop(processes);
-    drop(mounts);
-    drop(cp);
+    step(
+        "demo finished: stopping the nodes, their pods and the control plane, unmounting the disks",
+    );
+    drop(c);
     println!("cleaned up");
     Ok(())
 }
@@ -446,7 +312,8 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // NB: dropping the scenario future on Ctrl-C runs every Drop in it: processes, mounts, then the plane.
+    // NB: dropping the scenario future on Ctrl-C runs every Drop in it: the cluster's undo log, then the plane.
+    // A harness wait that gives up panics with what it saw; the unwinding drops the cluster the same way.
     let outcome = tokio::select! {
         result = scenario(&bin) => Some(result),
         _ = tokio::signal::ctrl_c() => None,
@@ -459,7 +326,8 @@ async fn main() -> ExitCode {
         }
         None => {
             println!(
-                "\n==> interrupted: stopped everything, unmounted the disks, removed the temp dir"
+                "\n==> interrupted: stopped the nodes and the control plane, unmounted the disks, removed \
+                 the bridge, the iptables chain and the run dir"
             );
             ExitCode::from(130)
         }

@@ -1,12 +1,12 @@
 //! Install and run: the Helm chart lints and renders, every object it renders is accepted by a real API server,
 //! the plain manifests in `config/manifests` are the chart's defaults, the rendered ConfigMaps are valid agent
-//! configuration, the chart's RBAC is enough for a full scenario and no more than `docs/security.md` lists, the
-//! demo walks the classic scenario and cleans up (also on Ctrl-C), and the image builds and runs.
+//! configuration, the chart's RBAC is enough for a full scenario and no more than `docs/security.md` lists, and the
+//! image builds and runs. (The demo runs on real nodes: `tests/realnode/demo.rs`.)
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
@@ -727,115 +727,6 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
     let forbidden = sa::answered_with(&audit, &prefix, 403);
     assert!(forbidden.is_empty(), "forbidden requests: {forbidden:#?}");
     drop(mounts);
-}
-
-/// The demo example, which `cargo test` builds along with the tests (`cargo test --test e2e` alone does not).
-fn demo_bin() -> PathBuf {
-    let bin = localpv_bin();
-    let demo = bin
-        .parent()
-        .expect("the binary has a directory")
-        .join("examples/demo");
-    assert!(
-        demo.is_file(),
-        "missing prerequisite: {} not built; run `cargo build --example demo` (plain `cargo test` builds it)",
-        demo.display()
-    );
-    demo
-}
-
-fn mounted_under(dir: &str) -> Vec<String> {
-    let table = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo readable");
-    table
-        .lines()
-        .filter(|l| l.contains(dir))
-        .map(str::to_string)
-        .collect()
-}
-
-#[test]
-fn demo_walks_the_classic_scenario_and_cleans_up() {
-    let out = Command::new(demo_bin())
-        .env("LOCALPV_BIN", localpv_bin())
-        .env("LOCALPV_K8S_BIN_DIR", bin_dir())
-        .output()
-        .expect("the demo runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "demo failed:\n{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for line in [
-        "the agents published one Available PV per disk",
-        "$ localpv disks",
-        "PVC example-local-claim is Pending",
-        "pod example-pv-pod is scheduled to node-2",
-        "is Available again",
-        "cleaned up",
-    ] {
-        assert!(text.contains(line), "the demo printed {line:?}:\n{text}");
-    }
-    let bound = text
-        .lines()
-        .find(|l| l.starts_with("PVC example-local-claim is Bound to "))
-        .unwrap_or_else(|| panic!("no Bound line:\n{text}"));
-    assert!(bound.contains("on node-2"), "{bound}");
-    let dir = text
-        .lines()
-        .find_map(|l| l.strip_prefix("control plane in "))
-        .expect("the demo names its plane dir");
-    assert!(!Path::new(dir).exists(), "{dir} removed");
-    assert_eq!(mounted_under(dir), Vec::<String>::new());
-}
-
-#[test]
-fn demo_cleans_up_on_ctrl_c() {
-    use std::io::{BufRead, BufReader};
-    let mut child = Command::new(demo_bin())
-        .env("LOCALPV_BIN", localpv_bin())
-        .env("LOCALPV_K8S_BIN_DIR", bin_dir())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the demo starts");
-    let stdout = child.stdout.take().expect("piped");
-    let mut dir = None;
-    let mut seen = Vec::new();
-    let mut lines = BufReader::new(stdout).lines();
-    for line in lines.by_ref().map_while(Result::ok) {
-        if let Some(d) = line.strip_prefix("control plane in ") {
-            dir = Some(d.to_string());
-        }
-        let pending = line.starts_with("PVC example-local-claim is Pending");
-        seen.push(line);
-        if pending {
-            break;
-        }
-    }
-    // Keep draining: a closed pipe would make the demo's next print fail, which is not what is tested here.
-    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
-    let dir = dir.unwrap_or_else(|| panic!("the demo did not start:\n{}", seen.join("\n")));
-    assert!(
-        !mounted_under(&dir).is_empty(),
-        "the disks are mounted mid-demo"
-    );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .expect("SIGINT sent");
-    let status = child.wait().expect("the demo exits");
-    let rest = drain.join().expect("drain thread");
-    assert_eq!(
-        status.code(),
-        Some(130),
-        "exit status after Ctrl-C:\n{}",
-        rest.join("\n")
-    );
-    assert!(rest.iter().any(|l| l.contains("interrupted")), "{rest:?}");
-    assert_eq!(mounted_under(&dir), Vec::<String>::new(), "disks unmounted");
-    assert!(!Path::new(&dir).exists(), "{dir} removed");
 }
 
 const BASE_IMAGE: &str = "localhost/debian:bookworm-debootstrap";

@@ -6,6 +6,7 @@
 mod support;
 
 mod common;
+mod demo;
 mod extender;
 mod lifecycle;
 mod migrate;

@@ -68,7 +68,7 @@ impl RealCluster {
             .expect("API URL has a port");
         net.route_kubernetes_service(api_port, &undo);
         let run_cgroup = format!("localpv-rn-{id}");
-        let top: Vec<String> = node::hierarchies()
+        let top: Vec<String> = node::all_hierarchies()
             .iter()
             .map(|h| format!("rmdir {}", h.join(&run_cgroup).display()))
             .collect();

@@ -59,6 +59,20 @@ pub fn hierarchies() -> Vec<PathBuf> {
     found
 }
 
+/// Every cgroup hierarchy mounted on this host, the v2 one (`unified`) included: runc makes each container's
+/// cgroup there too, so teardown removes the run's tree from all of them, not only from those `hierarchies` lists.
+pub fn all_hierarchies() -> Vec<PathBuf> {
+    let info = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo readable");
+    info.lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let fstype = post.split_whitespace().next()?;
+            let mount_point = pre.split_whitespace().nth(4)?;
+            matches!(fstype, "cgroup" | "cgroup2").then(|| PathBuf::from(mount_point))
+        })
+        .collect()
+}
+
 /// Creates `<h>/<path>` in every hierarchy; cpuset needs cpus and mems copied down before tasks can join.
 fn make_cgroup(path: &str) {
     for h in hierarchies() {
@@ -116,7 +130,7 @@ impl RealNode {
             .find(|h| h.ends_with("pids"))
             .unwrap_or_else(|| hierarchies()[0].clone())
             .join(&cgroup);
-        let rmdirs: Vec<String> = hierarchies()
+        let rmdirs: Vec<String> = all_hierarchies()
             .iter()
             .map(|h| {
                 format!(
