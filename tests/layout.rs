@@ -3,6 +3,7 @@
 //! `string_literals` is a small Rust lexer: enough to tell string literals from comments, char literals and
 //! lifetimes, not a parser. Its own tests below feed it the tricky cases.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -37,31 +38,39 @@ fn relative(path: &Path) -> String {
         .to_string()
 }
 
-/// The contents of every string literal in `source` (plain, raw, byte and C strings), with its 1-based line.
-/// Comments, char literals and lifetimes are skipped. Escapes are left as written.
-fn string_literals(source: &str) -> Vec<(usize, String)> {
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Tok {
+    Ident(String),
+    /// A string literal's contents (plain, raw, byte or C string), escapes left as written.
+    Str(String),
+    /// `::`
+    Path,
+    Punct(char),
+}
+
+/// The tokens of `source` that matter here, each with its 1-based line. Comments, char literals, lifetimes and
+/// numbers are dropped; that is enough to tell string literals and paths from prose.
+fn tokens(source: &str) -> Vec<(usize, Tok)> {
     let chars: Vec<char> = source.chars().collect();
     let mut found = Vec::new();
     let mut line = 1;
     let mut i = 0;
-    // Advances over `chars[from..to]`, counting lines.
-    let count_lines = |from: usize, to: usize, line: &mut usize| {
-        *line += chars[from..to.min(chars.len())]
+    let lines_in = |from: usize, to: usize| {
+        chars[from..to.min(chars.len())]
             .iter()
             .filter(|&&c| c == '\n')
-            .count();
+            .count()
     };
     while i < chars.len() {
         let c = chars[i];
         let next = chars.get(i + 1).copied();
+        let start = i;
         if c == '/' && next == Some('/') {
-            let end = chars[i..]
+            i = chars[i..]
                 .iter()
                 .position(|&c| c == '\n')
                 .map_or(chars.len(), |p| i + p);
-            i = end;
         } else if c == '/' && next == Some('*') {
-            let start = i;
             let mut depth = 0;
             while i < chars.len() {
                 if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
@@ -77,16 +86,17 @@ fn string_literals(source: &str) -> Vec<(usize, String)> {
                     i += 1;
                 }
             }
-            count_lines(start, i, &mut line);
         } else if c == '"' {
             let (text, end) = quoted(&chars, i + 1);
-            found.push((line, text));
-            count_lines(i, end, &mut line);
+            found.push((line, Tok::Str(text)));
             i = end;
         } else if c == '\'' {
             i = after_quote(&chars, i);
+        } else if c.is_ascii_digit() {
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
         } else if c.is_alphabetic() || c == '_' {
-            let start = i;
             while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
                 i += 1;
             }
@@ -96,7 +106,14 @@ fn string_literals(source: &str) -> Vec<(usize, String)> {
                 ("r" | "br" | "cr", Some('"' | '#')) => {
                     let hashes = chars[i..].iter().take_while(|&&c| c == '#').count();
                     if chars.get(i + hashes) != Some(&'"') {
-                        continue; // `r#ident`, a raw identifier.
+                        // `r#ident`, a raw identifier.
+                        let from = i + hashes;
+                        i = from;
+                        while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                            i += 1;
+                        }
+                        found.push((line, Tok::Ident(chars[from..i].iter().collect())));
+                        continue;
                     }
                     let open = i + hashes + 1;
                     let close: String = std::iter::once('"')
@@ -106,28 +123,40 @@ fn string_literals(source: &str) -> Vec<(usize, String)> {
                     let len = rest
                         .find(&close)
                         .map_or(rest.len(), |p| rest[..p].chars().count());
-                    found.push((line, chars[open..open + len].iter().collect()));
-                    let end = (open + len + 1 + hashes).min(chars.len());
-                    count_lines(i, end, &mut line);
-                    i = end;
+                    found.push((line, Tok::Str(chars[open..open + len].iter().collect())));
+                    i = (open + len + 1 + hashes).min(chars.len());
                 }
                 ("b" | "c", Some('"')) => {
                     let (text, end) = quoted(&chars, i + 1);
-                    found.push((line, text));
-                    count_lines(i, end, &mut line);
+                    found.push((line, Tok::Str(text)));
                     i = end;
                 }
                 ("b", Some('\'')) => i = after_quote(&chars, i),
-                _ => {}
+                _ => found.push((line, Tok::Ident(word))),
             }
+        } else if c == ':' && next == Some(':') {
+            found.push((line, Tok::Path));
+            i += 2;
         } else {
-            if c == '\n' {
-                line += 1;
+            if !c.is_whitespace() {
+                found.push((line, Tok::Punct(c)));
             }
             i += 1;
         }
+        line += lines_in(start, i);
     }
     found
+}
+
+/// The contents of every string literal in `source`, with its line.
+fn string_literals(source: &str) -> Vec<(usize, String)> {
+    tokens(source)
+        .into_iter()
+        .filter_map(|(line, t)| match t {
+            Tok::Str(s) => Some((line, s)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The text of a `"..."` literal whose contents start at `from`, and the index after its closing quote.
@@ -243,4 +272,328 @@ a newline";
 fn a_key_hidden_after_a_quote_char_is_still_found() {
     let found = string_literals("let a = '\"'; let b = \"localpv.io/node\";");
     assert_eq!(found, [(1, "localpv.io/node".to_string())]);
+}
+
+/// One source file as a node of the module tree: `src/agent/pass.rs` is `["agent", "pass"]`; a file wired in with
+/// `#[path]` takes the name its parent gives it.
+struct SourceFile {
+    name: String,
+    module: Vec<String>,
+    tokens: Vec<(usize, Tok)>,
+}
+
+fn module_of(path: &Path) -> Vec<String> {
+    let rel = path
+        .strip_prefix(crate_root().join("src"))
+        .expect("a file under src/");
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().expect("a file name");
+    let stem = last.trim_end_matches(".rs");
+    if !matches!(stem, "mod" | "lib" | "main") {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+fn source_files() -> Vec<SourceFile> {
+    let mut files: Vec<SourceFile> = rust_files(&crate_root().join("src"))
+        .into_iter()
+        .map(|path| {
+            let text = fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+            SourceFile {
+                name: relative(&path),
+                module: module_of(&path),
+                tokens: tokens(&text),
+            }
+        })
+        .collect();
+    // `#[path = "x.rs"] mod name;` in a file of module M: x.rs (beside that file) is module M::name.
+    let mut renames = Vec::new();
+    for file in &files {
+        for w in file.tokens.windows(8) {
+            if let [
+                (_, Tok::Punct('#')),
+                (_, Tok::Punct('[')),
+                (_, Tok::Ident(path)),
+                (_, Tok::Punct('=')),
+                (_, Tok::Str(target)),
+                (_, Tok::Punct(']')),
+                (_, Tok::Ident(kw)),
+                (_, Tok::Ident(name)),
+            ] = w
+                && path == "path"
+                && kw == "mod"
+            {
+                let dir = Path::new(&file.name).parent().expect("a directory");
+                let mut module = file.module.clone();
+                module.push(name.clone());
+                renames.push((dir.join(target).display().to_string(), module));
+            }
+        }
+    }
+    for (name, module) in renames {
+        if let Some(file) = files.iter_mut().find(|f| f.name == name) {
+            file.module = module;
+        }
+    }
+    files
+}
+
+/// Every `crate::`/`super::`/`self::` path in `tokens`, resolved to absolute module paths (each as far as it is
+/// spelled: `crate::plan::pv::PvView` gives `plan, pv, PvView`), from a file of module `module`. Inline modules
+/// (`mod tests { .. }`) are followed so their `super` is the file's module. Groups (`use crate::{a, b::c}`) expand.
+fn paths(module: &[String], tokens: &[(usize, Tok)]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut scope = module.to_vec();
+    // Brace depth at which each inline module opened.
+    let mut inline: Vec<usize> = Vec::new();
+    let mut depth = 0;
+    let mut i = 0;
+    while i < tokens.len() {
+        match &tokens[i].1 {
+            Tok::Ident(kw) if kw == "mod" => {
+                if let (Some((_, Tok::Ident(name))), Some((_, Tok::Punct('{')))) =
+                    (tokens.get(i + 1), tokens.get(i + 2))
+                {
+                    scope.push(name.clone());
+                    inline.push(depth);
+                    depth += 1;
+                    i += 3;
+                    continue;
+                }
+            }
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => {
+                depth -= 1;
+                if inline.last() == Some(&depth) {
+                    inline.pop();
+                    scope.pop();
+                }
+            }
+            Tok::Ident(first) if matches!(first.as_str(), "crate" | "super" | "self") => {
+                let after_path = i == 0 || tokens[i - 1].1 != Tok::Path;
+                if after_path && tokens.get(i + 1).map(|t| &t.1) == Some(&Tok::Path) {
+                    let (end, found) = expand(&scope, tokens, i);
+                    out.extend(found);
+                    i = end;
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Resolve the path starting at `tokens[at]` (`crate`, `super` or `self`) from `scope`; returns the index after it.
+fn expand(scope: &[String], tokens: &[(usize, Tok)], at: usize) -> (usize, Vec<Vec<String>>) {
+    let mut base: Vec<String> = Vec::new();
+    let mut i = at;
+    let mut current = scope.to_vec();
+    loop {
+        match tokens.get(i).map(|t| &t.1) {
+            Some(Tok::Ident(w)) if w == "crate" && i == at => current.clear(),
+            Some(Tok::Ident(w)) if w == "super" => {
+                current.pop();
+            }
+            Some(Tok::Ident(w)) if w == "self" && i == at => {}
+            _ => break,
+        }
+        i += 1;
+        if tokens.get(i).map(|t| &t.1) != Some(&Tok::Path) {
+            return (i, vec![current]);
+        }
+        i += 1;
+    }
+    base.extend(current);
+    group_or_path(base, tokens, i)
+}
+
+/// Continue a path `base` at `tokens[i]`: identifiers joined by `::`, or a `{ .. }` group of such paths.
+fn group_or_path(
+    mut base: Vec<String>,
+    tokens: &[(usize, Tok)],
+    mut i: usize,
+) -> (usize, Vec<Vec<String>>) {
+    loop {
+        match tokens.get(i).map(|t| &t.1) {
+            Some(Tok::Ident(w)) => {
+                base.push(w.clone());
+                i += 1;
+                if tokens.get(i).map(|t| &t.1) != Some(&Tok::Path) {
+                    return (i, vec![base]);
+                }
+                i += 1;
+            }
+            Some(Tok::Punct('{')) => {
+                let mut found = Vec::new();
+                i += 1;
+                while let Some(t) = tokens.get(i).map(|t| &t.1) {
+                    match t {
+                        Tok::Punct('}') => return (i + 1, found),
+                        Tok::Punct(',') => i += 1,
+                        Tok::Ident(_) | Tok::Punct('{') => {
+                            let (end, more) = group_or_path(base.clone(), tokens, i);
+                            found.extend(more);
+                            // Skip `as name` and anything else up to the next separator.
+                            i = end;
+                            while let Some(t) = tokens.get(i).map(|t| &t.1) {
+                                if matches!(t, Tok::Punct(',' | '}')) {
+                                    break;
+                                }
+                                i += 1;
+                            }
+                        }
+                        _ => i += 1,
+                    }
+                }
+                return (i, found);
+            }
+            _ => return (i, vec![base]),
+        }
+    }
+}
+
+/// Edges between sibling modules: `from` and `to` are children of `parent`, and some file in `from`'s subtree names
+/// something inside `to`. A child naming its parent's items (`super::Control`) is not an edge: the parent declares
+/// its children, and that is how Rust modules are built; only siblings (and top-level modules, the crate's
+/// children) must not need each other both ways.
+fn sibling_edges(files: &[SourceFile]) -> BTreeSet<(Vec<String>, String, String, String)> {
+    let modules: BTreeSet<Vec<String>> = files
+        .iter()
+        .flat_map(|f| (1..=f.module.len()).map(|n| f.module[..n].to_vec()))
+        .collect();
+    let mut edges = BTreeSet::new();
+    for file in files {
+        for target in paths(&file.module, &file.tokens) {
+            let common = file
+                .module
+                .iter()
+                .zip(&target)
+                .take_while(|(a, b)| a == b)
+                .count();
+            let (Some(from), Some(to)) = (file.module.get(common), target.get(common)) else {
+                continue;
+            };
+            if modules.contains(&target[..=common]) {
+                edges.insert((
+                    file.module[..common].to_vec(),
+                    from.clone(),
+                    to.clone(),
+                    file.name.clone(),
+                ));
+            }
+        }
+    }
+    edges
+}
+
+/// A cycle among the sibling edges, as `a -> b -> a` under its parent, if there is one.
+fn find_cycle(edges: &BTreeSet<(Vec<String>, String, String, String)>) -> Option<String> {
+    let mut graph: BTreeMap<(Vec<String>, String), BTreeSet<String>> = BTreeMap::new();
+    for (parent, from, to, _) in edges {
+        graph
+            .entry((parent.clone(), from.clone()))
+            .or_default()
+            .insert(to.clone());
+    }
+    // Depth-first search per node; graphs are tiny.
+    for (parent, start) in graph.keys() {
+        let mut stack = vec![vec![start.clone()]];
+        while let Some(route) = stack.pop() {
+            let last = route.last().expect("a route is never empty");
+            for next in graph
+                .get(&(parent.clone(), last.clone()))
+                .into_iter()
+                .flatten()
+            {
+                if next == start {
+                    let via: Vec<String> = route
+                        .windows(2)
+                        .chain(std::iter::once(&[last.clone(), next.clone()][..]))
+                        .map(|w| {
+                            let by: Vec<&str> = edges
+                                .iter()
+                                .filter(|e| e.0 == *parent && e.1 == w[0] && e.2 == w[1])
+                                .map(|e| e.3.as_str())
+                                .collect();
+                            format!("{} -> {} ({})", w[0], w[1], by.join(", "))
+                        })
+                        .collect();
+                    return Some(format!(
+                        "under crate::{}: {}",
+                        parent.join("::"),
+                        via.join("; ")
+                    ));
+                }
+                if !route.contains(next) {
+                    let mut longer = route.clone();
+                    longer.push(next.clone());
+                    stack.push(longer);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Edges left out of the cycle check, `(parent, from, to)`, each with why and what removes it.
+/// NB: plan -> extender: `plan::owners` matches other PVs' node affinity with `extender::labels::NodeAffinity`, and
+/// the extender wiring starts the controller, which runs `cleanup::plan`, which reads `plan`: a top-level cycle.
+/// Moving `extender/labels.rs` (a pure selector matcher, not extender wiring) to a top-level module removes it;
+/// that file is the extfast engineer's (issue 16 point 3), so the move is theirs to land.
+const ALLOWED_EDGES: &[(&str, &str, &str)] = &[("", "plan", "extender")];
+
+/// No module needs a sibling that needs it back, at any level: top-level modules, and the files of one module.
+#[test]
+fn no_module_cycle() {
+    let files = source_files();
+    let mut edges = sibling_edges(&files);
+    edges.retain(|(parent, from, to, _)| {
+        !ALLOWED_EDGES.contains(&(parent.join("::").as_str(), from.as_str(), to.as_str()))
+    });
+    assert!(
+        edges
+            .iter()
+            .any(|e| e.0.is_empty() && e.1 == "agent" && e.2 == "plan"),
+        "the scan lost the agent -> plan edge: {edges:#?}"
+    );
+    if let Some(cycle) = find_cycle(&edges) {
+        panic!("module cycle {cycle}");
+    }
+}
+
+#[test]
+fn the_cycle_scan_sees_groups_super_and_inline_modules() {
+    let source = "use crate::{a::x, b::{self, y}};\nuse super::c::Z;\nmod tests { use super::d; }\nfn f() { crate::e::g(); }";
+    let scope = vec!["m".to_string(), "n".to_string()];
+    let found: Vec<String> = paths(&scope, &tokens(source))
+        .iter()
+        .map(|p| p.join("::"))
+        .collect();
+    assert_eq!(
+        found,
+        ["a::x", "b::self", "b::y", "m::c::Z", "m::n::d", "e::g"]
+    );
+}
+
+#[test]
+fn a_two_module_cycle_is_reported() {
+    let files = [
+        ("src/a.rs", "use crate::b::X;"),
+        ("src/b.rs", "fn f() { crate::a::g() }"),
+    ]
+    .map(|(name, text)| SourceFile {
+        name: name.to_string(),
+        module: vec![name[4..5].to_string()],
+        tokens: tokens(text),
+    });
+    let cycle = find_cycle(&sibling_edges(&files)).expect("a cycle");
+    assert!(cycle.contains("a -> b (src/a.rs)"), "{cycle}");
+    assert!(cycle.contains("b -> a (src/b.rs)"), "{cycle}");
 }

@@ -222,9 +222,7 @@ fn an_adopted_tmpfs_is_tagged_and_records_its_volume_id_so_it_is_wiped_once_rele
     );
     let annotations = world.existing[0].metadata.annotations.clone();
     assert_eq!(
-        annotations
-            .as_ref()
-            .map(|a| a["localpv.io/volume-id"].as_str()),
+        annotations.as_ref().map(|a| a[ANN_VOLUME_ID].as_str()),
         Some("vid-vol1"),
         "{annotations:?}"
     );
