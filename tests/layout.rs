@@ -597,3 +597,24 @@ fn a_two_module_cycle_is_reported() {
     assert!(cycle.contains("a -> b (src/a.rs)"), "{cycle}");
     assert!(cycle.contains("b -> a (src/b.rs)"), "{cycle}");
 }
+
+/// docs/architecture.md's module table names every top-level module under src/ and nothing else.
+#[test]
+fn the_architecture_table_lists_every_top_level_module() {
+    let doc = fs::read_to_string(crate_root().join("docs/architecture.md"))
+        .expect("docs/architecture.md is readable");
+    let listed: BTreeSet<String> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `")?.split('`').next().map(str::to_string))
+        .collect();
+    let modules: BTreeSet<String> = source_files()
+        .into_iter()
+        .filter_map(|f| f.module.first().cloned())
+        .collect();
+    let missing: Vec<&String> = modules.difference(&listed).collect();
+    let extra: Vec<&String> = listed.difference(&modules).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "docs/architecture.md's table: missing {missing:?}, naming modules that do not exist {extra:?}"
+    );
+}
