@@ -12,21 +12,23 @@
 //!
 //! Followers keep their stores warm, so a new leader acts at once. The stores hold compact models, never whole
 //! objects, and a pass copies pointers out of them: the extender's answers never wait for this work, and its memory
-//! stays a small fraction of the snapshot's. Every write is idempotent: 404 and 409 count as already done.
+//! stays a small fraction of the snapshot's. Every write goes through the program's one effects writer
+//! (`crate::effects`), where 404 and 409 mean already done.
 
 pub mod explain;
 pub mod lease;
 pub mod metrics;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Client;
-use kube::api::{Api, DeleteParams, Preconditions};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use tokio::sync::{Notify, watch as tokio_watch};
 use tracing::{info, warn};
@@ -36,6 +38,7 @@ use self::lease::Elector;
 use self::metrics::{Metrics, Outcome, Work, WorkLabels, WriteKind, WriteLabels};
 use crate::cleanup::{Action, Inputs, Plan, Settings, Volume, plan};
 use crate::contract::NODE_LABEL;
+use crate::effects::{self, Applied, Failed, Reason, Uncounted};
 use crate::inventory::LocalDisk;
 use crate::logging::error_text;
 use crate::watch::{Store, run_as};
@@ -170,17 +173,16 @@ async fn lead<N: Send + Sync + 'static>(
         &cfg.identity,
         LEASE,
     );
-    let reporter = Reporter {
-        controller: "localpv-cleanup".into(),
-        instance: Some(cfg.identity.clone()),
-    };
-    let writer = Writer {
-        client: client.clone(),
-        recorder: Recorder::new(client, reporter),
+    let mut writer = Writer {
+        effects: effects::Writer::new(
+            client,
+            "localpv-cleanup",
+            &cfg.identity,
+            Arc::new(Uncounted),
+        ),
         metrics: metrics.clone(),
         lease: Leadership { held_until: None },
     };
-    let mut writer = writer;
     let mut memory = Memory::default();
     loop {
         let asked = Instant::now();
@@ -313,10 +315,10 @@ async fn clean_up<N: Send + Sync + 'static>(
     memory.warned = warned;
 }
 
-/// Sends the leader's writes, each only while the Lease is held, and counts each by kind and outcome.
+/// Sends the leader's writes through the program's one effects writer, each only while the Lease is held, and
+/// counts each by kind and outcome.
 struct Writer {
-    client: Client,
-    recorder: Recorder,
+    effects: effects::Writer,
     metrics: Metrics,
     lease: Leadership,
 }
@@ -356,33 +358,24 @@ impl Writer {
             self.count(WriteKind::ExplainPod, Outcome::NotLeader);
             return false;
         }
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(pod.namespace.clone()).filter(|ns| !ns.is_empty()),
-            name: Some(pod.name.clone()),
-            uid: Some(uid.to_string()),
-            ..Default::default()
+        let namespace = Some(pod.namespace.as_str()).filter(|ns| !ns.is_empty());
+        let regarding = effects::reference::<Pod>(namespace, &pod.name, Some(uid));
+        let sent = self
+            .effects
+            .event(
+                &regarding,
+                EventType::Warning,
+                Reason::NoLocalVolume,
+                message,
+            )
+            .await;
+        let outcome = if sent.is_ok() {
+            Outcome::Applied
+        } else {
+            Outcome::Failed
         };
-        let ev = Event {
-            type_: EventType::Warning,
-            reason: "NoLocalVolume".into(),
-            note: Some(message.chars().take(1000).collect()),
-            action: "Explain".into(),
-            secondary: None,
-        };
-        match self.recorder.publish(&ev, &reference).await {
-            Ok(()) => {
-                self.count(WriteKind::ExplainPod, Outcome::Applied);
-                true
-            }
-            Err(error) => {
-                self.count(WriteKind::ExplainPod, Outcome::Failed);
-                let pod = pod.name.as_str();
-                warn!(error = %error_text(&error), pod, "failed to publish the pending pod's explanation");
-                false
-            }
-        }
+        self.count(WriteKind::ExplainPod, outcome);
+        sent.is_ok()
     }
 
     async fn apply(&self, action: Action) {
@@ -398,55 +391,36 @@ impl Writer {
             self.count(write, Outcome::NotLeader);
             return;
         }
-        match self.send(&action).await {
-            Ok(()) => {
-                self.count(write, Outcome::Applied);
+        // NB: the effects writer logs failures and sorts 404/409 into "moot" (already done, or the precondition
+        // no longer holds); the next pass plans again from what the watches then show.
+        let outcome = match self.send(&action).await {
+            Ok(Applied::Done(())) => {
                 info!(%action, "clean-up applied");
+                Outcome::Applied
             }
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
-                self.count(write, Outcome::AlreadyDone)
-            }
-            Err(error) => {
-                self.count(write, Outcome::Failed);
-                warn!(%action, error = %error_text(&error), "clean-up step failed; retried next pass")
-            }
-        }
+            Ok(Applied::Moot) => Outcome::AlreadyDone,
+            Err(Failed) => Outcome::Failed,
+        };
+        self.count(write, outcome);
     }
 
-    async fn send(&self, action: &Action) -> Result<(), kube::Error> {
-        let client = self.client.clone();
+    async fn send(&self, action: &Action) -> Result<Applied<()>, Failed> {
+        let w = &self.effects;
         match action {
             Action::DeletePv(r) => {
-                let pre = Preconditions {
-                    uid: Some(r.uid.clone()),
-                    resource_version: Some(r.resource_version.clone()),
-                };
-                let dp = DeleteParams {
-                    preconditions: Some(pre),
-                    ..Default::default()
-                };
-                let api = Api::<PersistentVolume>::all(client);
-                api.delete(&r.name, &dp).await.map(drop)
+                let exact = effects::exactly(&r.uid, Some(&r.resource_version));
+                w.delete::<PersistentVolume>(None, &r.name, Some(exact))
+                    .await
             }
-            Action::DeleteLocalDisk(name) => Api::<LocalDisk>::all(client)
-                .delete(name, &DeleteParams::default())
-                .await
-                .map(drop),
+            Action::DeleteLocalDisk(name) => w.delete::<LocalDisk>(None, name, None).await,
             Action::DeleteClaim {
                 namespace,
                 name,
                 uid,
             } => {
-                let pre = Preconditions {
-                    uid: uid.clone(),
-                    resource_version: None,
-                };
-                let dp = DeleteParams {
-                    preconditions: Some(pre),
-                    ..Default::default()
-                };
-                let api = Api::<PersistentVolumeClaim>::namespaced(client, namespace);
-                api.delete(name, &dp).await.map(drop)
+                let exact = uid.as_deref().map(|uid| effects::exactly(uid, None));
+                w.delete::<PersistentVolumeClaim>(Some(namespace), name, exact)
+                    .await
             }
             Action::WarnClaim {
                 namespace,
@@ -455,24 +429,17 @@ impl Writer {
                 pv,
                 node,
             } => {
-                let reference = ObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("PersistentVolumeClaim".into()),
-                    namespace: Some(namespace.clone()),
-                    name: Some(name.clone()),
-                    uid: uid.clone(),
-                    ..Default::default()
-                };
-                let ev = Event {
-                    type_: EventType::Warning,
-                    reason: "NodeDeleted".into(),
-                    note: Some(format!(
-                        "node {node} holding local volume {pv} was deleted; the data is on that machine only"
-                    )),
-                    action: "NodeDeleted".into(),
-                    secondary: None,
-                };
-                self.recorder.publish(&ev, &reference).await
+                let regarding = effects::reference::<PersistentVolumeClaim>(
+                    Some(namespace),
+                    name,
+                    uid.as_deref(),
+                );
+                let note = format!(
+                    "node {node} holding local volume {pv} was deleted; the data is on that machine only"
+                );
+                w.event(&regarding, EventType::Warning, Reason::NodeDeleted, &note)
+                    .await
+                    .map(|()| Applied::Done(()))
             }
         }
     }
