@@ -35,6 +35,7 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use common::figures::{self, figure};
+use common::objects::{node_json, pv_json, pvc_json};
 
 const PVS_PER_NODE: usize = 10;
 
@@ -50,89 +51,6 @@ fn iterations(base: usize) -> usize {
 }
 
 // ---- the cluster ----
-
-fn node_json(i: usize) -> Value {
-    let name = format!("n{i}");
-    let images: Vec<Value> = (0..30)
-        .map(|k| {
-            json!({"names": [
-                format!("registry.example.com/team-{k}/service-{k}@sha256:{:064x}", i * 31 + k),
-                format!("registry.example.com/team-{k}/service-{k}:v1.{k}.0"),
-            ], "sizeBytes": 50_000_000 + k * 1_000_003})
-        })
-        .collect();
-    let condition = |t: &str, s: &str| {
-        json!({"type": t, "status": s, "lastHeartbeatTime": "2026-01-01T00:00:00Z",
-               "lastTransitionTime": "2026-01-01T00:00:00Z", "reason": format!("Kubelet{t}"),
-               "message": format!("kubelet reports {t} is {s}")})
-    };
-    json!({
-        "metadata": {
-            "name": name, "uid": format!("00000000-0000-0000-0000-{i:012}"), "resourceVersion": "123456",
-            "creationTimestamp": "2026-01-01T00:00:00Z",
-            "labels": {
-                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64",
-                "node.kubernetes.io/instance-type": "m6i.2xlarge",
-                "topology.kubernetes.io/region": "eu-west-1",
-                "topology.kubernetes.io/zone": format!("eu-west-1{}", ["a", "b", "c"][i % 3]),
-                "node-role.kubernetes.io/worker": "", "example.com/pool": format!("pool-{}", i % 8),
-            },
-            "annotations": {
-                "node.alpha.kubernetes.io/ttl": "0",
-                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-            },
-        },
-        "spec": {"podCIDR": format!("10.{}.{}.0/24", i / 256, i % 256), "providerID": format!("aws:///eu-west-1a/i-{i:017x}")},
-        "status": {
-            "capacity": {"cpu": "8", "memory": "32101256Ki", "pods": "110", "ephemeral-storage": "203070420Ki"},
-            "allocatable": {"cpu": "7910m", "memory": "31123456Ki", "pods": "110", "ephemeral-storage": "187149698605"},
-            "conditions": [condition("MemoryPressure", "False"), condition("DiskPressure", "False"),
-                           condition("PIDPressure", "False"), condition("Ready", "True")],
-            "addresses": [{"type": "InternalIP", "address": format!("10.0.{}.{}", i / 256, i % 256)},
-                          {"type": "Hostname", "address": name}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {"machineID": format!("{i:032x}"), "systemUUID": format!("{i:032x}"),
-                         "bootID": format!("{i:032x}"), "kernelVersion": "6.8.0-1019-aws",
-                         "osImage": "Ubuntu 24.04.1 LTS", "containerRuntimeVersion": "containerd://1.7.24",
-                         "kubeletVersion": "v1.37.1", "kubeProxyVersion": "", "operatingSystem": "linux",
-                         "architecture": "amd64"},
-            "images": images,
-        },
-    })
-}
-
-fn pv_json(name: &str, node: &str, size_gi: u64, claim: Option<&str>) -> Value {
-    let mut v = json!({
-        "metadata": {"name": name, "labels": {"localpv.io/node": node, "localpv.io/class": "local"},
-                     "annotations": {"pv.kubernetes.io/provisioned-by": "localpv"}},
-        "spec": {
-            "capacity": {"storage": format!("{size_gi}Gi")}, "volumeMode": "Filesystem",
-            "accessModes": ["ReadWriteOnce"], "persistentVolumeReclaimPolicy": "Delete",
-            "storageClassName": "local", "local": {"path": format!("/mnt/localpv/local/{name}")},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
-        },
-        "status": {"phase": "Available"},
-    });
-    if let Some(c) = claim {
-        v["spec"]["claimRef"] = json!({"kind": "PersistentVolumeClaim", "namespace": "apps", "name": c, "uid": format!("uid-{c}")});
-        v["status"]["phase"] = json!("Bound");
-    }
-    v
-}
-
-fn pvc_json(name: &str, size_gi: u64, volume: Option<&str>) -> Value {
-    let mut v = json!({
-        "metadata": {"name": name, "namespace": "apps", "uid": format!("uid-{name}")},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local",
-                 "resources": {"requests": {"storage": format!("{size_gi}Gi")}}},
-    });
-    if let Some(pv) = volume {
-        v["spec"]["volumeName"] = json!(pv);
-    }
-    v
-}
 
 fn volume(v: Value) -> Volume {
     let pv: PersistentVolume = serde_json::from_value(v).expect("valid PV");

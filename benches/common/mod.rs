@@ -5,3 +5,4 @@
 #![allow(dead_code)]
 
 pub mod figures;
+pub mod objects;

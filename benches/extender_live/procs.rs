@@ -1,0 +1,232 @@
+//! The extender processes measured: localpv's (as deployed, or with the Lease holder's work off), TopoLVM's
+//! `topolvm-scheduler` and open-local's `open-local scheduler`, each on its own loopback port, logging as its
+//! chart deploys it, with its resident memory and CPU read from `/proc`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::support::agent::{http_get, localpv_bin};
+use crate::support::cluster::{ControlPlane, free_port};
+use crate::support::proc::Component;
+
+/// Which extender, and so which request form it takes and where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `localpv extender`, clean-up and pending-pod explanations on (the chart's defaults).
+    Localpv,
+    /// `localpv extender --node-cleanup=false --explain-pending=false`: no Lease holder's work.
+    LocalpvQuiet,
+    Topolvm,
+    OpenLocal,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Localpv => "localpv",
+            Kind::LocalpvQuiet => "localpv, Lease holder's work off",
+            Kind::Topolvm => "TopoLVM",
+            Kind::OpenLocal => "open-local",
+        }
+    }
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Kind::Localpv => "localpv",
+            Kind::LocalpvQuiet => "localpv_quiet",
+            Kind::Topolvm => "topolvm",
+            Kind::OpenLocal => "openlocal",
+        }
+    }
+
+    pub fn filter_path(self) -> &'static str {
+        match self {
+            Kind::Localpv | Kind::LocalpvQuiet => "/filter",
+            Kind::Topolvm => "/predicate",
+            Kind::OpenLocal => "/scheduler/predicates",
+        }
+    }
+}
+
+pub struct Extender {
+    pub kind: Kind,
+    pub port: u16,
+    /// This replica's identity in the clean-up Lease (localpv).
+    pub identity: String,
+    process: Component,
+}
+
+impl Extender {
+    /// Starts `kind` against the plane and waits until it answers; localpv until it is ready (caches synced).
+    pub async fn start(cp: &ControlPlane, kind: Kind, tag: &str, bins: &PeerBins) -> Extender {
+        let port = free_port();
+        let kubeconfig = cp.admin_kubeconfig.display().to_string();
+        let identity = format!("bench-{}-{tag}", kind.key());
+        let name = format!("ext-{}-{tag}", kind.key());
+        let (program, args, env): (PathBuf, Vec<String>, Vec<(&str, &str)>) = match kind {
+            Kind::Localpv | Kind::LocalpvQuiet => {
+                let mut args = vec!["extender".into(), format!("--listen=127.0.0.1:{port}")];
+                if kind == Kind::LocalpvQuiet {
+                    args.push("--node-cleanup=false".into());
+                    args.push("--explain-pending=false".into());
+                }
+                let env = vec![
+                    ("KUBECONFIG", kubeconfig.as_str()),
+                    ("RUST_LOG", "info"),
+                    ("POD_NAME", identity.as_str()),
+                    ("POD_NAMESPACE", "kube-system"),
+                ];
+                (localpv_bin(), args, env)
+            }
+            Kind::Topolvm => {
+                // Its chart's configuration file holds the listen address; no cluster access at all.
+                let cfg = cp.dir.join(format!("topolvm-scheduler-{tag}.yaml"));
+                std::fs::write(&cfg, format!("listen: \"127.0.0.1:{port}\"\n"))
+                    .expect("the TopoLVM configuration is written");
+                let args = vec![format!("--config={}", cfg.display())];
+                (bins.topolvm.clone(), args, Vec::new())
+            }
+            Kind::OpenLocal => {
+                // NB: it listens on every address (no flag for one); the port is free on loopback, which is
+                // what we connect to. The chart runs it with `--port` and `--scheduler-strategy=binpack`.
+                let args = vec![
+                    "scheduler".into(),
+                    format!("--kubeconfig={kubeconfig}"),
+                    format!("--port={port}"),
+                    "--scheduler-strategy=binpack".into(),
+                ];
+                (bins.open_local.clone(), args, Vec::new())
+            }
+        };
+        let process =
+            Component::spawn_with_env(&name, &program, &args, &env, &cp.log_dir(), cp.reaper());
+        let mut e = Extender {
+            kind,
+            port,
+            identity,
+            process,
+        };
+        e.wait_ready().await;
+        e
+    }
+
+    async fn wait_ready(&mut self) {
+        let probe = match self.kind {
+            Kind::Localpv | Kind::LocalpvQuiet => "/readyz",
+            Kind::Topolvm => "/status",
+            Kind::OpenLocal => "/version",
+        };
+        // NB: open-local serves its routes before its informers sync and has no readiness endpoint; it logs
+        // this line once they have.
+        let synced = |e: &Extender| {
+            e.kind != Kind::OpenLocal
+                || std::fs::read_to_string(e.log())
+                    .unwrap_or_default()
+                    .contains("started open-local scheduler extender")
+        };
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while !matches!(http_get(self.port, probe), Some((200, _))) || !synced(self) {
+            assert!(
+                self.process.running(),
+                "{} exited:\n{}",
+                self.kind.name(),
+                self.process.tail(40)
+            );
+            assert!(
+                Instant::now() < deadline,
+                "{} does not answer {probe} after 600 s:\n{}",
+                self.kind.name(),
+                self.process.tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid().expect("the extender runs")
+    }
+
+    pub fn log(&self) -> &Path {
+        &self.process.log
+    }
+
+    /// Resident set size now, MiB.
+    pub fn rss_mib(&self) -> f64 {
+        status_kib(self.pid(), "VmRSS") / 1024.0
+    }
+
+    /// Highest resident set size since start, MiB.
+    pub fn peak_mib(&self) -> f64 {
+        status_kib(self.pid(), "VmHWM") / 1024.0
+    }
+
+    pub fn stop(mut self) {
+        self.process.stop(Duration::from_secs(10));
+    }
+
+    /// Sum of the samples of `name` on localpv's `/metrics` whose labels contain `having`.
+    pub fn metric(&self, name: &str, having: &str) -> f64 {
+        let Some((200, text)) = http_get(self.port, "/metrics") else {
+            return 0.0;
+        };
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(having))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+/// Where the peers' binaries are (bench/peer-bins.sh builds them; the bench fails naming what is missing).
+pub struct PeerBins {
+    pub topolvm: PathBuf,
+    pub open_local: PathBuf,
+}
+
+impl PeerBins {
+    pub fn from_env() -> PeerBins {
+        let get = |key: &str| {
+            let path = PathBuf::from(std::env::var_os(key).unwrap_or_else(|| {
+                panic!("{key} is not set: run bench/extender.sh, which builds the peers with bench/peer-bins.sh")
+            }));
+            assert!(
+                path.is_file(),
+                "{key}={} is not a file: run bench/peer-bins.sh",
+                path.display()
+            );
+            path
+        };
+        PeerBins {
+            topolvm: get("LOCALPV_BENCH_TOPOLVM_BIN"),
+            open_local: get("LOCALPV_BENCH_OPEN_LOCAL_BIN"),
+        }
+    }
+}
+
+/// A `/proc/<pid>/status` field in KiB (0 when the process is gone).
+fn status_kib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// User + system CPU seconds of a process so far (0 when it is gone).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // NB: the command name (field 2) may hold spaces; count fields after its closing parenthesis.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
+        .sum();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100);
+    ticks / hz as f64
+}
