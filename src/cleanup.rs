@@ -128,7 +128,9 @@ impl Volume {
                 .labels
                 .as_ref()
                 .and_then(|l| l.get(NODE_LABEL).cloned()),
-            phase: Phase::parse(phase),
+            // NB: a PV without a status yet is Pending (as the API server's default), but a phase string this version
+            // does not know stays `Unknown`, which the plan leaves alone: a newer phase is no licence to delete.
+            phase: Phase::parse(Some(phase.unwrap_or("Pending"))),
             claim: claim.map(|c| ClaimRef {
                 namespace: c.namespace.clone(),
                 name: c.name.clone(),
@@ -190,14 +192,11 @@ fn plan_pv(
     }
     let name = pv.name.clone();
     match (pv.phase, &pv.claim) {
-        // NB: `Unknown` is also a PV without a status yet, which this plan always treated as Pending.
-        (Phase::Available | Phase::Pending | Phase::Unknown, None) => {
-            out.actions.push(Action::DeletePv(PvRef {
-                name,
-                uid: pv.uid.clone(),
-                resource_version: pv.resource_version.clone(),
-            }))
-        }
+        (Phase::Available | Phase::Pending, None) => out.actions.push(Action::DeletePv(PvRef {
+            name,
+            uid: pv.uid.clone(),
+            resource_version: pv.resource_version.clone(),
+        })),
         (Phase::Bound, Some(c)) => {
             let (Some(namespace), Some(claim_name)) = (c.namespace.clone(), c.name.clone()) else {
                 return;
@@ -293,6 +292,25 @@ mod tests {
             self.warned = p.warned;
             p.actions
         }
+    }
+
+    #[test]
+    fn a_pv_with_a_phase_this_version_does_not_know_is_left_alone_and_one_without_a_status_is_pending()
+     {
+        let mut odd = pv("odd", "gone", "Archived", None);
+        let mut fresh = pv("fresh", "gone", "Available", None);
+        fresh.status = None;
+        let mut c = Case::new(&["here"], vec![odd, fresh], settings(60, None));
+        c.run(at(0));
+        let deleted: Vec<String> = c
+            .run(at(60))
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::DeletePv(r) => Some(r.name),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deleted, vec!["fresh".to_string()]);
     }
 
     #[test]
