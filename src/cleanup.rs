@@ -297,7 +297,7 @@ mod tests {
     #[test]
     fn a_pv_with_a_phase_this_version_does_not_know_is_left_alone_and_one_without_a_status_is_pending()
      {
-        let mut odd = pv("odd", "gone", "Archived", None);
+        let odd = pv("odd", "gone", "Archived", None);
         let mut fresh = pv("fresh", "gone", "Available", None);
         fresh.status = None;
         let mut c = Case::new(&["here"], vec![odd, fresh], settings(60, None));
