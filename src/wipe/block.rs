@@ -7,18 +7,20 @@
 //! closed again before the operator's program runs, because tools like `blkdiscard` and `wipefs` open it `O_EXCL`
 //! themselves.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::thread;
 
-use blkid::prober::{ProbeState, Prober};
-use blkid::{PartitionsFlags, SuperblocksFlags};
 use nix::errno::Errno;
-use nix::fcntl::{FcntlArg, OFlag, fcntl, open};
+use nix::fcntl::{OFlag, open};
 use nix::sys::stat::{Mode, SFlag, fstat};
-use nix::sys::uio::pwrite;
-use nix::unistd::{fdatasync, fsync};
 use serde::{Deserialize, Serialize};
+
+pub mod device;
+pub mod fake;
+#[cfg(test)]
+mod tests;
+
+use self::device::{BlockDevice, FdDevice};
 
 use super::command::{self, CommandError, CommandOutput};
 use super::{Control, WipeMethod};
@@ -151,7 +153,8 @@ pub fn wipe_block(
                     // Best effort: schedulers without I/O priorities ignore it.
                     let _ = sys::set_idle_io_priority();
                 }
-                Wiper::open(device, expected, opts, ctl)?.run()
+                let (dev, direct) = open_checked(device, expected, opts)?;
+                Wiper::new(device, opts, ctl, dev, direct)?.run()
             })
             .map_err(BlockWipeError::SpawnWorker)?;
         match worker.join() {
@@ -161,11 +164,11 @@ pub fn wipe_block(
     })
 }
 
-struct Wiper<'a> {
+struct Wiper<'a, D> {
     device: &'a Path,
     opts: &'a BlockOptions,
     ctl: &'a Control,
-    fd: OwnedFd,
+    dev: D,
     size: u64,
     direct: bool,
 }
@@ -176,57 +179,67 @@ enum Stop {
     Failed { offset: u64, errno: Errno },
 }
 
-impl<'a> Wiper<'a> {
-    fn open(
-        device: &'a Path,
-        expected: Option<DevId>,
-        opts: &'a BlockOptions,
-        ctl: &'a Control,
-    ) -> Result<Self, BlockWipeError> {
-        let path = || device.to_path_buf();
-        let base = OFlag::O_RDWR | OFlag::O_EXCL | OFlag::O_CLOEXEC;
-        let want_direct = opts.method == WipeMethod::Overwrite;
-        let opened = match want_direct {
-            // NB: a few drivers refuse O_DIRECT (EINVAL); a buffered overwrite with periodic fdatasync still works.
-            true => open(device, base | OFlag::O_DIRECT, Mode::empty())
-                .map(|fd| (fd, true))
-                .or_else(|e| match e {
-                    Errno::EINVAL => open(device, base, Mode::empty()).map(|fd| (fd, false)),
-                    e => Err(e),
-                }),
-            false => open(device, base, Mode::empty()).map(|fd| (fd, false)),
-        };
-        let (fd, direct) = opened.map_err(|source| match source {
-            Errno::EBUSY => BlockWipeError::Busy { device: path() },
-            source => BlockWipeError::Open {
-                device: path(),
-                source,
-            },
-        })?;
-        let st = fstat(&fd).map_err(|source| BlockWipeError::Open {
+/// Open `device` exclusively and check it is the block device numbered `expected`; true when opened `O_DIRECT`.
+fn open_checked(
+    device: &Path,
+    expected: Option<DevId>,
+    opts: &BlockOptions,
+) -> Result<(FdDevice, bool), BlockWipeError> {
+    let path = || device.to_path_buf();
+    let base = OFlag::O_RDWR | OFlag::O_EXCL | OFlag::O_CLOEXEC;
+    let want_direct = opts.method == WipeMethod::Overwrite;
+    let opened = match want_direct {
+        // NB: a few drivers refuse O_DIRECT (EINVAL); a buffered overwrite with periodic fdatasync still works.
+        true => open(device, base | OFlag::O_DIRECT, Mode::empty())
+            .map(|fd| (fd, true))
+            .or_else(|e| match e {
+                Errno::EINVAL => open(device, base, Mode::empty()).map(|fd| (fd, false)),
+                e => Err(e),
+            }),
+        false => open(device, base, Mode::empty()).map(|fd| (fd, false)),
+    };
+    let (fd, direct) = opened.map_err(|source| match source {
+        Errno::EBUSY => BlockWipeError::Busy { device: path() },
+        source => BlockWipeError::Open {
             device: path(),
             source,
-        })?;
-        if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFBLK {
-            return Err(BlockWipeError::NotABlockDevice { device: path() });
-        }
-        let found = DevId::from_dev(st.st_rdev);
-        if let Some(expected) = expected.filter(|e| *e != found) {
-            return Err(BlockWipeError::WrongDevice {
-                device: path(),
-                expected,
-                found,
-            });
-        }
-        let size = sys::block_device_size(&fd).map_err(|source| BlockWipeError::Size {
+        },
+    })?;
+    let st = fstat(&fd).map_err(|source| BlockWipeError::Open {
+        device: path(),
+        source,
+    })?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFBLK {
+        return Err(BlockWipeError::NotABlockDevice { device: path() });
+    }
+    let found = DevId::from_dev(st.st_rdev);
+    if let Some(expected) = expected.filter(|e| *e != found) {
+        return Err(BlockWipeError::WrongDevice {
             device: path(),
+            expected,
+            found,
+        });
+    }
+    Ok((FdDevice(fd), direct))
+}
+
+impl<'a, D: BlockDevice> Wiper<'a, D> {
+    fn new(
+        device: &'a Path,
+        opts: &'a BlockOptions,
+        ctl: &'a Control,
+        dev: D,
+        direct: bool,
+    ) -> Result<Self, BlockWipeError> {
+        let size = dev.size().map_err(|source| BlockWipeError::Size {
+            device: device.to_path_buf(),
             source,
         })?;
         Ok(Wiper {
             device,
             opts,
             ctl,
-            fd,
+            dev,
             size,
             direct,
         })
@@ -253,7 +266,7 @@ impl<'a> Wiper<'a> {
                         errno: Errno::EOPNOTSUPP | Errno::EINVAL,
                     }) => {
                         report.method = WipeMethod::Overwrite;
-                        self.direct = fcntl(&self.fd, FcntlArg::F_SETFL(OFlag::O_DIRECT)).is_ok();
+                        self.direct = self.dev.set_direct();
                         self.overwrite(offset)?;
                     }
                     other => self.stopped(method, other)?,
@@ -283,7 +296,7 @@ impl<'a> Wiper<'a> {
                         device: self.path(),
                     })?;
                 // NB: release the exclusive claim first; the operator's tools usually take it themselves.
-                drop(self.fd);
+                drop(self.dev);
                 report.command = Some(command::run(
                     &argv,
                     BLKDEVICE_ENV,
@@ -293,7 +306,7 @@ impl<'a> Wiper<'a> {
                 return Ok(report);
             }
         }
-        fsync(&self.fd).map_err(|source| BlockWipeError::Flush {
+        self.dev.fsync().map_err(|source| BlockWipeError::Flush {
             device: self.path(),
             source,
         })?;
@@ -338,7 +351,8 @@ impl<'a> Wiper<'a> {
                 return Err(Stop::Cancelled);
             }
             let len = chunk.min(self.size - offset);
-            sys::block_range(&self.fd, op, offset, len)
+            self.dev
+                .range(op, offset, len)
                 .map_err(|errno| Stop::Failed { offset, errno })?;
             self.ctl.progress.add(0, len);
             offset += len;
@@ -362,23 +376,24 @@ impl<'a> Wiper<'a> {
                 });
             }
             let len = (self.size - offset).min(WRITE_BYTES as u64) as usize;
-            let written =
-                write_all_at(self.fd.as_fd(), &zeros[..len], offset).map_err(|source| {
-                    BlockWipeError::Write {
-                        device: self.path(),
-                        offset,
-                        source,
-                    }
-                })?;
+            let written = write_all_at(&self.dev, &zeros[..len], offset).map_err(|source| {
+                BlockWipeError::Write {
+                    device: self.path(),
+                    offset,
+                    source,
+                }
+            })?;
             offset += written;
             unsynced += written;
             self.ctl.progress.add(0, written);
             if !self.direct && unsynced >= chunk {
                 // Bound the dirty page cache a buffered overwrite builds up.
-                fdatasync(&self.fd).map_err(|source| BlockWipeError::Flush {
-                    device: self.path(),
-                    source,
-                })?;
+                self.dev
+                    .fdatasync()
+                    .map_err(|source| BlockWipeError::Flush {
+                        device: self.path(),
+                        source,
+                    })?;
                 unsynced = 0;
             }
         }
@@ -391,39 +406,21 @@ impl<'a> Wiper<'a> {
             device: self.path(),
             source,
         };
-        let mut probe = Prober::new().map_err(err)?;
-        probe
-            .set_device(self.fd.as_raw_fd(), 0, None)
-            .map_err(err)?;
-        probe.enable_superblocks(true).map_err(err)?;
-        probe
-            .set_superblocks_flags(SuperblocksFlags::MAGIC | SuperblocksFlags::BADCSUM)
-            .map_err(err)?;
-        probe.enable_partitions(true).map_err(err)?;
-        probe
-            .set_partitions_flags(PartitionsFlags::MAGIC)
-            .map_err(err)?;
-        // Bounded: each round erases one signature; a device never carries hundreds.
-        for _ in 0..256 {
-            match probe.do_probe().map_err(err)? {
-                ProbeState::Success => probe.do_wipe(false).map_err(err)?,
-                _ => break,
-            };
-        }
-        drop(probe);
+        self.dev.erase_signatures().map_err(err)?;
         let head = SIGNATURE_SPAN.min(self.size);
         let tail_start = self.size.saturating_sub(SIGNATURE_SPAN).max(head);
         self.ctl.progress.set_total(head + (self.size - tail_start));
         let zeros = vec![0u8; SIGNATURE_SPAN as usize];
         let mut bytes = 0;
         for (offset, len) in [(0, head), (tail_start, self.size - tail_start)] {
-            let written = write_all_at(self.fd.as_fd(), &zeros[..len as usize], offset).map_err(
-                |source| BlockWipeError::Write {
-                    device: self.path(),
-                    offset,
-                    source,
-                },
-            )?;
+            let written =
+                write_all_at(&self.dev, &zeros[..len as usize], offset).map_err(|source| {
+                    BlockWipeError::Write {
+                        device: self.path(),
+                        offset,
+                        source,
+                    }
+                })?;
             self.ctl.progress.add(0, written);
             bytes += written;
         }
@@ -432,11 +429,10 @@ impl<'a> Wiper<'a> {
 }
 
 /// `pwrite` until all of `buf` is written; returns its length.
-fn write_all_at(fd: BorrowedFd<'_>, buf: &[u8], offset: u64) -> Result<u64, Errno> {
+fn write_all_at(dev: &impl BlockDevice, buf: &[u8], offset: u64) -> Result<u64, Errno> {
     let mut done = 0;
     while done < buf.len() {
-        let at = i64::try_from(offset + done as u64).map_err(|_| Errno::EOVERFLOW)?;
-        match pwrite(fd, &buf[done..], at) {
+        match dev.write_at(&buf[done..], offset + done as u64) {
             Ok(0) => return Err(Errno::EIO),
             Ok(n) => done += n,
             Err(Errno::EINTR) => {}
