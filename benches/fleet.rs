@@ -1,0 +1,1037 @@
+//! Fleet simulation (issue 18 point 2): one API server serving many node agents, as a cluster of that size would,
+//! measured from the API server's side. Not a timed test; `bench/fleet.sh` runs it. Per fleet, a fresh plane:
+//!
+//! ```text
+//!  etcd + kube-apiserver + kube-controller-manager <── N agents, one per stand-in Node fleet-001.., each with D tmpfs disks,
+//!        │  /metrics, /proc/<pid>          its own config and state dirs, HTTP port; all one client identity
+//!        └── sampler: CPU, RSS, apiserver_request_total by verb, every LOCALPV_FLEET_SAMPLE_SECS
+//! ```
+//!
+//! Phases: the API server alone with the N Nodes (baseline), the fleet started in batches until every disk is an
+//! Available PV, steady state, then a rolling restart of every agent one by one, each waited for the way a
+//! DaemonSet rollout waits (localpv: `/readyz` 200, its readiness probe; the reference provisioner has no probe,
+//! so its container counts as ready once it runs: its HTTP port answers). The same for the reference provisioner
+//! (sig-storage-local-static-provisioner, default `--discovery-period` 10 s): its configuration directory is the
+//! constant `/etc/provisioner/config`, so each instance runs in a mount namespace of its own (`unshare -m`) where a
+//! copy of `/etc` with that instance's directory is bound over `/etc`; the host's `/etc` is never touched.
+//!
+//! Requests are the API server's own count (`apiserver_request_total`, resource requests only, so the sampler's
+//! `/metrics` reads are left out; a watch counts when it ends). Figures per 1,000 nodes are what the fleet adds
+//! over the baseline, scaled linearly. Sizes: LOCALPV_FLEET_NODES (200), LOCALPV_FLEET_DISKS (3),
+//! LOCALPV_FLEET_STEADY_SECS (300: a whole cycle of kube-rs watches, which end after 290 s; client-go's last 5-10
+//! min), LOCALPV_FLEET_BASELINE_SECS (60), LOCALPV_FLEET_SAMPLE_SECS (10), LOCALPV_FLEET_BATCH (10 agents started
+//! at once), LOCALPV_FLEET_KINDS (`localpv,reference`), LOCALPV_FLEET_LSP (the reference binary; bench/fleet.sh
+//! builds it). With LOCALPV_BENCH_FIGURES set, figures are appended there as JSON lines.
+
+#[path = "../tests/support/mod.rs"]
+#[allow(unused_imports)]
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+use support::agent::{http_get, install_crd, localpv_bin};
+use support::cluster::{ControlPlane, Options, free_port};
+use support::disks::Mount;
+use support::nodes::create_node;
+use support::proc::Component;
+
+const CLASS: &str = "local-storage";
+/// How the reference provisioner finds its configuration, whatever its flags say.
+const LSP_CONFIG: &str = "/etc/provisioner/config";
+
+fn env(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Sizes {
+    nodes: usize,
+    disks: usize,
+    steady: u64,
+    baseline: u64,
+    every: u64,
+    batch: usize,
+    kinds: Vec<Kind>,
+}
+
+impl Sizes {
+    fn from_env() -> Sizes {
+        let kinds =
+            std::env::var("LOCALPV_FLEET_KINDS").unwrap_or_else(|_| "localpv,reference".into());
+        Sizes {
+            nodes: env("LOCALPV_FLEET_NODES", 200).max(1),
+            disks: env("LOCALPV_FLEET_DISKS", 3).max(1),
+            steady: env("LOCALPV_FLEET_STEADY_SECS", 300) as u64,
+            baseline: env("LOCALPV_FLEET_BASELINE_SECS", 60) as u64,
+            every: env("LOCALPV_FLEET_SAMPLE_SECS", 10).max(1) as u64,
+            batch: env("LOCALPV_FLEET_BATCH", 10).max(1),
+            kinds: kinds
+                .split(',')
+                .map(|k| match k.trim() {
+                    "localpv" => Kind::Localpv,
+                    "reference" => Kind::Reference,
+                    other => panic!("LOCALPV_FLEET_KINDS: unknown kind {other:?}"),
+                })
+                .collect(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "LOCALPV_FLEET_NODES={} LOCALPV_FLEET_DISKS={} LOCALPV_FLEET_STEADY_SECS={} LOCALPV_FLEET_BASELINE_SECS={} \
+             LOCALPV_FLEET_SAMPLE_SECS={} LOCALPV_FLEET_BATCH={}",
+            self.nodes, self.disks, self.steady, self.baseline, self.every, self.batch
+        )
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Kind {
+    Localpv,
+    Reference,
+}
+
+impl Kind {
+    fn key(self) -> &'static str {
+        match self {
+            Kind::Localpv => "localpv",
+            Kind::Reference => "reference",
+        }
+    }
+    fn title(self) -> &'static str {
+        match self {
+            Kind::Localpv => "localpv",
+            Kind::Reference => "reference (10 s discovery)",
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Figures
+
+/// Appends one figure (median, min, max of `samples`) to LOCALPV_BENCH_FIGURES, in the other benches' format.
+fn figure(key: &str, label: &str, unit: &str, samples: &[f64]) {
+    let Some(file) = std::env::var_os("LOCALPV_BENCH_FIGURES") else {
+        return;
+    };
+    if samples.is_empty() {
+        return;
+    }
+    let (median, min, max) = spread(samples);
+    let places = match unit {
+        "cores" => 10000.0,
+        "req/s" => 1000.0,
+        _ => 10.0,
+    };
+    let round = |x: f64| (x * places).round() / places;
+    let line = json!({"key": key, "label": label, "unit": unit, "median": round(median),
+                      "min": round(min), "max": round(max), "n": samples.len()});
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&file)
+        .and_then(|mut f| writeln!(f, "{line}"))
+        .unwrap_or_else(|e| panic!("failed to append to {}: {e}", file.to_string_lossy()));
+}
+
+fn spread(samples: &[f64]) -> (f64, f64, f64) {
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    let median = if v.is_empty() {
+        0.0
+    } else if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    };
+    (
+        median,
+        v.first().copied().unwrap_or(0.0),
+        v.last().copied().unwrap_or(0.0),
+    )
+}
+
+fn median(samples: &[f64]) -> f64 {
+    spread(samples).0
+}
+
+/// "median (min-max)" with `digits` decimals.
+fn cell(samples: &[f64], digits: usize) -> String {
+    if samples.is_empty() {
+        return "-".into();
+    }
+    let (m, lo, hi) = spread(samples);
+    format!("{m:.digits$} ({lo:.digits$}-{hi:.digits$})")
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// What the API server did: samples and the intervals between them
+
+/// User + system CPU seconds of a process so far (0 when it is gone).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // NB: the command name (field 2) may hold spaces; count fields after its closing parenthesis.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
+        .sum();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100);
+    ticks / hz as f64
+}
+
+/// Resident memory of a process in MiB (0 when it is gone).
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map(|kib| kib / 1024.0)
+        .unwrap_or(0.0)
+}
+
+/// The process one of whose arguments is exactly `arg` (the harness keeps component handles private).
+fn process_with_arg(arg: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        cmdline
+            .split(|b| *b == 0)
+            .any(|a| a == arg.as_bytes())
+            .then_some(pid)
+    })
+}
+
+struct Probe {
+    client: kube::Client,
+    apiserver: u32,
+    etcd: u32,
+}
+
+#[derive(Clone)]
+struct Sample {
+    at: Instant,
+    api_cpu: f64,
+    etcd_cpu: f64,
+    api_rss: f64,
+    /// Resource requests so far, by verb (apiserver_request_total).
+    requests: BTreeMap<String, f64>,
+    /// Watches open now (apiserver_longrunning_requests, verb WATCH).
+    watches: f64,
+}
+
+/// The value of label `name` in a Prometheus sample line's label set.
+fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
+    let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
+    let rest = &labels[start..];
+    Some(&rest[..rest.find('"')?])
+}
+
+/// (requests by verb, open watches) from the API server's metrics text.
+fn parse_metrics(text: &str) -> (BTreeMap<String, f64>, f64) {
+    let mut requests = BTreeMap::new();
+    let mut watches = 0.0;
+    for line in text.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let Some((name, labels)) = series.split_once('{') else {
+            continue;
+        };
+        let resource = label(labels, "resource").unwrap_or_default();
+        let verb = label(labels, "verb").unwrap_or_default();
+        if name == "apiserver_request_total" && !resource.is_empty() {
+            *requests.entry(verb.to_lowercase()).or_insert(0.0) += value;
+        } else if name == "apiserver_longrunning_requests" && verb == "WATCH" {
+            watches += value;
+        }
+    }
+    (requests, watches)
+}
+
+impl Probe {
+    fn find(cp: &ControlPlane) -> Probe {
+        let cert_dir = format!("--cert-dir={}", cp.dir.join("apiserver-certs").display());
+        let data_dir = format!("--data-dir={}", cp.dir.join("etcd").display());
+        Probe {
+            client: cp.client(),
+            apiserver: process_with_arg(&cert_dir).expect("the plane's kube-apiserver process"),
+            etcd: process_with_arg(&data_dir).expect("the plane's etcd process"),
+        }
+    }
+
+    async fn sample(&self) -> Sample {
+        let req = http::Request::get("/metrics")
+            .body(Vec::new())
+            .expect("request builds");
+        let text = self
+            .client
+            .request_text(req)
+            .await
+            .expect("kube-apiserver serves /metrics to the admin");
+        let (requests, watches) = parse_metrics(&text);
+        Sample {
+            at: Instant::now(),
+            api_cpu: cpu_seconds(self.apiserver),
+            etcd_cpu: cpu_seconds(self.etcd),
+            api_rss: rss_mib(self.apiserver),
+            requests,
+            watches,
+        }
+    }
+
+    /// Samples now and every `every` seconds for `secs`.
+    async fn window(&self, secs: u64, every: u64) -> Vec<Sample> {
+        let start = Instant::now();
+        let mut out = vec![self.sample().await];
+        while start.elapsed() < Duration::from_secs(secs) {
+            tokio::time::sleep(Duration::from_secs(every)).await;
+            out.push(self.sample().await);
+        }
+        out
+    }
+}
+
+/// What one phase looked like, per sampling interval.
+#[derive(Default)]
+struct Phase {
+    api_cpu: Vec<f64>,
+    etcd_cpu: Vec<f64>,
+    api_rss: Vec<f64>,
+    rps: Vec<f64>,
+    rps_by_verb: BTreeMap<String, Vec<f64>>,
+    watches: Vec<f64>,
+    secs: f64,
+}
+
+impl Phase {
+    fn of(samples: &[Sample]) -> Phase {
+        let mut p = Phase::default();
+        let verbs: BTreeSet<&String> = samples.iter().flat_map(|s| s.requests.keys()).collect();
+        for w in samples.windows(2) {
+            let (a, b) = (&w[0], &w[1]);
+            let dt = (b.at - a.at).as_secs_f64();
+            if dt <= 0.0 {
+                continue;
+            }
+            p.secs += dt;
+            p.api_cpu.push((b.api_cpu - a.api_cpu) / dt);
+            p.etcd_cpu.push((b.etcd_cpu - a.etcd_cpu) / dt);
+            let mut total = 0.0;
+            for verb in &verbs {
+                let get = |s: &Sample| s.requests.get(*verb).copied().unwrap_or(0.0);
+                let r = (get(b) - get(a)).max(0.0) / dt;
+                total += r;
+                p.rps_by_verb.entry((*verb).clone()).or_default().push(r);
+            }
+            p.rps.push(total);
+        }
+        p.api_rss = samples.iter().map(|s| s.api_rss).collect();
+        p.watches = samples.iter().map(|s| s.watches).collect();
+        p
+    }
+
+    /// Mean requests per second over the whole phase, by verb (a verb rare enough to miss most intervals still
+    /// counts).
+    fn mean_rps(&self, verb: &str) -> f64 {
+        let v = self.rps_by_verb.get(verb).map(Vec::as_slice).unwrap_or(&[]);
+        if v.is_empty() {
+            return 0.0;
+        }
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The fleet
+
+struct Member {
+    node: String,
+    port: u16,
+    program: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    process: Option<Component>,
+}
+
+struct Fleet {
+    kind: Kind,
+    members: Vec<Member>,
+    _mounts: Vec<Mount>,
+}
+
+fn node_name(i: usize) -> String {
+    format!("fleet-{:03}", i + 1)
+}
+
+impl Fleet {
+    /// Prepares (mounts disks, writes configurations) without starting anything.
+    fn prepare(kind: Kind, cp: &ControlPlane, sizes: &Sizes, kubeconfig: &Path) -> Fleet {
+        let lsp = match kind {
+            Kind::Reference => Some(lsp_binary()),
+            Kind::Localpv => None,
+        };
+        let etc = (kind == Kind::Reference).then(|| lsp_etc(cp));
+        let mut mounts = Vec::new();
+        let mut members = Vec::new();
+        for i in 0..sizes.nodes {
+            let node = node_name(i);
+            let root = cp.dir.join("fleet").join(&node);
+            let disks = root.join("disks");
+            for d in 0..sizes.disks {
+                mounts.push(Mount::tmpfs(
+                    &disks.join(format!("d{d}")),
+                    "16M",
+                    cp.reaper(),
+                ));
+            }
+            let class = format!(
+                "{CLASS}:\n  hostDir: {d}\n  mountDir: {d}\n",
+                d = disks.display()
+            );
+            let port = free_port();
+            let kubeconfig = kubeconfig.display().to_string();
+            let (program, args, env) = match kind {
+                Kind::Localpv => {
+                    let config = root.join("config.yaml");
+                    let text = format!("storageClassMap:\n{}", indent(&class));
+                    std::fs::write(&config, text).expect("agent config written");
+                    let args = vec![
+                        "node".to_string(),
+                        format!("--config={}", config.display()),
+                        format!("--node-name={node}"),
+                        format!("--listen=127.0.0.1:{port}"),
+                        format!("--state-dir={}", root.join("state").display()),
+                    ];
+                    let env = vec![
+                        ("KUBECONFIG".to_string(), kubeconfig),
+                        ("RUST_LOG".to_string(), "info".to_string()),
+                    ];
+                    (localpv_bin(), args, env)
+                }
+                Kind::Reference => {
+                    let config = root.join("config");
+                    std::fs::create_dir_all(&config).expect("config dir");
+                    std::fs::write(config.join("storageClassMap"), class).expect("config written");
+                    let lsp = lsp.clone().expect("reference binary");
+                    let etc = etc.clone().expect("etc copy");
+                    (
+                        PathBuf::from("unshare"),
+                        lsp_args(&etc, &config, &lsp, port),
+                        vec![
+                            ("KUBECONFIG".to_string(), kubeconfig),
+                            ("MY_NODE_NAME".to_string(), node.clone()),
+                            ("MY_NAMESPACE".to_string(), "default".to_string()),
+                        ],
+                    )
+                }
+            };
+            members.push(Member {
+                node,
+                port,
+                program,
+                args,
+                env,
+                process: None,
+            });
+        }
+        Fleet {
+            kind,
+            members,
+            _mounts: mounts,
+        }
+    }
+
+    fn spawn(&mut self, i: usize, cp: &ControlPlane) {
+        let m = &mut self.members[i];
+        let env: Vec<(&str, &str)> = m
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let name = format!("fleet-{}-{}", self.kind.key(), m.node);
+        m.process = Some(Component::spawn_with_env(
+            &name,
+            &m.program,
+            &m.args,
+            &env,
+            &cp.log_dir(),
+            cp.reaper(),
+        ));
+    }
+
+    /// Waits until member `i` counts as ready for a rollout (see the module doc).
+    async fn wait_ready(&mut self, i: usize) {
+        let path = match self.kind {
+            Kind::Localpv => "/readyz",
+            Kind::Reference => "/metrics",
+        };
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let m = &mut self.members[i];
+        loop {
+            if matches!(http_get(m.port, path), Some((200, _))) {
+                return;
+            }
+            let p = m.process.as_mut().expect("started");
+            assert!(p.running(), "{} exited:\n{}", p.name, p.tail(40));
+            assert!(
+                Instant::now() < deadline,
+                "{} not ready after 180 s:\n{}",
+                p.name,
+                p.tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Starts every member, `batch` at a time, each batch waited for.
+    async fn start(&mut self, cp: &ControlPlane, batch: usize) {
+        let n = self.members.len();
+        for chunk in (0..n).collect::<Vec<_>>().chunks(batch) {
+            for &i in chunk {
+                self.spawn(i, cp);
+            }
+            for &i in chunk {
+                self.wait_ready(i).await;
+            }
+        }
+    }
+
+    /// Restarts every member one after the other (SIGTERM, wait for the exit, start, wait until ready).
+    async fn rolling_restart(&mut self, cp: &ControlPlane) {
+        for i in 0..self.members.len() {
+            if let Some(mut p) = self.members[i].process.take() {
+                p.stop(Duration::from_secs(30));
+            }
+            self.spawn(i, cp);
+            self.wait_ready(i).await;
+        }
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        let ps = self.members.iter().filter_map(|m| m.process.as_ref());
+        ps.filter_map(Component::pid).collect()
+    }
+
+    fn stop(&mut self) {
+        for m in &self.members {
+            if let Some(p) = &m.process {
+                p.signal(nix::sys::signal::Signal::SIGTERM);
+            }
+        }
+        for m in &mut self.members {
+            if let Some(mut p) = m.process.take() {
+                p.stop(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+fn lsp_binary() -> PathBuf {
+    let path = std::env::var_os("LOCALPV_FLEET_LSP").map(PathBuf::from);
+    match path {
+        Some(p) if p.is_file() => p,
+        _ => panic!(
+            "missing prerequisite: LOCALPV_FLEET_LSP must name the reference provisioner's binary \
+             (bench/fleet.sh builds it from ../shared/peers with bench/peers.sh build-lsp)"
+        ),
+    }
+}
+
+/// A copy of the host's `/etc` with an empty `provisioner/config`, bound over `/etc` inside each reference
+/// instance's mount namespace (the host's `/etc` is never written).
+fn lsp_etc(cp: &ControlPlane) -> PathBuf {
+    let etc = cp.dir.join("lsp-etc");
+    let out = std::process::Command::new("cp")
+        .args(["-a", "/etc"])
+        .arg(&etc)
+        .output()
+        .expect("cp runs");
+    assert!(out.status.success(), "cp -a /etc failed: {out:?}");
+    std::fs::create_dir_all(etc.join(LSP_CONFIG.trim_start_matches("/etc/")))
+        .expect("provisioner config mount point in the copy");
+    etc
+}
+
+/// `unshare -m` arguments that run the reference provisioner with `config` as its `/etc/provisioner/config`.
+fn lsp_args(etc: &Path, config: &Path, lsp: &Path, port: u16) -> Vec<String> {
+    // NB: unshare's own default propagation for -m is private: nothing bound here reaches the host.
+    let script = format!(
+        "mount --bind \"$1\" /etc && mount --bind \"$2\" {LSP_CONFIG} && shift 2 && exec \"$@\""
+    );
+    vec![
+        "-m".into(),
+        "--propagation".into(),
+        "private".into(),
+        "sh".into(),
+        "-c".into(),
+        script,
+        "sh".into(),
+        etc.display().to_string(),
+        config.display().to_string(),
+        lsp.display().to_string(),
+        format!("--listen-address=127.0.0.1:{port}"),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// One fleet on one plane
+
+struct Outcome {
+    kind: Kind,
+    baseline: Phase,
+    steady: Phase,
+    restart: Phase,
+    publish_secs: f64,
+    restart_secs: f64,
+    agents_rss: f64,
+    pvs_changed: usize,
+}
+
+async fn pv_names(client: &kube::Client) -> BTreeMap<String, String> {
+    let list = Api::<PersistentVolume>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("PVs list");
+    list.items
+        .into_iter()
+        .map(|p| {
+            let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
+            (p.metadata.name.unwrap_or_default(), phase)
+        })
+        .collect()
+}
+
+async fn wait_pvs(client: &kube::Client, want: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let pvs = pv_names(client).await;
+        let available = pvs.values().filter(|p| *p == "Available").count();
+        if available >= want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {available} of {want} PVs Available after 900 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
+    eprintln!("== {}: control plane, {} Nodes", kind.key(), sizes.nodes);
+    // kube-controller-manager too, as in any cluster: its PV binder is what makes a new PV Available.
+    let cp = ControlPlane::start(Options {
+        controller_manager: true,
+        ..Options::default()
+    })
+    .await;
+    install_crd(&cp).await;
+    let client = cp.client();
+    let sc: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": CLASS}, "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Delete",
+    }))
+    .expect("storage class literal");
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &sc)
+        .await
+        .expect("storage class created");
+    futures::stream::iter(0..sizes.nodes)
+        .map(|i| {
+            let client = client.clone();
+            async move { create_node(&client, &node_name(i), &[]).await }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+    let probe = Probe::find(&cp);
+    eprintln!("== {}: baseline {} s", kind.key(), sizes.baseline);
+    let baseline = Phase::of(&probe.window(sizes.baseline, sizes.every).await);
+
+    // One identity for the whole fleet, as a DaemonSet's pods share one ServiceAccount.
+    let kubeconfig = cp.kubeconfig_for("fleet", "localpv-fleet", &["system:masters"]);
+    let mut fleet = Fleet::prepare(kind, &cp, sizes, &kubeconfig);
+    let want = sizes.nodes * sizes.disks;
+    eprintln!("== {}: starting {} agents", kind.key(), sizes.nodes);
+    let start = Instant::now();
+    fleet.start(&cp, sizes.batch).await;
+    wait_pvs(&client, want, "after start").await;
+    let publish_secs = start.elapsed().as_secs_f64();
+    // Let start-up work (first full passes, inventory writes) finish before steady state.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let before = pv_names(&client).await;
+
+    eprintln!("== {}: steady state {} s", kind.key(), sizes.steady);
+    let steady = Phase::of(&probe.window(sizes.steady, sizes.every).await);
+    let agents_rss = fleet.pids().into_iter().map(rss_mib).sum::<f64>();
+
+    eprintln!("== {}: rolling restart", kind.key());
+    let probe = Arc::new(probe);
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (probe, done, every) = (probe.clone(), done.clone(), sizes.every);
+        tokio::spawn(async move {
+            let mut out = vec![probe.sample().await];
+            while !done.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_secs(every)).await;
+                out.push(probe.sample().await);
+            }
+            out
+        })
+    };
+    let start = Instant::now();
+    fleet.rolling_restart(&cp).await;
+    let restart_secs = start.elapsed().as_secs_f64();
+    done.store(true, Ordering::Relaxed);
+    let restart = Phase::of(&sampler.await.expect("sampler task"));
+    tokio::time::sleep(Duration::from_secs(2 * sizes.every)).await;
+    let after = pv_names(&client).await;
+    let pvs_changed = before
+        .iter()
+        .filter(|(name, phase)| after.get(*name) != Some(phase))
+        .count()
+        + after.keys().filter(|n| !before.contains_key(*n)).count();
+    fleet.stop();
+    drop(fleet);
+    drop(cp);
+    Outcome {
+        kind,
+        baseline,
+        steady,
+        restart,
+        publish_secs,
+        restart_secs,
+        agents_rss,
+        pvs_changed,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Report
+
+/// What the fleet adds over its plane's baseline, per 1,000 nodes (linear).
+fn per_1000(fleet: &[f64], baseline: &[f64], nodes: usize) -> f64 {
+    (median(fleet) - median(baseline)) * 1000.0 / nodes as f64
+}
+
+fn emit(o: &Outcome, nodes: usize) {
+    let k = o.kind.key();
+    let t = o.kind.title();
+    figure(
+        &format!("fleet.{k}.baseline.apiserver_cpu"),
+        &format!("API server CPU, {nodes} Nodes and no agents ({t} plane)"),
+        "cores",
+        &o.baseline.api_cpu,
+    );
+    figure(
+        &format!("fleet.{k}.baseline.apiserver_rss"),
+        &format!("API server RSS, {nodes} Nodes and no agents ({t} plane)"),
+        "MiB",
+        &o.baseline.api_rss,
+    );
+    figure(
+        &format!("fleet.{k}.baseline.rps"),
+        &format!("API server requests/s, {nodes} Nodes and no agents ({t} plane)"),
+        "req/s",
+        &o.baseline.rps,
+    );
+    for (phase, p) in [("steady", &o.steady), ("restart", &o.restart)] {
+        let what = if phase == "steady" {
+            "steady state"
+        } else {
+            "rolling restart"
+        };
+        figure(
+            &format!("fleet.{k}.{phase}.apiserver_cpu"),
+            &format!("API server CPU, {nodes} {t} agents, {what}"),
+            "cores",
+            &p.api_cpu,
+        );
+        figure(
+            &format!("fleet.{k}.{phase}.etcd_cpu"),
+            &format!("etcd CPU, {nodes} {t} agents, {what}"),
+            "cores",
+            &p.etcd_cpu,
+        );
+        figure(
+            &format!("fleet.{k}.{phase}.apiserver_rss"),
+            &format!("API server RSS, {nodes} {t} agents, {what}"),
+            "MiB",
+            &p.api_rss,
+        );
+        figure(
+            &format!("fleet.{k}.{phase}.rps"),
+            &format!("API server requests/s, {nodes} {t} agents, {what}"),
+            "req/s",
+            &p.rps,
+        );
+        for (verb, v) in &p.rps_by_verb {
+            figure(
+                &format!("fleet.{k}.{phase}.rps.{verb}"),
+                &format!("API server {verb} requests/s, {nodes} {t} agents, {what}"),
+                "req/s",
+                v,
+            );
+        }
+        figure(
+            &format!("fleet.{k}.per1000.{phase}.apiserver_cpu"),
+            &format!("API server CPU added per 1,000 {t} agents, {what}"),
+            "cores",
+            &[per_1000(&p.api_cpu, &o.baseline.api_cpu, nodes)],
+        );
+        figure(
+            &format!("fleet.{k}.per1000.{phase}.rps"),
+            &format!("API server requests/s added per 1,000 {t} agents, {what}"),
+            "req/s",
+            &[per_1000(&p.rps, &o.baseline.rps, nodes)],
+        );
+    }
+    figure(
+        &format!("fleet.{k}.steady.watches"),
+        &format!("watches open at the API server, {nodes} {t} agents"),
+        "count",
+        &o.steady.watches,
+    );
+    figure(
+        &format!("fleet.{k}.per1000.apiserver_rss"),
+        &format!("API server memory added per 1,000 {t} agents"),
+        "MiB",
+        &[per_1000(&o.steady.api_rss, &o.baseline.api_rss, nodes)],
+    );
+    figure(
+        &format!("fleet.{k}.publish_secs"),
+        &format!("{nodes} {t} agents started until every disk is an Available PV"),
+        "s",
+        &[o.publish_secs],
+    );
+    figure(
+        &format!("fleet.{k}.restart_secs"),
+        &format!("rolling restart of {nodes} {t} agents, one at a time"),
+        "s",
+        &[o.restart_secs],
+    );
+    figure(
+        &format!("fleet.{k}.agents_rss"),
+        &format!("resident memory of all {nodes} {t} agents together"),
+        "MiB",
+        &[o.agents_rss],
+    );
+    figure(
+        &format!("fleet.{k}.restart_pvs_changed"),
+        &format!("PVs created, deleted or changing phase during the rolling restart ({t})"),
+        "count",
+        &[o.pvs_changed as f64],
+    );
+}
+
+fn report(outcomes: &[Outcome], sizes: &Sizes) {
+    let n = sizes.nodes;
+    println!(
+        "### Fleet: {n} node agents against one API server\n\n{n} stand-in Nodes with {} tmpfs disks each; \
+         sampled every {} s; medians over the samples (min-max). Steady state: {} s after every disk was an \
+         Available PV.\n",
+        sizes.disks, sizes.every, sizes.steady
+    );
+    let mut header = "| measure |".to_string();
+    let mut rule = "| --- |".to_string();
+    for o in outcomes {
+        header += &format!(
+            " API server alone ({} plane) | {} |",
+            o.kind.key(),
+            o.kind.title()
+        );
+        rule += " --- | --- |";
+    }
+    println!("{header}\n{rule}");
+    type Row<'a> = (&'a str, Box<dyn Fn(&Outcome) -> (String, String)>);
+    let rows: Vec<Row> = vec![
+        (
+            "API server CPU, steady (cores)",
+            Box::new(|o| (cell(&o.baseline.api_cpu, 3), cell(&o.steady.api_cpu, 3))),
+        ),
+        (
+            "API server CPU, rolling restart (cores)",
+            Box::new(|o| ("".into(), cell(&o.restart.api_cpu, 3))),
+        ),
+        (
+            "etcd CPU, steady (cores)",
+            Box::new(|o| (cell(&o.baseline.etcd_cpu, 3), cell(&o.steady.etcd_cpu, 3))),
+        ),
+        (
+            "API server RSS, steady (MiB)",
+            Box::new(|o| (cell(&o.baseline.api_rss, 0), cell(&o.steady.api_rss, 0))),
+        ),
+        (
+            "API server RSS, rolling restart (MiB)",
+            Box::new(|o| ("".into(), cell(&o.restart.api_rss, 0))),
+        ),
+        (
+            "requests/s, steady",
+            Box::new(|o| (cell(&o.baseline.rps, 2), cell(&o.steady.rps, 2))),
+        ),
+        (
+            "requests/s, rolling restart",
+            Box::new(|o| ("".into(), cell(&o.restart.rps, 2))),
+        ),
+        (
+            "watches open, steady",
+            Box::new(|o| (cell(&o.baseline.watches, 0), cell(&o.steady.watches, 0))),
+        ),
+        (
+            "start until every disk is a PV (s)",
+            Box::new(|o| ("".into(), format!("{:.0}", o.publish_secs))),
+        ),
+        (
+            "rolling restart, one at a time (s)",
+            Box::new(|o| ("".into(), format!("{:.0}", o.restart_secs))),
+        ),
+        (
+            "all agents' resident memory (MiB)",
+            Box::new(|o| ("".into(), format!("{:.0}", o.agents_rss))),
+        ),
+        (
+            "PVs changed by the restart",
+            Box::new(|o| ("".into(), o.pvs_changed.to_string())),
+        ),
+    ];
+    for (name, f) in &rows {
+        let mut line = format!("| {name} |");
+        for o in outcomes {
+            let (a, b) = f(o);
+            line += &format!(" {a} | {b} |");
+        }
+        println!("{line}");
+    }
+
+    println!(
+        "\n#### Per 1,000 nodes (what the agents add over the API server alone, scaled linearly)\n"
+    );
+    let mut header = "| measure |".to_string();
+    let mut rule = "| --- |".to_string();
+    for o in outcomes {
+        header += &format!(" {} |", o.kind.title());
+        rule += " --- |";
+    }
+    println!("{header}\n{rule}");
+    type PerRow<'a> = (&'a str, Box<dyn Fn(&Outcome) -> String>);
+    let per: Vec<PerRow> = vec![
+        (
+            "API server CPU, steady (cores)",
+            Box::new(move |o| {
+                format!("{:.3}", per_1000(&o.steady.api_cpu, &o.baseline.api_cpu, n))
+            }),
+        ),
+        (
+            "API server CPU, rolling restart (cores)",
+            Box::new(move |o| {
+                format!(
+                    "{:.3}",
+                    per_1000(&o.restart.api_cpu, &o.baseline.api_cpu, n)
+                )
+            }),
+        ),
+        (
+            "API server memory (MiB)",
+            Box::new(move |o| {
+                format!("{:.0}", per_1000(&o.steady.api_rss, &o.baseline.api_rss, n))
+            }),
+        ),
+        (
+            "requests/s, steady",
+            Box::new(move |o| format!("{:.2}", per_1000(&o.steady.rps, &o.baseline.rps, n))),
+        ),
+        (
+            "requests/s, rolling restart",
+            Box::new(move |o| format!("{:.2}", per_1000(&o.restart.rps, &o.baseline.rps, n))),
+        ),
+    ];
+    for (name, f) in &per {
+        let mut line = format!("| {name} |");
+        for o in outcomes {
+            line += &format!(" {} |", f(o));
+        }
+        println!("{line}");
+    }
+
+    println!("\n#### Requests per second by verb (mean over the phase)\n");
+    let verbs: BTreeSet<String> = outcomes
+        .iter()
+        .flat_map(|o| {
+            let s = o.steady.rps_by_verb.keys();
+            s.chain(o.restart.rps_by_verb.keys()).cloned()
+        })
+        .collect();
+    let mut header = "| verb |".to_string();
+    let mut rule = "| --- |".to_string();
+    for o in outcomes {
+        header += &format!(
+            " {}, steady | {}, rolling restart |",
+            o.kind.key(),
+            o.kind.key()
+        );
+        rule += " --- | --- |";
+    }
+    println!("{header}\n{rule}");
+    for verb in verbs {
+        let mut line = format!("| {verb} |");
+        for o in outcomes {
+            line += &format!(
+                " {:.3} | {:.3} |",
+                o.steady.mean_rps(&verb),
+                o.restart.mean_rps(&verb)
+            );
+        }
+        println!("{line}");
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let sizes = Sizes::from_env();
+    eprintln!("sizes: {}", sizes.describe());
+    if sizes.kinds.contains(&Kind::Reference) {
+        lsp_binary();
+    }
+    figure(
+        "fleet.nodes",
+        "stand-in nodes in the fleet",
+        "count",
+        &[sizes.nodes as f64],
+    );
+    let mut outcomes = Vec::new();
+    for kind in &sizes.kinds {
+        let o = run_fleet(*kind, &sizes).await;
+        emit(&o, sizes.nodes);
+        outcomes.push(o);
+    }
+    println!("sizes: {}\n", sizes.describe());
+    report(&outcomes, &sizes);
+}
