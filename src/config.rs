@@ -142,37 +142,116 @@ pub enum PvNaming {
     Reference,
 }
 
-/// How a released volume is wiped before its disk is published again.
+/// How a released volume is wiped before its disk is published again. The variant is the class's volume mode, so a
+/// Filesystem class cannot hold a block method nor a Block class `remove`: `parse` refuses such a config, naming the
+/// key, instead of remapping it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WipeMethod {
-    /// Filesystem classes: remove everything beneath the volume root, in-process (`remove`).
-    RemoveContents,
-    /// Block: `BLKZEROOUT` over the whole device (`zeroout`).
-    ZeroOut,
-    /// Block: `BLKDISCARD` (`discard`); zeros are not guaranteed.
-    Discard,
-    /// Block: `BLKSECDISCARD` (`secure-discard`).
-    SecureDiscard,
-    /// Block: erase filesystem and partition-table signatures only (`signatures`).
-    Signatures,
-    /// Block: write zeros over every byte (`overwrite`).
-    Overwrite,
-    /// Run this argv (`command`): `blockCleanerCommand` for Block classes with `LOCAL_PV_BLKDEVICE` set,
-    /// `fsCleanerCommand` for Filesystem classes.
-    Command(Vec<String>),
+    Filesystem(FsWipe),
+    Block(BlockWipe),
 }
 
 impl WipeMethod {
-    /// The `wipeMethod` spelling.
+    /// The `wipeMethod` spelling, also a bounded metric label.
     pub fn as_str(&self) -> &'static str {
         match self {
-            WipeMethod::RemoveContents => "remove",
-            WipeMethod::ZeroOut => "zeroout",
-            WipeMethod::Discard => "discard",
-            WipeMethod::SecureDiscard => "secure-discard",
-            WipeMethod::Signatures => "signatures",
-            WipeMethod::Overwrite => "overwrite",
-            WipeMethod::Command(_) => "command",
+            WipeMethod::Filesystem(fs) => fs.as_str(),
+            WipeMethod::Block(block) => block.method().as_str(),
+        }
+    }
+
+    /// The volume mode this method is for.
+    pub fn mode(&self) -> VolumeMode {
+        match self {
+            WipeMethod::Filesystem(_) => VolumeMode::Filesystem,
+            WipeMethod::Block(_) => VolumeMode::Block,
+        }
+    }
+
+    /// Every `wipeMethod` spelling of either mode, once each (`command` is both): the `method` metric label values.
+    pub fn every_spelling() -> Vec<&'static str> {
+        let mut all = WipeMethod::spellings(VolumeMode::Filesystem);
+        for spelling in WipeMethod::spellings(VolumeMode::Block) {
+            if !all.contains(&spelling) {
+                all.push(spelling);
+            }
+        }
+        all
+    }
+
+    /// Every `wipeMethod` spelling of `mode`'s classes, in documentation order.
+    pub fn spellings(mode: VolumeMode) -> Vec<&'static str> {
+        match mode {
+            VolumeMode::Filesystem => FsWipe::SPELLINGS.to_vec(),
+            VolumeMode::Block => crate::wipe::WipeMethod::ALL
+                .iter()
+                .map(|m| m.as_str())
+                .collect(),
+        }
+    }
+}
+
+/// How a Filesystem class's volumes are wiped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FsWipe {
+    /// Remove everything beneath the volume root, in-process (`remove`).
+    RemoveContents,
+    /// `remove`, then run this argv (`fsCleanerCommand`) with `LOCAL_PV_FSPATH` set (`command`).
+    Command(Vec<String>),
+}
+
+impl FsWipe {
+    /// The `wipeMethod` spellings for Filesystem classes; the only place they are written.
+    pub const SPELLINGS: [&'static str; 2] = ["remove", "command"];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FsWipe::RemoveContents => FsWipe::SPELLINGS[0],
+            FsWipe::Command(_) => FsWipe::SPELLINGS[1],
+        }
+    }
+}
+
+/// How a Block class's volumes are wiped: one of the wipe engine's block methods, with the argv exactly when the
+/// method is `command` (the constructors keep that so).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockWipe {
+    method: crate::wipe::WipeMethod,
+    command: Option<Vec<String>>,
+}
+
+impl BlockWipe {
+    /// A built-in method; `None` for `Command`, which needs its argv (`BlockWipe::command`).
+    pub fn builtin(method: crate::wipe::WipeMethod) -> Option<BlockWipe> {
+        (method != crate::wipe::WipeMethod::Command).then_some(BlockWipe {
+            method,
+            command: None,
+        })
+    }
+
+    /// Run this argv (`blockCleanerCommand`) with `LOCAL_PV_BLKDEVICE` set.
+    pub fn command(argv: Vec<String>) -> BlockWipe {
+        BlockWipe {
+            method: crate::wipe::WipeMethod::Command,
+            command: Some(argv),
+        }
+    }
+
+    pub fn method(&self) -> crate::wipe::WipeMethod {
+        self.method
+    }
+
+    /// The argv for `command`; `None` for the built-in methods.
+    pub fn argv(&self) -> Option<&[String]> {
+        self.command.as_deref()
+    }
+}
+
+impl Default for BlockWipe {
+    fn default() -> BlockWipe {
+        BlockWipe {
+            method: crate::wipe::WipeMethod::default(),
+            command: None,
         }
     }
 }

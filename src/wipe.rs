@@ -61,6 +61,16 @@ pub enum WipeMethod {
 }
 
 impl WipeMethod {
+    /// Every method, in documentation order; with `as_str` the one list of Block `wipeMethod` spellings.
+    pub const ALL: [WipeMethod; 6] = [
+        WipeMethod::ZeroOut,
+        WipeMethod::Discard,
+        WipeMethod::SecureDiscard,
+        WipeMethod::Signatures,
+        WipeMethod::Overwrite,
+        WipeMethod::Command,
+    ];
+
     /// The config spelling, also usable as a bounded metric label.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -161,6 +171,22 @@ mod tests {
         assert_eq!(serde_json::from_str::<WipeMethod>(json).unwrap(), method);
         let back = serde_json::to_string(&method).unwrap();
         assert_eq!(back, format!("\"{}\"", method.as_str()));
+    }
+
+    /// `ALL` is the list of Block `wipeMethod` spellings: a new method must be added to it (the match stops
+    /// compiling until it is).
+    #[test]
+    fn all_holds_every_method_once_in_order() {
+        let position = |method: WipeMethod| match method {
+            WipeMethod::ZeroOut => 0,
+            WipeMethod::Discard => 1,
+            WipeMethod::SecureDiscard => 2,
+            WipeMethod::Signatures => 3,
+            WipeMethod::Overwrite => 4,
+            WipeMethod::Command => 5,
+        };
+        let positions: Vec<usize> = WipeMethod::ALL.into_iter().map(position).collect();
+        assert_eq!(positions, (0..WipeMethod::ALL.len()).collect::<Vec<_>>());
     }
 
     #[test]

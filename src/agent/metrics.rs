@@ -96,16 +96,6 @@ const API_VERBS: [ApiVerb; 4] = [
 ];
 const API_OUTCOMES: [ApiOutcome; 3] = [ApiOutcome::Ok, ApiOutcome::Moot, ApiOutcome::Error];
 const WIPE_OUTCOMES: [Outcome; 3] = [Outcome::Ok, Outcome::Error, Outcome::Refused];
-/// `WipeMethod::as_str` of every method.
-pub const WIPE_METHODS: [&str; 7] = [
-    "remove",
-    "zeroout",
-    "discard",
-    "secure-discard",
-    "signatures",
-    "overwrite",
-    "command",
-];
 pub const PV_PHASES: [&str; 5] = ["Pending", "Available", "Bound", "Released", "Failed"];
 /// The capacity phases every class always shows (0 when none): what dashboards graph as free and used.
 const CAPACITY_PHASES: [&str; 3] = ["Available", "Bound", "Released"];
@@ -207,7 +197,7 @@ impl Metrics {
                 .config_reloads
                 .get_or_create(&OutcomeLabels { outcome });
         }
-        for method in WIPE_METHODS {
+        for method in crate::config::WipeMethod::every_spelling() {
             for outcome in WIPE_OUTCOMES {
                 let method = method.to_string();
                 let _ = self.wipes.get_or_create(&WipeLabels { method, outcome });

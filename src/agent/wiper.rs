@@ -9,10 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::config::WipeMethod as ClassWipe;
+use crate::config::{BlockWipe, FsWipe, WipeMethod as ClassWipe};
 use crate::contract::DevId;
 use crate::discover::discover;
-use crate::disk::{DiscoveryClass, Disk, VolumeMode};
+use crate::disk::{DiscoveryClass, Disk};
 use crate::host::{Host, HostError};
 use crate::plan::WipeOrder;
 use crate::plan::identity::{self, IdentityCheck, Recorded};
@@ -55,13 +55,13 @@ pub fn run(
 ) -> Result<Done, Failed> {
     let found = verify(host.as_ref(), class, order)?;
     let dev = found.identity.dev_id.as_deref().and_then(DevId::parse);
-    match order.mode {
-        VolumeMode::Filesystem => {
-            let done = wipe_filesystem(order, dev, share, ctl)?;
+    match &order.method {
+        ClassWipe::Filesystem(method) => {
+            let done = wipe_filesystem(order, method, dev, share, ctl)?;
             no_mounts_below(host.as_ref(), &order.path)?;
             Ok(done)
         }
-        VolumeMode::Block => wipe_block(order, dev, share, ctl),
+        ClassWipe::Block(method) => wipe_block(order, method, dev, share, ctl),
     }
 }
 
@@ -117,14 +117,15 @@ fn no_mounts_below(host: &dyn Host, path: &Path) -> Result<(), Failed> {
 
 fn wipe_filesystem(
     order: &WipeOrder,
+    method: &FsWipe,
     dev: Option<DevId>,
     share: Share,
     ctl: &Control,
 ) -> Result<Done, Failed> {
     let opts = FsOptions {
-        command: match &order.method {
-            ClassWipe::Command(argv) => Some(argv.clone()),
-            _ => None,
+        command: match method {
+            FsWipe::Command(argv) => Some(argv.clone()),
+            FsWipe::RemoveContents => None,
         },
         concurrency: share.concurrency,
         idle_io_priority: share.idle_io_priority,
@@ -192,21 +193,14 @@ fn incomplete(report: &WipeReport) -> Result<(), Failed> {
 
 fn wipe_block(
     order: &WipeOrder,
+    method: &BlockWipe,
     dev: Option<DevId>,
     share: Share,
     ctl: &Control,
 ) -> Result<Done, Failed> {
-    let (method, command) = match &order.method {
-        ClassWipe::ZeroOut | ClassWipe::RemoveContents => (wipe::WipeMethod::ZeroOut, None),
-        ClassWipe::Discard => (wipe::WipeMethod::Discard, None),
-        ClassWipe::SecureDiscard => (wipe::WipeMethod::SecureDiscard, None),
-        ClassWipe::Signatures => (wipe::WipeMethod::Signatures, None),
-        ClassWipe::Overwrite => (wipe::WipeMethod::Overwrite, None),
-        ClassWipe::Command(argv) => (wipe::WipeMethod::Command, Some(argv.clone())),
-    };
     let opts = BlockOptions {
-        method,
-        command,
+        method: method.method(),
+        command: method.argv().map(<[String]>::to_vec),
         idle_io_priority: share.idle_io_priority,
         ..BlockOptions::default()
     };

@@ -9,7 +9,9 @@ use serde_yaml_ng::Value;
 
 use super::dirs::{self, ClassDirs};
 use super::values::is_dns_subdomain;
-use super::{ClassConfig, Config, ConfigError, Loaded, Problem, Warning, WipeMethod};
+use super::{
+    BlockWipe, ClassConfig, Config, ConfigError, FsWipe, Loaded, Problem, Warning, WipeMethod,
+};
 use crate::disk::VolumeMode;
 use read::{plain, scalar_text};
 
@@ -21,15 +23,6 @@ const ACCESS_MODES: [&str; 4] = [
     "ReadWriteMany",
     "ReadWriteOncePod",
 ];
-const BLOCK_METHODS: [&str; 6] = [
-    "zeroout",
-    "discard",
-    "secure-discard",
-    "signatures",
-    "overwrite",
-    "command",
-];
-const FS_METHODS: [&str; 2] = ["remove", "command"];
 
 /// The `data` of a ConfigMap manifest, when the document is one.
 pub(super) fn configmap_data(document: &Value) -> Option<BTreeMap<String, String>> {
@@ -294,44 +287,54 @@ impl Reader {
         })
     }
 
-    /// Combines `wipeMethod` with the two cleaner commands into one method, per volume mode.
+    /// Combines `wipeMethod` with the two cleaner commands into one method of the class's volume mode; a method or
+    /// stock script of the other mode is refused, naming the key.
     fn wipe_method(&mut self, prefix: &str, raw: &RawClass) -> Option<WipeMethod> {
         let method_key = format!("{prefix}.wipeMethod");
-        let (allowed, own_cmd, own_key, other_cmd, other_key) = match raw.volume_mode {
+        let mode = raw.volume_mode;
+        let (own_cmd, own_key, other_cmd, other_key) = match mode {
             VolumeMode::Block => (
-                &BLOCK_METHODS[..],
                 &raw.block_cleaner,
                 "blockCleanerCommand",
                 &raw.fs_cleaner,
                 "fsCleanerCommand",
             ),
             VolumeMode::Filesystem => (
-                &FS_METHODS[..],
                 &raw.fs_cleaner,
                 "fsCleanerCommand",
                 &raw.block_cleaner,
                 "blockCleanerCommand",
             ),
         };
-        let mode = raw.volume_mode.as_str();
+        let mode_name = mode.as_str();
         if other_cmd.is_some() {
             self.warn(
                 &format!("{prefix}.{other_key}"),
-                format!("ignored: this class's volumeMode is {mode}"),
+                format!("ignored: this class's volumeMode is {mode_name}"),
             );
         }
         let Some(method) = raw.wipe_method.as_deref() else {
-            return Some(match own_cmd {
-                Some(argv) => self.command_default(&format!("{prefix}.{own_key}"), argv),
-                None if raw.volume_mode == VolumeMode::Block => WipeMethod::ZeroOut,
-                None => WipeMethod::RemoveContents,
-            });
+            return match own_cmd {
+                Some(argv) => self.command_default(&format!("{prefix}.{own_key}"), mode, argv),
+                None if mode == VolumeMode::Block => Some(WipeMethod::Block(BlockWipe::default())),
+                None => Some(WipeMethod::Filesystem(FsWipe::RemoveContents)),
+            };
         };
+        let allowed = WipeMethod::spellings(mode);
         if !allowed.contains(&method) {
+            let other = other_mode(mode);
+            let why = if WipeMethod::spellings(other).contains(&method) {
+                format!(
+                    "; {method:?} is for {} classes and this class is {mode_name}",
+                    other.as_str()
+                )
+            } else {
+                String::new()
+            };
             self.problem(
                 &method_key,
                 format!(
-                    "{method:?} is not one of {} for {mode} classes",
+                    "{method:?} is not one of {} for {mode_name} classes{why}",
                     allowed.join(", ")
                 ),
             );
@@ -342,7 +345,10 @@ impl Reader {
                 self.problem(&method_key, format!("\"command\" needs {own_key}"));
                 return None;
             };
-            return Some(WipeMethod::Command(argv.clone()));
+            return Some(match mode {
+                VolumeMode::Block => WipeMethod::Block(BlockWipe::command(argv.clone())),
+                VolumeMode::Filesystem => WipeMethod::Filesystem(FsWipe::Command(argv.clone())),
+            });
         }
         if own_cmd.is_some() {
             self.warn(
@@ -350,31 +356,65 @@ impl Reader {
                 format!("ignored: wipeMethod is {method:?}"),
             );
         }
-        Some(native_method(method))
+        Some(match mode {
+            VolumeMode::Filesystem => WipeMethod::Filesystem(FsWipe::RemoveContents),
+            VolumeMode::Block => {
+                let builtin = crate::wipe::WipeMethod::ALL
+                    .into_iter()
+                    .find(|m| m.as_str() == method)
+                    .and_then(BlockWipe::builtin);
+                WipeMethod::Block(builtin.unwrap_or_default())
+            }
+        })
     }
 
     /// A cleaner command with no explicit `wipeMethod`: the reference provisioner's stock scripts are not in our
-    /// image, so they map to the built-in method doing the same job; anything else is run as given.
-    fn command_default(&mut self, key: &str, argv: &[String]) -> WipeMethod {
+    /// image, so on a Block class they map to the built-in method doing the same job; they erase a block device, so
+    /// a Filesystem class naming one is refused rather than silently wiped another way. Anything else is run as
+    /// given.
+    fn command_default(
+        &mut self,
+        key: &str,
+        mode: VolumeMode,
+        argv: &[String],
+    ) -> Option<WipeMethod> {
         let stock = match argv.first().map(String::as_str) {
-            Some("/scripts/quick_reset.sh") => Some(WipeMethod::Signatures),
-            Some("/scripts/blkdiscard.sh") => Some(WipeMethod::Discard),
-            Some("/scripts/dd_zero.sh") => Some(WipeMethod::ZeroOut),
-            Some("/scripts/shred.sh") => Some(WipeMethod::Overwrite),
+            Some("/scripts/quick_reset.sh") => Some(crate::wipe::WipeMethod::Signatures),
+            Some("/scripts/blkdiscard.sh") => Some(crate::wipe::WipeMethod::Discard),
+            Some("/scripts/dd_zero.sh") => Some(crate::wipe::WipeMethod::ZeroOut),
+            Some("/scripts/shred.sh") => Some(crate::wipe::WipeMethod::Overwrite),
             _ => None,
         };
-        match stock {
-            Some(method) => {
-                let name = method.as_str();
-                self.warn(
-                    key,
-                    format!("{argv:?} is a reference provisioner script; using the built-in {name:?} method instead \
-                             (set wipeMethod: command to run it anyway)"),
-                );
-                method
-            }
-            None => WipeMethod::Command(argv.to_vec()),
+        let Some(method) = stock else {
+            return Some(match mode {
+                VolumeMode::Block => WipeMethod::Block(BlockWipe::command(argv.to_vec())),
+                VolumeMode::Filesystem => WipeMethod::Filesystem(FsWipe::Command(argv.to_vec())),
+            });
+        };
+        let name = method.as_str();
+        if mode == VolumeMode::Filesystem {
+            self.problem(
+                key,
+                format!(
+                    "{argv:?} is a reference provisioner block script (built-in {name:?}), for Block classes; \
+                     this class is Filesystem"
+                ),
+            );
+            return None;
         }
+        self.warn(
+            key,
+            format!("{argv:?} is a reference provisioner script; using the built-in {name:?} method instead \
+                     (set wipeMethod: command to run it anyway)"),
+        );
+        BlockWipe::builtin(method).map(WipeMethod::Block)
+    }
+}
+
+fn other_mode(mode: VolumeMode) -> VolumeMode {
+    match mode {
+        VolumeMode::Block => VolumeMode::Filesystem,
+        VolumeMode::Filesystem => VolumeMode::Block,
     }
 }
 
@@ -382,16 +422,5 @@ impl Reader {
 fn set<T>(slot: &mut T, parsed: Option<T>) {
     if let Some(parsed) = parsed {
         *slot = parsed;
-    }
-}
-
-fn native_method(method: &str) -> WipeMethod {
-    match method {
-        "remove" => WipeMethod::RemoveContents,
-        "discard" => WipeMethod::Discard,
-        "secure-discard" => WipeMethod::SecureDiscard,
-        "signatures" => WipeMethod::Signatures,
-        "overwrite" => WipeMethod::Overwrite,
-        _ => WipeMethod::ZeroOut,
     }
 }

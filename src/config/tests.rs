@@ -91,7 +91,7 @@ fn reference_configmap_manifest_is_read_unchanged() {
     assert_eq!(fast.fs_type.as_deref(), Some("ext4"));
     assert_eq!(fast.name_patterns, ["*"]);
     assert_eq!(fast.access_modes, ["ReadWriteOnce"]);
-    assert_eq!(fast.wipe, WipeMethod::RemoveContents);
+    assert_eq!(fast.wipe, WipeMethod::Filesystem(FsWipe::RemoveContents));
     let local = config
         .class("local-storage")
         .expect("local-storage is configured");
@@ -218,7 +218,7 @@ fn omitted_keys_take_their_documented_defaults() {
     assert_eq!(class.name_patterns, ["*"]);
     assert_eq!(class.fs_type, None);
     assert_eq!(class.selector, []);
-    assert_eq!(class.wipe, WipeMethod::RemoveContents);
+    assert_eq!(class.wipe, WipeMethod::Filesystem(FsWipe::RemoveContents));
 }
 
 #[test]
@@ -304,44 +304,194 @@ fn config_converts_to_discovery_classes() {
     );
 }
 
+fn block(method: crate::wipe::WipeMethod) -> WipeMethod {
+    WipeMethod::Block(BlockWipe::builtin(method).expect("a built-in method"))
+}
+
+fn block_command(argv: Vec<String>) -> WipeMethod {
+    WipeMethod::Block(BlockWipe::command(argv))
+}
+
+fn fs_command(argv: Vec<String>) -> WipeMethod {
+    WipeMethod::Filesystem(FsWipe::Command(argv))
+}
+
 #[rstest]
-#[case::block_default("volumeMode: Block", WipeMethod::ZeroOut)]
-#[case::fs_default("volumeMode: Filesystem", WipeMethod::RemoveContents)]
+#[case::block_default("volumeMode: Block", block(crate::wipe::WipeMethod::ZeroOut))]
+#[case::fs_default(
+    "volumeMode: Filesystem",
+    WipeMethod::Filesystem(FsWipe::RemoveContents)
+)]
 #[case::block_named(
     "volumeMode: Block\nwipeMethod: secure-discard",
-    WipeMethod::SecureDiscard
+    block(crate::wipe::WipeMethod::SecureDiscard)
 )]
-#[case::block_signatures("volumeMode: Block\nwipeMethod: signatures", WipeMethod::Signatures)]
-#[case::block_overwrite("volumeMode: Block\nwipeMethod: overwrite", WipeMethod::Overwrite)]
-#[case::block_discard("volumeMode: Block\nwipeMethod: discard", WipeMethod::Discard)]
+#[case::block_signatures(
+    "volumeMode: Block\nwipeMethod: signatures",
+    block(crate::wipe::WipeMethod::Signatures)
+)]
+#[case::block_overwrite(
+    "volumeMode: Block\nwipeMethod: overwrite",
+    block(crate::wipe::WipeMethod::Overwrite)
+)]
+#[case::block_discard(
+    "volumeMode: Block\nwipeMethod: discard",
+    block(crate::wipe::WipeMethod::Discard)
+)]
 #[case::operator_script(
     "volumeMode: Block\nblockCleanerCommand: [/opt/wipe.sh, fast]",
-    WipeMethod::Command(vec!["/opt/wipe.sh".into(), "fast".into()])
+    block_command(vec!["/opt/wipe.sh".into(), "fast".into()])
 )]
 #[case::stock_shred(
     "volumeMode: Block\nblockCleanerCommand: [/scripts/shred.sh, \"2\"]",
-    WipeMethod::Overwrite
+    block(crate::wipe::WipeMethod::Overwrite)
 )]
 #[case::stock_quick_reset(
     "volumeMode: Block\nblockCleanerCommand: [/scripts/quick_reset.sh]",
-    WipeMethod::Signatures
+    block(crate::wipe::WipeMethod::Signatures)
 )]
 #[case::stock_blkdiscard(
     "volumeMode: Block\nblockCleanerCommand: [/scripts/blkdiscard.sh]",
-    WipeMethod::Discard
+    block(crate::wipe::WipeMethod::Discard)
 )]
 #[case::stock_script_forced(
     "volumeMode: Block\nwipeMethod: command\nblockCleanerCommand: [/scripts/shred.sh, \"2\"]",
-    WipeMethod::Command(vec!["/scripts/shred.sh".into(), "2".into()])
+    block_command(vec!["/scripts/shred.sh".into(), "2".into()])
 )]
-#[case::fs_command("fsCleanerCommand: [/opt/clean-fs]", WipeMethod::Command(vec!["/opt/clean-fs".into()]))]
-#[case::fs_command_single_string("fsCleanerCommand: /opt/clean-fs", WipeMethod::Command(vec!["/opt/clean-fs".into()]))]
+#[case::stock_dd_zero(
+    "volumeMode: Block\nblockCleanerCommand: [/scripts/dd_zero.sh]",
+    block(crate::wipe::WipeMethod::ZeroOut)
+)]
+#[case::block_zeroout(
+    "volumeMode: Block\nwipeMethod: zeroout",
+    block(crate::wipe::WipeMethod::ZeroOut)
+)]
+#[case::fs_remove("wipeMethod: remove", WipeMethod::Filesystem(FsWipe::RemoveContents))]
+#[case::fs_command_named(
+    "wipeMethod: command\nfsCleanerCommand: [/opt/clean-fs]",
+    fs_command(vec!["/opt/clean-fs".into()])
+)]
+#[case::fs_command("fsCleanerCommand: [/opt/clean-fs]", fs_command(vec!["/opt/clean-fs".into()]))]
+#[case::fs_command_single_string("fsCleanerCommand: /opt/clean-fs", fs_command(vec!["/opt/clean-fs".into()]))]
 fn wipe_method_follows_mode_method_and_commands(#[case] body: &str, #[case] expected: WipeMethod) {
     let class = parse(&one_class(&format!("hostDir: /mnt/d\n{body}")))
         .config
         .classes
         .remove(0);
     assert_eq!(class.wipe, expected);
+}
+
+/// Every spelling of every mode parses into a method of that mode that spells itself the same way.
+#[rstest]
+fn every_wipe_method_spelling_parses_in_its_own_mode(
+    #[values(VolumeMode::Filesystem, VolumeMode::Block)] mode: VolumeMode,
+) {
+    let spellings = WipeMethod::spellings(mode);
+    assert!(!spellings.is_empty());
+    for spelling in spellings {
+        let body = format!(
+            "hostDir: /mnt/d\nvolumeMode: {}\nwipeMethod: {spelling}\nblockCleanerCommand: [/opt/b]\n\
+             fsCleanerCommand: [/opt/f]",
+            mode.as_str()
+        );
+        let parsed = parse(&one_class(&body));
+        let wipe = &parsed.config.classes[0].wipe;
+        assert_eq!((wipe.as_str(), wipe.mode()), (spelling, mode));
+    }
+}
+
+/// A method of the other volume mode is refused at parse, naming the key and both modes; nothing is remapped.
+#[rstest]
+#[case::remove_on_block(
+    "volumeMode: Block\nwipeMethod: remove",
+    "wipeMethod",
+    "Filesystem",
+    "Block"
+)]
+#[case::zeroout_on_fs("wipeMethod: zeroout", "wipeMethod", "Block", "Filesystem")]
+#[case::discard_on_fs("wipeMethod: discard", "wipeMethod", "Block", "Filesystem")]
+#[case::secure_discard_on_fs("wipeMethod: secure-discard", "wipeMethod", "Block", "Filesystem")]
+#[case::signatures_on_fs("wipeMethod: signatures", "wipeMethod", "Block", "Filesystem")]
+#[case::overwrite_on_fs("wipeMethod: overwrite", "wipeMethod", "Block", "Filesystem")]
+#[case::stock_shred_on_fs(
+    "fsCleanerCommand: [/scripts/shred.sh]",
+    "fsCleanerCommand",
+    "Block",
+    "Filesystem"
+)]
+#[case::stock_dd_zero_on_fs(
+    "fsCleanerCommand: [/scripts/dd_zero.sh]",
+    "fsCleanerCommand",
+    "Block",
+    "Filesystem"
+)]
+#[case::stock_quick_reset_on_fs(
+    "fsCleanerCommand: [/scripts/quick_reset.sh]",
+    "fsCleanerCommand",
+    "Block",
+    "Filesystem"
+)]
+#[case::stock_blkdiscard_on_fs(
+    "fsCleanerCommand: [/scripts/blkdiscard.sh]",
+    "fsCleanerCommand",
+    "Block",
+    "Filesystem"
+)]
+fn wipe_method_of_the_other_mode_is_refused(
+    #[case] body: &str,
+    #[case] key: &str,
+    #[case] method_mode: &str,
+    #[case] class_mode: &str,
+) {
+    // `problems` panics if the config was accepted.
+    let found = problems(&one_class(&format!("hostDir: /mnt/d\n{body}")));
+    let prefix = format!("storageClassMap.fast-disks.{key}: ");
+    assert!(
+        found.iter().any(|p| p.starts_with(&prefix)
+            && p.contains(&format!("for {method_mode} classes"))
+            && p.contains(&format!("this class is {class_mode}"))),
+        "expected {prefix:?} naming {method_mode} and {class_mode} in {found:#?}"
+    );
+}
+
+/// The chart's schema lists the same spellings the parser accepts.
+#[test]
+fn chart_schema_lists_the_wipe_method_spellings() {
+    let mut parser = WipeMethod::every_spelling();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/localpv/values.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("values.schema.json"))
+            .expect("json");
+    let mut enums = Vec::new();
+    find_wipe_method_enums(&schema, &mut enums);
+    assert_eq!(enums.len(), 1, "one wipeMethod enum in {}", path.display());
+    let mut chart: Vec<&str> = enums[0].iter().map(String::as_str).collect();
+    parser.sort_unstable();
+    chart.sort_unstable();
+    assert_eq!(chart, parser);
+}
+
+fn find_wipe_method_enums(value: &serde_json::Value, out: &mut Vec<Vec<String>>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, child) in map {
+                if key == "wipeMethod"
+                    && let Some(list) = child.get("enum").and_then(|e| e.as_array())
+                {
+                    out.push(
+                        list.iter()
+                            .filter_map(|v| v.as_str().map(String::from))
+                            .collect(),
+                    );
+                }
+                find_wipe_method_enums(child, out);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            items.iter().for_each(|v| find_wipe_method_enums(v, out))
+        }
+        _ => {}
+    }
 }
 
 #[rstest]

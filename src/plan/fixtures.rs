@@ -16,7 +16,7 @@ use super::{
     Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv, Owners, Plan,
     StorageClassFacts,
 };
-use crate::config::{ClassConfig, Config, WipeMethod};
+use crate::config::{BlockWipe, ClassConfig, Config, FsWipe, WipeMethod};
 use crate::contract::{ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, KEY_PREFIX, NODE_LABEL};
 use crate::disk::{Discovery, Disk, DiskIdentity, VolumeMode};
 use crate::pvname;
@@ -49,9 +49,9 @@ pub fn class_config(name: &str, dir: &str, mode: VolumeMode) -> ClassConfig {
         name_patterns: vec!["*".into()],
         selector: Vec::new(),
         wipe: if mode == VolumeMode::Block {
-            WipeMethod::ZeroOut
+            WipeMethod::Block(BlockWipe::default())
         } else {
-            WipeMethod::RemoveContents
+            WipeMethod::Filesystem(FsWipe::RemoveContents)
         },
         wipe_on_first_discovery: false,
     }

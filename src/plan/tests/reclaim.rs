@@ -22,7 +22,10 @@ fn a_released_pv_under_delete_is_wiped_for_its_own_lifetime() {
         std::path::Path::new("/host/mnt/disks/vol1"),
         "as this process sees it"
     );
-    assert_eq!(order.method, crate::config::WipeMethod::RemoveContents);
+    assert_eq!(
+        order.method,
+        crate::config::WipeMethod::Filesystem(crate::config::FsWipe::RemoveContents)
+    );
     assert_eq!(order.expected.fs_uuid.as_deref(), Some("uuid-vol1"));
     let start = order.on_start.expect("start patch");
     assert_eq!(
@@ -232,6 +235,9 @@ fn block_disks_are_keyed_by_hardware_id_and_wiped_by_the_class_method() {
     world.classes[0].config = class_config(CLASS, DIR, VolumeMode::Block);
     let order = only_wipe(&world.plan());
     assert_eq!(order.key, "wwn:0x5000c500a1b2c3d4");
-    assert_eq!(order.method, crate::config::WipeMethod::ZeroOut);
+    assert_eq!(
+        order.method,
+        crate::config::WipeMethod::Block(crate::config::BlockWipe::default())
+    );
     assert_eq!(order.mode, VolumeMode::Block);
 }
