@@ -213,8 +213,8 @@ impl FsWipe {
 }
 
 /// How a Block class's volumes are wiped: one of the wipe engine's block methods, with the argv exactly when the
-/// method is `command` (the constructors keep that so).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// method is `command` (the constructors keep that so). The default is the engine's default, `zeroout`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BlockWipe {
     method: crate::wipe::WipeMethod,
     command: Option<Vec<String>>,
@@ -244,15 +244,6 @@ impl BlockWipe {
     /// The argv for `command`; `None` for the built-in methods.
     pub fn argv(&self) -> Option<&[String]> {
         self.command.as_deref()
-    }
-}
-
-impl Default for BlockWipe {
-    fn default() -> BlockWipe {
-        BlockWipe {
-            method: crate::wipe::WipeMethod::default(),
-            command: None,
-        }
     }
 }
 
