@@ -32,7 +32,8 @@ if wanted live; then
   export LOCALPV_BENCH_TOPOLVM_BIN LOCALPV_BENCH_OPEN_LOCAL_BIN
 fi
 cargo bench --quiet --bench extender --bench extender_live --no-run
-echo "<!-- $(uname -srm), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ) -->"
+# The machine is shared: its load average goes on the page, before and after.
+echo "Ran on $(uname -srm), $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ); load average $(cut -d' ' -f1-3 /proc/loadavg) before."
 echo
 if wanted inprocess; then
   cargo bench --quiet --bench extender
@@ -41,5 +42,5 @@ if wanted live; then
   echo "Peers built from: $(cat "$(dirname "$LOCALPV_BENCH_TOPOLVM_BIN")/SOURCE"), $(cat "$(dirname "$LOCALPV_BENCH_OPEN_LOCAL_BIN")/SOURCE")."
   echo
   cargo bench --quiet --bench extender_live
-  echo "<!-- load average after: $(cut -d' ' -f1-3 /proc/loadavg) -->"
+  echo "Load average after: $(cut -d' ' -f1-3 /proc/loadavg)."
 fi

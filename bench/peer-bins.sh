@@ -52,6 +52,10 @@ build() {
   tarball=${found[0]}
   sum=$(sha256sum "$tarball" | cut -c1-16)
   dir=$cache/$name-$sum
+  # One build per peer at a time: a second caller waits for the first and then finds the binary cached.
+  mkdir -p "$cache"
+  exec {lock}>"$cache/.$name.lock"
+  flock "$lock"
   if [ -x "$dir/$name" ]; then
     log "$name: cached ($dir)"
   else
@@ -80,6 +84,7 @@ build() {
     log "$name: built in $((SECONDS - t0)) s"
     rm -rf "$work"
   fi
+  exec {lock}>&-
   echo "$name=$dir/$name"
 }
 

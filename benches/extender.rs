@@ -587,6 +587,17 @@ fn main() {
     let only = std::env::var("LOCALPV_BENCH_ONLY").unwrap_or_default();
     let run = |part: &str| only.is_empty() || only.split(',').any(|p| p == part);
     println!("## localpv extender benchmarks\n");
+    let knobs: String = [
+        "LOCALPV_BENCH_SCALE",
+        "LOCALPV_BENCH_LOAD_SECS",
+        "LOCALPV_BENCH_ONLY",
+    ]
+    .iter()
+    .filter_map(|k| Some(format!("{k}={} ", std::env::var(k).ok()?)))
+    .collect();
+    println!(
+        "command: `{knobs}bench/extender.sh` (benches/extender.rs; unset knobs at their defaults)\n"
+    );
     // Memory first, before other allocations leave freed heap behind that would absorb the growth.
     if run("memory") {
         memory();

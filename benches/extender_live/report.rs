@@ -33,6 +33,20 @@ impl Run {
     }
 
     fn setup(&self) {
+        let knobs: Vec<String> = [
+            "LOCALPV_BENCH_EXT_NODES",
+            "LOCALPV_BENCH_SCALE",
+            "LOCALPV_BENCH_CELL_SECS",
+            "LOCALPV_BENCH_LOAD_SECS",
+            "LOCALPV_BENCH_IDLE_SECS",
+        ]
+        .iter()
+        .filter_map(|k| Some(format!("{k}={}", std::env::var(k).ok()?)))
+        .collect();
+        println!(
+            "command: `{}bench/extender.sh` (benches/extender_live; unset knobs at their defaults)\n",
+            knobs.iter().map(|k| format!("{k} ")).collect::<String>()
+        );
         println!(
             "One control plane (etcd, kube-apiserver) holding {} kubelet-sized Nodes (about 8 KiB of JSON each) \
              and {} localpv PVs (10 per node, all Available: 10 to 100 GiB on odd nodes, 7 to 70 GiB on even \
