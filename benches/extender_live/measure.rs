@@ -433,17 +433,32 @@ fn verdict(a: &Answer) -> String {
     let Ok(v) = serde_json::from_slice::<Value>(&a.body) else {
         return format!("200, not JSON: {}", a.summary());
     };
-    let error = v["Error"].as_str().unwrap_or_default();
+    // NB: Go decodes field names case-insensitively, and the peers spell them differently (`nodes`, `Nodes`).
+    let field = |name: &str| {
+        v.as_object()
+            .and_then(|o| o.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)))
+            .map_or(&Value::Null, |(_, v)| v)
+    };
+    let error = field("Error").as_str().unwrap_or_default();
     if !error.is_empty() {
         let short: String = error.chars().take(80).collect();
         return format!("error `{}`", short.replace('|', "\\|"));
     }
-    let passed = v["NodeNames"]
+    let passed = field("NodeNames")
         .as_array()
         .map(Vec::len)
-        .or_else(|| v["Nodes"]["items"].as_array().map(Vec::len))
+        .or_else(|| {
+            let nodes = field("Nodes").as_object()?;
+            let items = nodes
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("items"))?;
+            items.1.as_array().map(Vec::len)
+        })
         .unwrap_or(0);
-    let failed = v["FailedNodes"].as_object().map_or(0, |m| m.len());
+    let failed = ["FailedNodes", "FailedAndUnresolvableNodes"]
+        .iter()
+        .map(|f| field(f).as_object().map_or(0, |m| m.len()))
+        .sum::<usize>();
     format!("passes {passed}, rejects {failed}")
 }
 
