@@ -380,7 +380,36 @@ struct Member {
 struct Fleet {
     kind: Kind,
     members: Vec<Member>,
+    taken: Ports,
     _mounts: Vec<Mount>,
+}
+
+/// Ports handed out to this fleet, so no two members are given the same one.
+#[derive(Default)]
+struct Ports(BTreeSet<u16>);
+
+impl Ports {
+    fn next(&mut self) -> u16 {
+        loop {
+            let port = free_port();
+            if self.0.insert(port) {
+                return port;
+            }
+        }
+    }
+}
+
+impl Member {
+    /// Points the member's listen flag at `port`.
+    fn move_port(&mut self, port: u16) {
+        let old = format!("127.0.0.1:{}", self.port);
+        for a in self.args.iter_mut() {
+            if a.starts_with("--listen") && a.ends_with(&old) {
+                *a = a.replace(&old, &format!("127.0.0.1:{port}"));
+            }
+        }
+        self.port = port;
+    }
 }
 
 fn node_name(i: usize) -> String {
@@ -397,6 +426,7 @@ impl Fleet {
         let etc = (kind == Kind::Reference).then(|| lsp_etc(cp));
         let mut mounts = Vec::new();
         let mut members = Vec::new();
+        let mut taken = Ports::default();
         for i in 0..sizes.nodes {
             let node = node_name(i);
             let root = cp.dir.join("fleet").join(&node);
@@ -412,7 +442,7 @@ impl Fleet {
                 "{CLASS}:\n  hostDir: {d}\n  mountDir: {d}\n",
                 d = disks.display()
             );
-            let port = free_port();
+            let port = taken.next();
             let kubeconfig = kubeconfig.display().to_string();
             let (program, args, env) = match kind {
                 Kind::Localpv => {
@@ -461,6 +491,7 @@ impl Fleet {
         Fleet {
             kind,
             members,
+            taken,
             _mounts: mounts,
         }
     }
@@ -483,20 +514,32 @@ impl Fleet {
         ));
     }
 
-    /// Waits until member `i` counts as ready for a rollout (see the module doc).
-    async fn wait_ready(&mut self, i: usize) {
+    /// Waits until member `i` counts as ready for a rollout (see the module doc). A member that lost its port to
+    /// another process (free ports are only free when asked for) gets a new one and starts again.
+    async fn wait_ready(&mut self, i: usize, cp: &ControlPlane) {
         let path = match self.kind {
             Kind::Localpv => "/readyz",
             Kind::Reference => "/metrics",
         };
         let deadline = Instant::now() + Duration::from_secs(180);
-        let m = &mut self.members[i];
         loop {
-            if matches!(http_get(m.port, path), Some((200, _))) {
+            let m = &mut self.members[i];
+            let p = m.process.as_mut().expect("started");
+            if !p.running() {
+                let log = p.tail(40);
+                assert!(
+                    log.to_lowercase().contains("address already in use"),
+                    "{} exited:\n{log}",
+                    p.name
+                );
+                m.move_port(self.taken.next());
+                self.spawn(i, cp);
+                continue;
+            }
+            // NB: after the process check, so an answer from whoever else holds the port never counts.
+            if matches!(http_get(m.port, path), Some((200, _))) && p.running() {
                 return;
             }
-            let p = m.process.as_mut().expect("started");
-            assert!(p.running(), "{} exited:\n{}", p.name, p.tail(40));
             assert!(
                 Instant::now() < deadline,
                 "{} not ready after 180 s:\n{}",
@@ -515,8 +558,12 @@ impl Fleet {
                 self.spawn(i, cp);
             }
             for &i in chunk {
-                self.wait_ready(i).await;
+                self.wait_ready(i, cp).await;
             }
+        }
+        // A member whose port was taken after it answered once is started again on another one.
+        for i in 0..n {
+            self.wait_ready(i, cp).await;
         }
     }
 
@@ -527,7 +574,7 @@ impl Fleet {
                 p.stop(Duration::from_secs(30));
             }
             self.spawn(i, cp);
-            self.wait_ready(i).await;
+            self.wait_ready(i, cp).await;
         }
     }
 
