@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The one benchmark command (issue 8): builds what it needs, runs every benchmark on the test harness's real
-# control plane and real disks, and regenerates docs/benchmarks.md from what they print (never edit that page by
-# hand). Run it as root from a clone where the README's test command has run once (Kubernetes binaries cached).
+# The one benchmark command (issues 8 and 18): builds what it needs (localpv, and the peers from the source
+# tarballs in ../shared/peers), runs every benchmark on the test harness's real control plane and real disks, and
+# regenerates docs/benchmarks.md from what they print (never edit that page by hand). Run it as root from a clone
+# where the README's test command has run once (Kubernetes binaries cached).
 #
-#   bench/run.sh                 everything at the sizes the issues name (about an hour on 2 cores)
+#   bench/run.sh                 everything at the sizes the issues name (about two hours on 2 cores)
 #   LOCALPV_BENCH_QUICK=1 bench/run.sh   small sizes, for checking the pipeline (writes to $LOCALPV_BENCH_OUT only)
-#   LOCALPV_BENCH_PARTS="extender" bench/run.sh   reruns only the named parts (peers agent scheduler extender
-#                                wipe) and keeps the others from bench/results; the page marks what was rerun, when
-#                                and at which commit
+#   LOCALPV_BENCH_PARTS="agent" bench/run.sh   reruns only the named parts (peers agent scheduler extender wipe
+#                                fleet) and keeps the others from bench/results; the page marks what was rerun,
+#                                when, at which commit and with which command
 #
-# Order: peers probe, node agent, scheduler throughput, extender, wipe. Each benchmark's markdown goes to
+# Order: peers (their commits; the reference provisioner is built before any part), node agent against the
+# reference provisioner, scheduler throughput, extender, wipe, fleet. Each benchmark's markdown goes to
 # $OUT/<name>.md, its log to $OUT/<name>.log, its headline figures to $OUT/figures.jsonl; bench/report.py
 # assembles the page (summary with ratios and targets first, then every absolute figure with its command).
 set -euo pipefail
@@ -20,17 +22,13 @@ for tool in go python3 cargo bc losetup mkfs.ext4; do
   command -v "$tool" >/dev/null || { echo "bench/run.sh: '$tool' is missing; run scripts/prereqs.sh" >&2; exit 1; }
 done
 
-ALL_PARTS="peers agent scheduler extender wipe"
+ALL_PARTS="peers agent scheduler extender wipe fleet"
 PARTS=${LOCALPV_BENCH_PARTS:-$ALL_PARTS}
 for part in $PARTS; do
   case " $ALL_PARTS " in *" $part "*) ;; *) echo "bench/run.sh: LOCALPV_BENCH_PARTS: unknown part '$part' (parts: $ALL_PARTS)" >&2; exit 1 ;; esac
 done
 partial=0
 [ "$PARTS" = "$ALL_PARTS" ] || partial=1
-if [ "$partial" = 1 ] && [ "${LOCALPV_BENCH_QUICK:-0}" = 1 ]; then
-  echo "bench/run.sh: LOCALPV_BENCH_PARTS reruns parts of the recorded full run; not with LOCALPV_BENCH_QUICK" >&2
-  exit 1
-fi
 if [ "$partial" = 1 ] && [ ! -f bench/results/machine.env ]; then
   echo "bench/run.sh: LOCALPV_BENCH_PARTS needs a recorded full run in bench/results; run bench/run.sh first" >&2
   exit 1
@@ -52,7 +50,8 @@ export LOCALPV_K8S_BIN_DIR
 
 if [ "${LOCALPV_BENCH_QUICK:-0}" = 1 ]; then
   export LOCALPV_BENCH_MOUNTS=10 LOCALPV_BENCH_DISKS=50 LOCALPV_BENCH_OTHER_PVS=500 LOCALPV_BENCH_STEADY_SECS=10
-  export LOCALPV_BENCH_WIPE_FILES=5000 LOCALPV_BENCH_REPEATS=1 LOCALPV_BENCH_PODS=100 LOCALPV_BENCH_NODES=10
+  export LOCALPV_BENCH_LSP_MOUNTS=3 LOCALPV_BENCH_OWN_DISKS=5 LOCALPV_BENCH_COST_SIZES=10,50 LOCALPV_BENCH_COST_MOUNTS=3
+  export LOCALPV_BENCH_WIPE_FILES=1000,5000 LOCALPV_BENCH_REPEATS=1 LOCALPV_BENCH_PODS=100 LOCALPV_BENCH_NODES=10
   export LOCALPV_BENCH_SCALE=0.05 LOCALPV_BENCH_LOAD_SECS=1
   export SIZES=5000 EXT4_SIZES=5000 REPS=1 BLOCK_MIB=64
 fi
@@ -64,8 +63,12 @@ env | grep -E '^(LOCALPV_BENCH_[A-Z_]+|SIZES|EXT4|EXT4_SIZES|REPS|PER_DIR|CONCUR
 
 started=$(date -u +%FT%TZ)
 commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src benches bench || echo ' (with local changes)')"
+command="bench/run.sh"
+[ "$partial" = 0 ] || command="LOCALPV_BENCH_PARTS=\"$PARTS\" bench/run.sh"
+[ "${LOCALPV_BENCH_QUICK:-0}" = 0 ] || command="LOCALPV_BENCH_QUICK=1 $command"
 [ "$partial" = 1 ] || {
   echo "started=$started"
+  echo "command=$command"
   echo "commit=$commit"
   echo "cpu=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
   echo "cores=$(nproc)"
@@ -79,12 +82,20 @@ commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src benches benc
 } >"$OUT/machine.env"
 
 cargo build --release --quiet --bin localpv
+# The reference provisioner, built offline from its tarball (cached by the tarball's hash): the agent part runs it.
+LOCALPV_BENCH_LSP=$(bench/peers.sh build-lsp)
+export LOCALPV_BENCH_LSP
 
 run() {
   local name=$1 t0
   shift
   wanted "$name" || return 0
-  [ "$partial" = 0 ] || echo "${name}_rerun=$started at commit $commit" >>"$OUT/machine.env"
+  if [ "$partial" = 1 ]; then
+    # NB: a part's earlier run leaves its lines in machine.env; the later ones win when report.py reads it.
+    echo "${name}_rerun=$started at commit $commit" >>"$OUT/machine.env"
+    echo "${name}_command=$command" >>"$OUT/machine.env"
+  fi
+  echo "${name}_load=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.env"
   t0=$(date +%s)
   echo "== $name: $* (log: $OUT/$name.log)" >&2
   if ! "$@" >"$OUT/$name.md" 2>"$OUT/$name.log"; then
@@ -103,6 +114,8 @@ run agent bench/agent.sh
 run scheduler env LOCALPV_BENCH_REPEATS="${LOCALPV_BENCH_SCHED_REPEATS:-1}" bench/scheduler.sh
 run extender bench/extender.sh
 run wipe bench/wipe.sh
+[ -x bench/fleet.sh ] || ! wanted fleet || { echo "bench/run.sh: bench/fleet.sh is missing (part fleet)" >&2; exit 1; }
+run fleet bench/fleet.sh
 if [ "$partial" = 0 ]; then
   echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.env"
   echo "finished=$(date -u +%FT%TZ)" >>"$OUT/machine.env"
@@ -117,7 +130,10 @@ else
   # A partial rerun keeps the full run's knobs (its parts ran with the defaults above).
   [ "$partial" = 0 ] || cp bench/results/knobs.env "$OUT/knobs.env"
   rm -rf bench/results && mkdir -p bench/results
-  cp "$OUT"/{machine.env,knobs.env,peers.jsonl,figures.jsonl,agent.md,scheduler.md,extender.md,wipe.md} bench/results/
+  cp "$OUT"/{machine.env,knobs.env,peers.jsonl,figures.jsonl} bench/results/
+  for part in $ALL_PARTS; do
+    [ ! -f "$OUT/$part.md" ] || [ "$part" = peers ] || cp "$OUT/$part.md" bench/results/
+  done
   python3 bench/report.py bench/results >docs/benchmarks.md
   echo "wrote docs/benchmarks.md and bench/results/ (logs in $OUT)" >&2
 fi
