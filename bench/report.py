@@ -106,7 +106,7 @@ class Summary:
 
 def build_summary(figures, peers, env):
     s = Summary(figures, peers)
-    agent_rows(s)
+    agent_rows(s, env)
     scheduler_rows(s)
     extender_rows(s)
     wipe_rows(s)
@@ -227,13 +227,24 @@ def row18(s, what, target, ours, theirs, ratio, verdict):
     s.ratios.append((what,) + cells)
 
 
-def agent_rows(s):
+def faster(theirs, ours):
+    if ours <= 0 or theirs <= 0:
+        return "-"
+    if theirs >= ours:
+        return f"{theirs / ours:,.1f}x faster"
+    return f"{ours / theirs:,.1f}x slower"
+
+
+def agent_rows(s, env):
     """Issue 18 point 1: the node agent against the reference provisioner, both measured by benches/agent.rs."""
+    disks = int(env.get("LOCALPV_BENCH_DISKS", "1000"))
+    burst = int(env.get("LOCALPV_BENCH_MOUNTS", "100"))
+    pvs = int(env.get("LOCALPV_BENCH_OTHER_PVS", "10000"))
     a = lambda kind, m: f"agent.{kind}.{m}"
     ours = lambda m: lambda: show(s.get(a("localpv", m)))
     both = lambda m: lambda: "; ".join(f"{lsp(k)}: {show(s.get(a(k, m)))}" for k in ("lsp_default", "lsp_1s"))
-    times = lambda m, kind="lsp_default": lambda: f"{s.med(a(kind, m)) / s.med(a('localpv', m)):,.1f}x faster"
-    row18(s, "mount -> PV created, median, 1,000 disks already on the node", "<= 15 ms, p99 <= 50 ms",
+    times = lambda m, kind="lsp_default": lambda: faster(s.med(a(kind, m)), s.med(a("localpv", m)))
+    row18(s, f"mount -> PV created, median, {disks:,} disks already on the node", "<= 15 ms, p99 <= 50 ms",
           lambda: f"{show(s.get(a('localpv', 'one_created')))}; p99 {num(s.med(a('localpv', 'one_created_p99')))} ms",
           both("one_created"), times("one_created"),
           lambda: "pass" if s.med(a("localpv", "one_created")) <= 15 and s.med(a("localpv", "one_created_p99")) <= 50
@@ -245,12 +256,12 @@ def agent_rows(s):
     row18(s, "same, against the reference provisioner at `--discovery-period=1s`", "(no target)",
           ours("one_created"), lambda: show(s.get(a("lsp_1s", "one_created"))), times("one_created", "lsp_1s"),
           lambda: "-")
-    row18(s, "burst of 100 mounts -> all PVs created", "(no target)",
+    row18(s, f"burst of {burst:,} mounts -> all PVs created", "(no target)",
           ours("burst_created"), both("burst_created"), times("burst_created"), lambda: "-")
-    row18(s, "1,000 disks present at start -> all PVs created", "<= 1.5 s",
+    row18(s, f"{disks:,} disks present at start -> all PVs created", "<= 1.5 s",
           ours("start_created"), both("start_created"), times("start_created"),
           lambda: "pass" if s.med(a("localpv", "start_created")) <= 1.5 else "**missed**")
-    row18(s, "restart with 10,000 PVs in the cluster -> ready", "<= the reference's",
+    row18(s, f"restart with {pvs:,} PVs in the cluster -> ready", "<= the reference's",
           ours("restart_ready"), both("restart_ready"), times("restart_ready"),
           lambda: "pass" if s.med(a("localpv", "restart_ready")) <= s.med(a("lsp_default", "restart_ready"))
           else "**missed**")
@@ -261,7 +272,7 @@ def agent_rows(s):
           lambda: ratio_of(s.med(a("localpv", "steady_total")), s.med(a("lsp_default", "steady_total")), "as many"),
           lambda: "pass" if s.med(a("localpv", "steady_total")) <= s.med(a("lsp_default", "steady_total"))
           and s.get(a("localpv", "steady_writes"))["max"] == 0 else "**missed**")
-    row18(s, "agent memory, 10,000 PVs of other nodes (1,000 in brackets)",
+    row18(s, f"agent memory, {pvs:,} PVs of other nodes ({pvs // 10:,} in brackets)",
           "<= 1/4 of the reference's, flat in cluster size (within 10% or 2 MiB of the 1,000 figure)",
           lambda: f"{show(s.get(a('localpv', 'rss_large')))} ({show(s.get(a('localpv', 'rss_small')))})",
           lambda: "; ".join(f"{lsp(k)}: {show(s.get(a(k, 'rss_large')))} ({show(s.get(a(k, 'rss_small')))})"
@@ -303,17 +314,26 @@ def flat(small, large):
     return large - small <= max(2.0, 0.1 * small)
 
 
+FLEET_HEADLINES = (
+    "per1000.steady.apiserver_cpu",
+    "per1000.restart.apiserver_cpu",
+    "per1000.apiserver_rss",
+    "per1000.steady.rps",
+    "per1000.restart.rps",
+)
+
+
 def fleet_rows(s):
-    """Issue 18 point 2 (benches/fleet.rs): every `fleet.*` figure with a localpv and a reference side."""
-    pairs = sorted(k[len("fleet.localpv."):] for k in s.figures if k.startswith("fleet.localpv."))
-    for m in pairs:
-        theirs = f"fleet.lsp.{m}"
-        if theirs not in s.figures:
-            continue
-        row18(s, f"fleet: {s.figures['fleet.localpv.' + m]['label']}", "(no target)",
-              lambda m=m: show(s.get(f"fleet.localpv.{m}")), lambda t=theirs: show(s.get(t)),
-              lambda m=m, t=theirs: ratio_of(s.med(f"fleet.localpv.{m}"), s.med(t), "of the reference's"),
-              lambda: "-")
+    """Issue 18 point 2 (benches/fleet.rs, `fleet.<localpv|reference>.<measure>`): what the agents add to the API
+    server, extrapolated per 1,000 nodes, at steady state and during a rolling restart."""
+    if not any(k.startswith("fleet.") for k in s.figures):
+        return
+    for m in FLEET_HEADLINES:
+        ours, theirs = f"fleet.localpv.{m}", f"fleet.reference.{m}"
+        label = s.figures.get(ours, {}).get("label", m)
+        row18(s, f"fleet: {label}", "(no target)",
+              lambda k=ours: show(s.get(k)), lambda k=theirs: show(s.get(k)),
+              lambda o=ours, t=theirs: ratio_of(s.med(o), s.med(t), "of the reference's"), lambda: "-")
 
 
 def wipe_rows(s):
