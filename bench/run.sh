@@ -9,6 +9,8 @@
 #   LOCALPV_BENCH_PARTS="agent" bench/run.sh   reruns only the named parts (peers agent scheduler extender wipe
 #                                fleet) and keeps the others from bench/results; the page marks what was rerun,
 #                                when, at which commit and with which command
+#   LOCALPV_BENCH_PARTS=fleet LOCALPV_BENCH_IMPORT_FLEET=DIR bench/run.sh   takes the fleet part from a run of
+#                                bench/fleet.sh kept in DIR (fleet.md, figures.jsonl) instead of running it (40 min)
 #
 # Order: peers (their commits; the reference provisioner is built before any part), node agent against the
 # reference provisioner, scheduler throughput, extender, wipe, fleet. Each benchmark's markdown goes to
@@ -65,6 +67,7 @@ started=$(date -u +%FT%TZ)
 commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src benches bench || echo ' (with local changes)')"
 command="bench/run.sh"
 [ "$partial" = 0 ] || command="LOCALPV_BENCH_PARTS=\"$PARTS\" bench/run.sh"
+[ -z "${LOCALPV_BENCH_IMPORT_FLEET:-}" ] || command="LOCALPV_BENCH_IMPORT_FLEET=$LOCALPV_BENCH_IMPORT_FLEET $command"
 [ "${LOCALPV_BENCH_QUICK:-0}" = 0 ] || command="LOCALPV_BENCH_QUICK=1 $command"
 [ "$partial" = 1 ] || {
   echo "started=$started"
@@ -114,8 +117,19 @@ run agent bench/agent.sh
 run scheduler env LOCALPV_BENCH_REPEATS="${LOCALPV_BENCH_SCHED_REPEATS:-1}" bench/scheduler.sh
 run extender bench/extender.sh
 run wipe bench/wipe.sh
-[ -x bench/fleet.sh ] || ! wanted fleet || { echo "bench/run.sh: bench/fleet.sh is missing (part fleet)" >&2; exit 1; }
-run fleet bench/fleet.sh
+if [ -n "${LOCALPV_BENCH_IMPORT_FLEET:-}" ] && wanted fleet; then
+  from=$LOCALPV_BENCH_IMPORT_FLEET
+  for f in fleet.md figures.jsonl; do
+    [ -f "$from/$f" ] || { echo "bench/run.sh: LOCALPV_BENCH_IMPORT_FLEET: $from/$f is missing" >&2; exit 1; }
+  done
+  cp "$from/fleet.md" "$OUT/fleet.md"
+  grep -E '^\{"key": ?"fleet\.' "$from/figures.jsonl" >>"$LOCALPV_BENCH_FIGURES"
+  echo "fleet_rerun=$(date -u -r "$from/fleet.md" +%FT%TZ) by bench/fleet.sh, imported from $from" >>"$OUT/machine.env"
+  echo "fleet_command=$command" >>"$OUT/machine.env"
+else
+  [ -x bench/fleet.sh ] || ! wanted fleet || { echo "bench/run.sh: bench/fleet.sh is missing (part fleet)" >&2; exit 1; }
+  run fleet bench/fleet.sh
+fi
 if [ "$partial" = 0 ]; then
   echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.env"
   echo "finished=$(date -u +%FT%TZ)" >>"$OUT/machine.env"
