@@ -12,8 +12,10 @@
 //!
 //! Sizes come from the environment so a quick run is possible: LOCALPV_BENCH_REPEATS (3), LOCALPV_BENCH_LSP_REPEATS
 //! (1: busy rounds with LSP, whose 1,000 creates at client-go's default 5 requests/s take minutes each),
-//! LOCALPV_BENCH_MOUNTS (100), LOCALPV_BENCH_LSP_MOUNTS (20: one-by-one mounts at LSP's default period, each
-//! waiting up to 10 s), LOCALPV_BENCH_DISKS (1000), LOCALPV_BENCH_OTHER_PVS (10000: PVs in the cluster for the
+//! LOCALPV_BENCH_QUIET_REPEATS (as REPEATS: restarts and recycles per provisioner), LOCALPV_BENCH_SERIAL (0: the
+//! busy and quiet planes run at the same time),
+//! LOCALPV_BENCH_MOUNTS (100), LOCALPV_BENCH_LSP_MOUNTS (20: one-by-one mounts for LSP, each waiting up to its
+//! period), LOCALPV_BENCH_DISKS (1000), LOCALPV_BENCH_OTHER_PVS (10000: PVs in the cluster for the
 //! second memory figure and the restart), LOCALPV_BENCH_OWN_DISKS (100), LOCALPV_BENCH_WIPE_FILES
 //! ("10000,100000,1000000"), LOCALPV_BENCH_COST_SIZES ("10,1000,5000"), LOCALPV_BENCH_COST_MOUNTS (20),
 //! LOCALPV_BENCH_STEADY_SECS (300: a whole cycle of localpv's watches, which kube-rs asks the API server to end
@@ -69,6 +71,7 @@ fn env_list(key: &str, default: &str) -> Vec<usize> {
 pub struct Sizes {
     pub repeats: usize,
     pub lsp_repeats: usize,
+    pub quiet_repeats: usize,
     pub mounts: usize,
     pub lsp_mounts: usize,
     pub disks: usize,
@@ -86,6 +89,7 @@ impl Sizes {
         Sizes {
             repeats,
             lsp_repeats: env("LOCALPV_BENCH_LSP_REPEATS", 1).clamp(1, repeats),
+            quiet_repeats: env("LOCALPV_BENCH_QUIET_REPEATS", repeats).max(1),
             mounts: env("LOCALPV_BENCH_MOUNTS", 100),
             lsp_mounts: env("LOCALPV_BENCH_LSP_MOUNTS", 20),
             disks: env("LOCALPV_BENCH_DISKS", 1000),
@@ -106,12 +110,13 @@ impl Sizes {
                 .join(",")
         };
         format!(
-            "LOCALPV_BENCH_REPEATS={} LOCALPV_BENCH_LSP_REPEATS={} LOCALPV_BENCH_MOUNTS={} LOCALPV_BENCH_LSP_MOUNTS={} \
+            "LOCALPV_BENCH_REPEATS={} LOCALPV_BENCH_LSP_REPEATS={} LOCALPV_BENCH_QUIET_REPEATS={} LOCALPV_BENCH_MOUNTS={} LOCALPV_BENCH_LSP_MOUNTS={} \
              LOCALPV_BENCH_DISKS={} LOCALPV_BENCH_OTHER_PVS={} LOCALPV_BENCH_OWN_DISKS={} \
              LOCALPV_BENCH_WIPE_FILES={} LOCALPV_BENCH_COST_SIZES={} LOCALPV_BENCH_COST_MOUNTS={} \
              LOCALPV_BENCH_STEADY_SECS={}",
             self.repeats,
             self.lsp_repeats,
+            self.quiet_repeats,
             self.mounts,
             self.lsp_mounts,
             self.disks,
@@ -402,16 +407,44 @@ fn cost_table(s: &Sizes, r: &Results) {
     }
 }
 
-#[tokio::main(flavor = "multi_thread")]
+impl Results {
+    fn merge(&mut self, other: Results) {
+        for (k, v) in other.samples {
+            self.samples.entry(k).or_default().extend(v);
+        }
+        self.texts.extend(other.texts);
+    }
+}
+
+// NB: four workers: a `mount` child or a file tree being filled on one plane must not hold up the other plane's
+// 2 ms polling of its watch.
+#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() {
     let s = Sizes::from_env();
     let started = Instant::now();
-    let mut r = Results::default();
-    for round in 0..s.repeats {
-        busy::round(&s, round, &mut r).await;
-    }
-    busy::event_cost(&s, &mut r).await;
-    quiet::quiet(&s, &mut r).await;
+    // The busy planes and the quiet plane run at the same time (LOCALPV_BENCH_SERIAL=1: one after the other): the
+    // quiet plane's work is mostly waiting (a steady-state window, discovery periods), and together they fit a
+    // run into half the time on a shared machine.
+    let busy = async {
+        let mut r = Results::default();
+        for round in 0..s.repeats {
+            busy::round(&s, round, &mut r).await;
+        }
+        busy::event_cost(&s, &mut r).await;
+        r
+    };
+    let quiet = async {
+        let mut r = Results::default();
+        quiet::quiet(&s, &mut r).await;
+        r
+    };
+    let (mut r, q) = if std::env::var("LOCALPV_BENCH_SERIAL").is_ok_and(|v| v == "1") {
+        let r = busy.await;
+        (r, quiet.await)
+    } else {
+        tokio::join!(busy, quiet)
+    };
+    r.merge(q);
     println!("Sizes: {}", s.describe());
     println!();
     main_table(&s, &r);
@@ -419,9 +452,9 @@ async fn main() {
     println!(
         "Busy rows: {} rounds, each on a fresh control plane with fresh mounts, the provisioners one after another in \
          an order that rotates each round (the reference provisioner in the first {} of them); mounts one by one in \
-         the first round ({} for localpv and the reference at 1 s, {} at its default period), each burst and each \
+         the first round ({} for localpv, {} for the reference), each burst and each \
          one-by-one mount after a pseudo-random pause (up to the reference's period, 200 ms for localpv) so that \
-         mounts land anywhere in a polling period. Quiet rows: one more \
+         mounts land anywhere in a polling period. Quiet rows (on a plane running at the same time as the busy ones unless LOCALPV_BENCH_SERIAL=1): one more \
          plane where all three run at once, each its own node with {} disks and a tenant volume, with other nodes' \
          PVs added; the Released rows fill the tenant volume with empty files. The reference provisioner runs from \
          its own mount namespace; it cleans a Filesystem volume in-process (no Job, no script: Go's `os.RemoveAll` \

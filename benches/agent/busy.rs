@@ -110,8 +110,8 @@ async fn one(
     r.add(kind, "burst_available", available.as_secs_f64());
 
     let n = match (round, kind) {
-        (0, Kind::LspDefault) => s.lsp_mounts,
-        (0, _) => s.mounts,
+        (0, Kind::Localpv) => s.mounts,
+        (0, _) => s.lsp_mounts,
         _ => 0,
     };
     for p in disk_paths(&subject, "one", n) {

@@ -130,7 +130,7 @@ pub async fn quiet(s: &Sizes, r: &mut Results) {
         r.add(n.subject.kind, "rss_large", rss_mib(n.subject.pid()));
     }
 
-    for round in 0..s.repeats {
+    for round in 0..s.quiet_repeats {
         for i in 0..nodes.len() {
             let n = &mut nodes[(i + round) % KINDS.len()];
             n.subject.stop();
@@ -144,7 +144,7 @@ pub async fn quiet(s: &Sizes, r: &mut Results) {
     let ns = cp.namespace("bench").await;
     let mut claims = 0;
     for &files in &s.wipe_files {
-        for round in 0..s.repeats {
+        for round in 0..s.quiet_repeats {
             for i in 0..nodes.len() {
                 let n = &nodes[(i + round) % KINDS.len()];
                 eprintln!("quiet: recycle {files} files, {}", n.subject.kind.label());
