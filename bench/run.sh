@@ -84,7 +84,10 @@ command="bench/run.sh"
   grep -E '^(K8S_VERSION|ETCD_VERSION)=' scripts/versions.env
 } >"$OUT/machine.env"
 
-cargo build --release --quiet --bin localpv
+# Nothing to build when the only part is an imported one.
+if [ "$PARTS" != fleet ] || [ -z "${LOCALPV_BENCH_IMPORT_FLEET:-}" ]; then
+  cargo build --release --quiet --bin localpv
+fi
 # The reference provisioner, built offline from its tarball (cached by the tarball's hash): the agent part runs it.
 LOCALPV_BENCH_LSP=$(bench/peers.sh build-lsp)
 export LOCALPV_BENCH_LSP
