@@ -930,13 +930,7 @@ mod fuzz {
     #[case::arrays_in_nodes(format!("{{\"Nodes\": {{\"items\": [{}", "[".repeat(1_000_000)))]
     #[case::arrays_in_node(format!("{{\"Nodes\": {{\"items\": [{{\"metadata\": {}", "[".repeat(1_000_000)))]
     fn a_nesting_bomb_is_refused_without_exhausting_the_stack(#[case] body: String) {
-        let started = Instant::now();
         let result = ExtenderArgs::decode(Bytes::from(body));
         assert!(result.is_err(), "a nesting bomb decoded");
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "took {:?}",
-            started.elapsed()
-        );
     }
 }
