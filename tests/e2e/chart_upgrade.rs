@@ -113,7 +113,7 @@ async fn migration_install_with_classes_null_upgrades_as_documented() {
     let cp = ControlPlane::start(Options::default()).await;
     // The reference provisioner's ConfigMap, where the migration guide expects it.
     let cm: ConfigMap = obj(json!({
-        "metadata": {"name": "local-provisioner-config", "namespace": "kube-system"},
+        "metadata": {"name": "local-static-provisioner-config", "namespace": "kube-system"},
         "data": {"storageClassMap": "local-storage:\n  hostDir: /mnt/disks\n  mountDir: /mnt/disks\n"},
     }));
     Api::<ConfigMap>::namespaced(cp.client(), "kube-system")
@@ -170,7 +170,7 @@ async fn migration_install_with_classes_null_upgrades_as_documented() {
     );
     let values: Value = serde_json::from_str(&values).expect("helm prints JSON");
     assert_eq!(
-        values["existingConfigMap"], "local-provisioner-config",
+        values["existingConfigMap"], "local-static-provisioner-config",
         "the upgrade kept the migration's settings: {values}"
     );
 }
