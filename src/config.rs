@@ -183,7 +183,7 @@ impl WipeMethod {
     pub fn spellings(mode: VolumeMode) -> Vec<&'static str> {
         match mode {
             VolumeMode::Filesystem => FsWipe::SPELLINGS.to_vec(),
-            VolumeMode::Block => crate::wipe::WipeMethod::ALL
+            VolumeMode::Block => crate::contract::WipeMethod::ALL
                 .iter()
                 .map(|m| m.as_str())
                 .collect(),
@@ -216,14 +216,14 @@ impl FsWipe {
 /// method is `command` (the constructors keep that so). The default is the engine's default, `zeroout`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BlockWipe {
-    method: crate::wipe::WipeMethod,
+    method: crate::contract::WipeMethod,
     command: Option<Vec<String>>,
 }
 
 impl BlockWipe {
     /// A built-in method; `None` for `Command`, which needs its argv (`BlockWipe::command`).
-    pub fn builtin(method: crate::wipe::WipeMethod) -> Option<BlockWipe> {
-        (method != crate::wipe::WipeMethod::Command).then_some(BlockWipe {
+    pub fn builtin(method: crate::contract::WipeMethod) -> Option<BlockWipe> {
+        (method != crate::contract::WipeMethod::Command).then_some(BlockWipe {
             method,
             command: None,
         })
@@ -232,12 +232,12 @@ impl BlockWipe {
     /// Run this argv (`blockCleanerCommand`) with `LOCAL_PV_BLKDEVICE` set.
     pub fn command(argv: Vec<String>) -> BlockWipe {
         BlockWipe {
-            method: crate::wipe::WipeMethod::Command,
+            method: crate::contract::WipeMethod::Command,
             command: Some(argv),
         }
     }
 
-    pub fn method(&self) -> crate::wipe::WipeMethod {
+    pub fn method(&self) -> crate::contract::WipeMethod {
         self.method
     }
 

@@ -174,6 +174,67 @@ impl FromStr for DevId {
     }
 }
 
+/// How a block volume is erased; the config names it per storage class.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum WipeMethod {
+    /// `BLKZEROOUT`: reads back as zeros; offloaded by devices that can. Falls back to `Overwrite` when rejected.
+    #[default]
+    #[serde(rename = "zeroout", alias = "zero-out")]
+    ZeroOut,
+    /// `BLKDISCARD`: fast on SSDs and thin devices; contents afterwards are up to the device.
+    Discard,
+    /// `BLKSECDISCARD`: discard that also erases copies the device kept; few devices support it.
+    SecureDiscard,
+    /// Erase filesystem, RAID and partition-table signatures only (libblkid wipe, then the first and last MiB).
+    Signatures,
+    /// Write zeros over the whole device (`O_DIRECT`, flushed); hours per terabyte.
+    Overwrite,
+    /// Run the operator's argv with `LOCAL_PV_BLKDEVICE` set.
+    Command,
+}
+
+impl WipeMethod {
+    /// Every method, in documentation order; with `as_str` the one list of Block `wipeMethod` spellings.
+    pub const ALL: [WipeMethod; 6] = [
+        WipeMethod::ZeroOut,
+        WipeMethod::Discard,
+        WipeMethod::SecureDiscard,
+        WipeMethod::Signatures,
+        WipeMethod::Overwrite,
+        WipeMethod::Command,
+    ];
+
+    /// The config spelling, also usable as a bounded metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WipeMethod::ZeroOut => "zeroout",
+            WipeMethod::Discard => "discard",
+            WipeMethod::SecureDiscard => "secure-discard",
+            WipeMethod::Signatures => "signatures",
+            WipeMethod::Overwrite => "overwrite",
+            WipeMethod::Command => "command",
+        }
+    }
+}
+
+impl std::fmt::Display for WipeMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use rstest::rstest;

@@ -359,7 +359,7 @@ impl Reader {
         Some(match mode {
             VolumeMode::Filesystem => WipeMethod::Filesystem(FsWipe::RemoveContents),
             VolumeMode::Block => {
-                let builtin = crate::wipe::WipeMethod::ALL
+                let builtin = crate::contract::WipeMethod::ALL
                     .into_iter()
                     .find(|m| m.as_str() == method)
                     .and_then(BlockWipe::builtin);
@@ -379,10 +379,10 @@ impl Reader {
         argv: &[String],
     ) -> Option<WipeMethod> {
         let stock = match argv.first().map(String::as_str) {
-            Some("/scripts/quick_reset.sh") => Some(crate::wipe::WipeMethod::Signatures),
-            Some("/scripts/blkdiscard.sh") => Some(crate::wipe::WipeMethod::Discard),
-            Some("/scripts/dd_zero.sh") => Some(crate::wipe::WipeMethod::ZeroOut),
-            Some("/scripts/shred.sh") => Some(crate::wipe::WipeMethod::Overwrite),
+            Some("/scripts/quick_reset.sh") => Some(crate::contract::WipeMethod::Signatures),
+            Some("/scripts/blkdiscard.sh") => Some(crate::contract::WipeMethod::Discard),
+            Some("/scripts/dd_zero.sh") => Some(crate::contract::WipeMethod::ZeroOut),
+            Some("/scripts/shred.sh") => Some(crate::contract::WipeMethod::Overwrite),
             _ => None,
         };
         let Some(method) = stock else {

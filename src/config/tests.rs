@@ -304,7 +304,7 @@ fn config_converts_to_discovery_classes() {
     );
 }
 
-fn block(method: crate::wipe::WipeMethod) -> WipeMethod {
+fn block(method: crate::contract::WipeMethod) -> WipeMethod {
     WipeMethod::Block(BlockWipe::builtin(method).expect("a built-in method"))
 }
 
@@ -317,26 +317,26 @@ fn fs_command(argv: Vec<String>) -> WipeMethod {
 }
 
 #[rstest]
-#[case::block_default("volumeMode: Block", block(crate::wipe::WipeMethod::ZeroOut))]
+#[case::block_default("volumeMode: Block", block(crate::contract::WipeMethod::ZeroOut))]
 #[case::fs_default(
     "volumeMode: Filesystem",
     WipeMethod::Filesystem(FsWipe::RemoveContents)
 )]
 #[case::block_named(
     "volumeMode: Block\nwipeMethod: secure-discard",
-    block(crate::wipe::WipeMethod::SecureDiscard)
+    block(crate::contract::WipeMethod::SecureDiscard)
 )]
 #[case::block_signatures(
     "volumeMode: Block\nwipeMethod: signatures",
-    block(crate::wipe::WipeMethod::Signatures)
+    block(crate::contract::WipeMethod::Signatures)
 )]
 #[case::block_overwrite(
     "volumeMode: Block\nwipeMethod: overwrite",
-    block(crate::wipe::WipeMethod::Overwrite)
+    block(crate::contract::WipeMethod::Overwrite)
 )]
 #[case::block_discard(
     "volumeMode: Block\nwipeMethod: discard",
-    block(crate::wipe::WipeMethod::Discard)
+    block(crate::contract::WipeMethod::Discard)
 )]
 #[case::operator_script(
     "volumeMode: Block\nblockCleanerCommand: [/opt/wipe.sh, fast]",
@@ -344,15 +344,15 @@ fn fs_command(argv: Vec<String>) -> WipeMethod {
 )]
 #[case::stock_shred(
     "volumeMode: Block\nblockCleanerCommand: [/scripts/shred.sh, \"2\"]",
-    block(crate::wipe::WipeMethod::Overwrite)
+    block(crate::contract::WipeMethod::Overwrite)
 )]
 #[case::stock_quick_reset(
     "volumeMode: Block\nblockCleanerCommand: [/scripts/quick_reset.sh]",
-    block(crate::wipe::WipeMethod::Signatures)
+    block(crate::contract::WipeMethod::Signatures)
 )]
 #[case::stock_blkdiscard(
     "volumeMode: Block\nblockCleanerCommand: [/scripts/blkdiscard.sh]",
-    block(crate::wipe::WipeMethod::Discard)
+    block(crate::contract::WipeMethod::Discard)
 )]
 #[case::stock_script_forced(
     "volumeMode: Block\nwipeMethod: command\nblockCleanerCommand: [/scripts/shred.sh, \"2\"]",
@@ -360,11 +360,11 @@ fn fs_command(argv: Vec<String>) -> WipeMethod {
 )]
 #[case::stock_dd_zero(
     "volumeMode: Block\nblockCleanerCommand: [/scripts/dd_zero.sh]",
-    block(crate::wipe::WipeMethod::ZeroOut)
+    block(crate::contract::WipeMethod::ZeroOut)
 )]
 #[case::block_zeroout(
     "volumeMode: Block\nwipeMethod: zeroout",
-    block(crate::wipe::WipeMethod::ZeroOut)
+    block(crate::contract::WipeMethod::ZeroOut)
 )]
 #[case::fs_remove("wipeMethod: remove", WipeMethod::Filesystem(FsWipe::RemoveContents))]
 #[case::fs_command_named(
