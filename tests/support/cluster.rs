@@ -58,13 +58,33 @@ pub fn pinned(key: &str) -> String {
 /// The `kubernetes` Service's ClusterIP: the first address of `--service-cluster-ip-range`.
 pub const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
 
-/// A free TCP port on 127.0.0.1 (the listener is dropped, so a race with another process is possible but rare).
+/// A free TCP port on 127.0.0.1 (the probe listener is dropped, so a race with another process is possible but rare).
+///
+/// NB: never from the kernel's ephemeral range (`ip_local_port_range`, 32768-60999 here) nor the NodePort range.
+/// An ephemeral port is free only until a client's outgoing connection takes it as its local port, and a client
+/// retrying against a stopped server on such a port can connect to itself (TCP simultaneous open) and hold it: a
+/// restarted kube-apiserver then failed with "bind: address already in use". Ports below the range are taken
+/// only by an explicit bind, and this process never hands one out twice.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("loopback bind works")
-        .local_addr()
-        .expect("bound")
-        .port()
+    use std::collections::HashSet;
+    use std::hash::{BuildHasher, RandomState};
+    use std::sync::Mutex;
+    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    const LOW: u16 = 10_000;
+    // Below the NodePort range (30000-32767) too.
+    const HIGH: u16 = 30_000;
+    let hasher = RandomState::new();
+    let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    let handed = handed.get_or_insert_with(HashSet::new);
+    for attempt in 0u32..10_000 {
+        let port = LOW + (hasher.hash_one(attempt) % u64::from(HIGH - LOW)) as u16;
+        if handed.contains(&port) || TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        handed.insert(port);
+        return port;
+    }
+    panic!("no free loopback port between {LOW} and {HIGH}");
 }
 
 /// An extender entry for the scheduler configuration.
