@@ -536,3 +536,76 @@ async fn a_claim_lifetime_while_the_agent_was_down_does_not_leak_into_the_next_p
     assert!(kept.join("tenant.txt").exists(), "Retain: the data is kept");
     w.agent.process.take();
 }
+
+/// A PV someone made by hand (no label of ours, an annotation of nobody's) for a path under the discovery dir,
+/// with an affinity to `node` and no claim: the PV controller keeps it Available for any tenant.
+fn by_hand(new_name: &str, path: &str, node: &str) -> PersistentVolume {
+    obj(json!({
+        "metadata": {"name": new_name, "annotations": {"pv.kubernetes.io/provisioned-by": "example.com/by-hand"}},
+        "spec": {
+            "capacity": {"storage": "10Mi"}, "volumeMode": "Filesystem", "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "local-storage",
+            "local": {"path": path},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+        },
+    }))
+}
+
+/// The agent reads other PVs through its cluster-wide PV index rather than a list before each create. A PV without
+/// our label that already exposes a path must hold the disk mounted there later: a second PV for it would hand one
+/// disk to two tenants. Ordering makes this exact: the index shows the agent's own create of `first` only after
+/// every earlier watch event, so once `first` is published the hand-made PV is in the index.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hand_made_pv_for_a_path_holds_the_disk_mounted_there_later() {
+    let opts = Options {
+        controller_manager: true,
+        ..Default::default()
+    };
+    let mut w = World::start(
+        opts,
+        &[("local-storage", "disks", "")],
+        &[("local-storage", "Delete")],
+    )
+    .await;
+    w.agent.start(&w.cp);
+    w.agent.wait_ready().await;
+    let held = w.agent.disk("held");
+    let hand = w
+        .pvs()
+        .create(
+            &PostParams::default(),
+            &by_hand("by-hand", &held.display().to_string(), "node-1"),
+        )
+        .await
+        .expect("hand-made PV created");
+
+    let first = w.agent.disk("first");
+    let _m1 = Mount::tmpfs(&first, "64M", w.cp.reaper());
+    w.pv_at(&first, "Available").await;
+
+    let _mh = Mount::tmpfs(&held, "64M", w.cp.reaper());
+    fs::write(held.join("owner.txt"), "the hand-made PV's tenant").unwrap();
+    let second = w.agent.disk("second");
+    let _m2 = Mount::tmpfs(&second, "64M", w.cp.reaper());
+    // `second`, mounted after `held`, is published: the agent has looked at `held` by then.
+    w.pv_at(&second, "Available").await;
+    w.wait_event("by-hand", FOREIGN).await;
+    let path = held.display().to_string();
+    assert!(
+        !pvs_of(&w.cp.client(), "node-1").await.contains_key(&path),
+        "a second PV was published for a disk a hand-made PV exposes:\n{}",
+        w.agent.log()
+    );
+    w.untouched(&hand).await;
+    assert!(held.join("owner.txt").exists());
+
+    // Once the hand-made PV is gone the disk is free: published, its files left as they were (never wiped: the
+    // agent did not make the PV that used it).
+    w.pvs()
+        .delete("by-hand", &DeleteParams::default())
+        .await
+        .expect("hand-made PV deleted");
+    w.pv_at(&held, "Available").await;
+    w.agent.process.take();
+}
