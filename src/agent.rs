@@ -168,6 +168,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let classes = watch::Store::<StorageClass>::new();
     let disks = watch::Store::<LocalDisk>::new();
     let own_node = watched().fields(&format!("metadata.name={node}"));
+    let watcher = watch::Watcher::new(client.clone(), changed.clone(), shutdown.clone());
 
     let agent = pass::Agent::new(pass::Setup {
         node: node.clone(),
@@ -198,21 +199,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             opts.http.apply(crate::serve::Limits::agent()),
             shutdown.clone()
         ),
-        pvindex::run(client.clone(), pvs, changed.clone(), shutdown.clone()),
-        watch::run(
-            client.clone(),
-            own_node,
-            nodes,
-            changed.clone(),
-            shutdown.clone()
-        ),
-        watch::run(
-            client.clone(),
-            watched(),
-            classes,
-            changed.clone(),
-            shutdown.clone()
-        ),
+        pvindex::run(&watcher, pvs),
+        watcher.run(own_node, nodes, watch::objects()),
+        watcher.run(watched(), classes, watch::objects()),
         inventory::watch_when_installed(
             inventory::Gate {
                 client: client.clone(),

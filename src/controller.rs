@@ -41,7 +41,7 @@ use crate::contract::NODE_LABEL;
 use crate::effects::{self, Applied, Failed, Reason, Uncounted};
 use crate::inventory::LocalDisk;
 use crate::logging::error_text;
-use crate::watch::{Store, run_as};
+use crate::watch::{Store, Watcher, models};
 
 const TICK: Duration = Duration::from_secs(5);
 const LEASE: Duration = Duration::from_secs(15);
@@ -94,46 +94,24 @@ pub async fn run<N: Send + Sync + 'static>(
         pods: Store::new(),
     };
     // NB: the loop runs on its timer; the watches' change signal is not needed here.
-    let changed = Arc::new(Notify::new());
+    let watcher = Watcher::new(client.clone(), Arc::new(Notify::new()), shutdown.clone());
     let ours = watcher::Config::default().labels(NODE_LABEL);
     let unscheduled = watcher::Config::default().fields("spec.nodeName=");
-    let (c, n, s) = (&client, &changed, &shutdown);
     let volume = |pv: PersistentVolume| Ok::<_, Infallible>(Volume::from_pv(&pv));
     let disk = |d: LocalDisk| Ok::<_, Infallible>(d.spec.node);
     let explain = cfg.explain.clone();
     tokio::join!(
-        run_as(
-            c.clone(),
-            ours.clone(),
-            st.pvs.clone(),
-            volume,
-            n.clone(),
-            s.clone()
-        ),
-        run_as(
-            c.clone(),
-            ours,
-            st.disks.clone(),
-            disk,
-            n.clone(),
-            s.clone()
-        ),
+        watcher.run(ours.clone(), st.pvs.clone(), models(volume)),
+        watcher.run(ours, st.disks.clone(), models(disk)),
         async {
             if let Some(explain) = explain {
                 let pod =
                     move |p: Pod| Ok::<_, Infallible>(PendingPod::new(&p, explain.claims(&p)));
-                run_as(
-                    c.clone(),
-                    unscheduled,
-                    st.pods.clone(),
-                    pod,
-                    n.clone(),
-                    s.clone(),
-                )
-                .await;
+                let pods = st.pods.clone();
+                watcher.run(unscheduled, pods, models(pod)).await;
             }
         },
-        lead(c.clone(), cfg, st.clone(), metrics, s.clone()),
+        lead(client, cfg, st.clone(), metrics, shutdown.clone()),
     );
 }
 

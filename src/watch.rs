@@ -3,16 +3,20 @@
 //! ```text
 //!  kube-apiserver ──list+watch (selectors)──> DeserializeGuard<K> ──convert──> Store<T>: namespace/name ──> Arc<T>
 //!                   one object we cannot read: logged, skipped     (unchanged T: no notify)   └─> Notify "changed"
+//!                                                        └──observe (uid, list done)──> the reader's bookkeeping
 //! ```
 //!
 //! Each object is decoded on its own (kube's `DeserializeGuard`), so one malformed object is logged and skipped
-//! instead of failing the whole list, and with it readiness, forever. `convert` turns the object into the model
-//! its reader keeps (the agent keeps the object itself; the extender and the clean-up controller keep compact
-//! models), and an update whose model equals the stored one changes nothing, so it wakes no one. Objects are keyed
+//! instead of failing the whole list, and with it readiness, forever. A [`Reader`] says what the store keeps:
+//! `convert` turns the object into the model its reader keeps (the agent keeps the object itself; the extender and
+//! the clean-up controller keep compact models) or passes over one it does not want (the agent's PV index keeps
+//! only the PVs that can reach its node), and `observe` hears of everything the watch showed, after the store has
+//! applied it. An update whose model equals the stored one changes nothing, so it wakes no one. Objects are keyed
 //! `namespace/name` (a cluster-scoped one by its name): pods `a/web-0` and `b/web-0` are two entries. A relist
 //! replaces the store at `InitDone`, all at once. Models are kept behind `Arc`, so a reader copies pointers.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::fmt::{Debug, Display};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -59,6 +63,14 @@ impl<T> Store<T> {
         let mut s = self.lock();
         s.synced = true;
         s.generation += 1;
+    }
+
+    /// The watch starts over with another selection: not synced until it has listed again. What it holds stays
+    /// readable until then.
+    pub fn restart(&self) {
+        let mut s = self.lock();
+        s.synced = false;
+        s.relist = None;
     }
 
     /// Goes up on every visible change (and on each completed list): equal generations, equal contents.
@@ -108,60 +120,99 @@ impl<T: Clone> Store<T> {
     }
 }
 
-/// Watches `K` with `config` (selectors) into `store`, keeping each object as it is.
-pub async fn run<K>(
+/// What one component's watches share: the client, whom they wake on a visible change, and the shutdown signal.
+#[derive(Clone)]
+pub struct Watcher {
     client: Client,
-    config: watcher::Config,
-    store: Arc<Store<K>>,
     changed: Arc<Notify>,
     shutdown: watch::Receiver<bool>,
-) where
-    K: Resource<DynamicType = ()>
-        + DeserializeOwned
-        + Clone
-        + Debug
-        + PartialEq
-        + Send
-        + Sync
-        + 'static,
-{
-    let keep = |k: K| Ok::<K, std::convert::Infallible>(k);
-    run_as(client, config, store, keep, changed, shutdown).await
 }
 
-/// Watches `K` with `config` into `store` as the models `convert` makes, until `shutdown` changes; notifies
-/// `changed` on every visible change. An object `convert` refuses is logged and skipped like a malformed one.
-pub async fn run_as<K, T, E>(
-    client: Client,
-    config: watcher::Config,
-    store: Arc<Store<T>>,
-    convert: impl Fn(K) -> Result<T, E>,
-    changed: Arc<Notify>,
-    mut shutdown: watch::Receiver<bool>,
-) where
-    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static,
-    T: PartialEq,
-    E: Display,
-{
-    let api: Api<DeserializeGuard<K>> = Api::all(client);
-    let mut events = watcher::watcher(api, config).default_backoff().boxed();
-    let kind = K::kind(&());
-    loop {
-        let next = tokio::select! {
-            next = events.next() => next,
-            _ = shutdown.changed() => return,
-        };
-        match next {
-            Some(Ok(event)) => {
-                if apply(&store, &kind, event, &convert) {
-                    changed.notify_one();
-                }
-            }
-            Some(Err(error)) => {
-                warn!(kind = %kind, error = %crate::logging::error_text(&error), "watch failed; retrying with backoff")
-            }
-            None => return,
+impl Watcher {
+    pub fn new(client: Client, changed: Arc<Notify>, shutdown: watch::Receiver<bool>) -> Self {
+        Watcher {
+            client,
+            changed,
+            shutdown,
         }
+    }
+
+    /// The shutdown signal every watch of this component stops on.
+    pub fn shutdown(&self) -> watch::Receiver<bool> {
+        self.shutdown.clone()
+    }
+
+    /// Watches `K` with `config` (selectors) into `store` as `reader` reads it, until shutdown; notifies
+    /// `changed` on every visible change.
+    pub async fn run<K, T, E, C, O>(
+        &self,
+        config: watcher::Config,
+        store: Arc<Store<T>>,
+        reader: Reader<C, O>,
+    ) where
+        K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static,
+        T: PartialEq,
+        E: Display,
+        C: Fn(K) -> Result<Option<T>, E>,
+        O: Fn(Seen),
+    {
+        let api: Api<DeserializeGuard<K>> = Api::all(self.client.clone());
+        let mut events = watcher::watcher(api, config).default_backoff().boxed();
+        let kind = K::kind(&());
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            let next = tokio::select! {
+                next = events.next() => next,
+                _ = shutdown.changed() => return,
+            };
+            match next {
+                Some(Ok(event)) => {
+                    if apply(&store, &kind, event, &reader) {
+                        self.changed.notify_one();
+                    }
+                }
+                Some(Err(error)) => {
+                    warn!(kind = %kind, error = %crate::logging::error_text(&error), "watch failed; retrying with backoff")
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+/// How a watch reads each object into its store.
+pub struct Reader<C, O> {
+    /// The model of one object: `Ok(None)` passes over an object this reader does not keep (quietly; one it kept
+    /// before is dropped), an error is logged and the object skipped like a malformed one.
+    pub convert: C,
+    /// Hears of every object the watch shows and of each completed list, after the store has applied it: for
+    /// bookkeeping beside the store.
+    pub observe: O,
+}
+
+/// What a watch showed, as its [`Reader::observe`] hears it.
+#[derive(Debug, PartialEq)]
+pub enum Seen {
+    /// An object of a (re)list, kept or not, readable or not; the store shows the list only at `Listed`.
+    Relisted { uid: Option<String> },
+    /// An object applied or deleted, kept or not, readable or not; the store shows it already.
+    Changed { uid: Option<String> },
+    /// A list completed and the store holds it now.
+    Listed,
+}
+
+/// Keeps every object as it is.
+pub fn objects<K>() -> Reader<impl Fn(K) -> Result<Option<K>, Infallible>, impl Fn(Seen)> {
+    models(|k| Ok::<K, Infallible>(k))
+}
+
+/// Keeps every object as the model `convert` makes (an object it refuses is logged and skipped).
+pub fn models<K, T, E>(
+    convert: impl Fn(K) -> Result<T, E>,
+) -> Reader<impl Fn(K) -> Result<Option<T>, E>, impl Fn(Seen)> {
+    Reader {
+        convert: move |k| convert(k).map(Some),
+        observe: |_| {},
     }
 }
 
@@ -175,19 +226,19 @@ pub fn key(meta: &ObjectMeta) -> Option<String> {
     })
 }
 
-/// The object's key and model, or `None` (logged) when it is malformed or `convert` refuses it.
+/// The object's model, or `None`: passed over by `convert`, or (logged) malformed or refused by it.
 fn decode<K, T, E>(
     kind: &str,
     key: &str,
     guarded: DeserializeGuard<K>,
-    convert: &impl Fn(K) -> Result<T, E>,
+    convert: &impl Fn(K) -> Result<Option<T>, E>,
 ) -> Option<T>
 where
     E: Display,
 {
     let error = match guarded.0 {
         Ok(k) => match convert(k) {
-            Ok(t) => return Some(t),
+            Ok(t) => return t,
             Err(e) => e.to_string(),
         },
         Err(invalid) => invalid.error,
@@ -196,13 +247,43 @@ where
     None
 }
 
-/// Applies one watch event; true when the store's visible content changed (`pub(crate)` for other stores' tests). An update that leaves the model as it
-/// was (a status or annotation the model does not keep) changes nothing.
-pub(crate) fn apply<K, T, E>(
+/// Applies one watch event, then tells the reader's `observe`; true when the store's visible content changed
+/// (`pub(crate)` for other readers' tests).
+pub(crate) fn apply<K, T, E, C, O>(
     store: &Store<T>,
     kind: &str,
     event: Event<DeserializeGuard<K>>,
-    convert: &impl Fn(K) -> Result<T, E>,
+    reader: &Reader<C, O>,
+) -> bool
+where
+    K: Resource,
+    T: PartialEq,
+    E: Display,
+    C: Fn(K) -> Result<Option<T>, E>,
+    O: Fn(Seen),
+{
+    let uid = |obj: &DeserializeGuard<K>| obj.meta().uid.clone();
+    let seen = match &event {
+        Event::Init => None,
+        Event::InitApply(obj) => Some(Seen::Relisted { uid: uid(obj) }),
+        Event::Apply(obj) | Event::Delete(obj) => Some(Seen::Changed { uid: uid(obj) }),
+        Event::InitDone => Some(Seen::Listed),
+    };
+    let changed = update(store, kind, event, &reader.convert);
+    // NB: after the update, so bookkeeping that waits for an object never sees it heard of but not yet stored.
+    if let Some(seen) = seen {
+        (reader.observe)(seen);
+    }
+    changed
+}
+
+/// Applies one watch event to `store`. An update that leaves the model as it was (a status or annotation the
+/// model does not keep) changes nothing.
+fn update<K, T, E>(
+    store: &Store<T>,
+    kind: &str,
+    event: Event<DeserializeGuard<K>>,
+    convert: &impl Fn(K) -> Result<Option<T>, E>,
 ) -> bool
 where
     K: Resource,
@@ -267,23 +348,96 @@ enum Stage {
     Live,
 }
 
+/// Store behaviour every reader of PVs relies on, checked with each reader's own model.
 #[cfg(test)]
-mod tests {
-    use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod};
+pub(crate) mod checks {
+    use k8s_openapi::api::core::v1::PersistentVolume;
     use serde_json::json;
 
     use super::*;
 
-    fn object<K: Resource + DeserializeOwned>(value: serde_json::Value) -> DeserializeGuard<K> {
+    /// A guarded object from its JSON, as the watch hands it over.
+    pub(crate) fn object<K: Resource + DeserializeOwned>(
+        value: serde_json::Value,
+    ) -> DeserializeGuard<K> {
         serde_json::from_value(value).expect("a guarded object")
     }
 
-    fn pod(namespace: &str, name: &str) -> DeserializeGuard<Pod> {
-        object(json!({"metadata": {"name": name, "namespace": namespace}}))
-    }
+    /// A reader's conversion of PVs into its model, to check the store with.
+    pub(crate) struct PvModel<C>(pub C);
 
-    fn keep<K>(k: K) -> Result<K, std::convert::Infallible> {
-        Ok(k)
+    impl<T: PartialEq, E: Display, C: Fn(PersistentVolume) -> Result<T, E>> PvModel<C> {
+        /// An object that cannot be read is skipped; a relist replaces the store at `InitDone`.
+        pub(crate) fn malformed_pvs_are_skipped_and_a_relist_replaces_the_store(&self) {
+            let reader = models(&self.0);
+            let store = Store::<T>::new();
+            let apply_pv = |event| apply(&store, "PV", event, &reader);
+            let ok = || {
+                object::<PersistentVolume>(
+                    json!({"metadata": {"name": "good"}, "spec": {"capacity": {"storage": "1Gi"}}}),
+                )
+            };
+            let bad =
+                object(json!({"metadata": {"name": "bad"}, "spec": {"capacity": "not a map"}}));
+            apply_pv(Event::Init);
+            apply_pv(Event::InitApply(ok()));
+            apply_pv(Event::InitApply(bad));
+            assert!(!store.synced());
+            assert!(apply_pv(Event::InitDone));
+            assert!(store.synced());
+            assert_eq!(
+                store.read(|items| items.keys().cloned().collect::<Vec<_>>()),
+                ["good"]
+            );
+            assert!(apply_pv(Event::Delete(ok())));
+            assert!(store.is_empty());
+        }
+
+        /// An update that changes only what the model does not keep (metadata) changes nothing and wakes no one.
+        pub(crate) fn an_update_that_leaves_the_model_as_it_was_changes_nothing(&self) {
+            let reader = models(&self.0);
+            let store = Store::<T>::new();
+            let pv = |version: &str, size: &str| {
+                let meta = json!({"name": "pv1", "resourceVersion": version,
+                              "annotations": {"example.com/seen": version}});
+                Event::Apply(object::<PersistentVolume>(
+                    json!({"metadata": meta, "spec": {"capacity": {"storage": size}}}),
+                ))
+            };
+            let apply_pv = |event| apply(&store, "PV", event, &reader);
+            assert!(apply_pv(pv("1", "1Gi")), "a new PV is a change");
+            let seen = store.generation();
+            assert!(
+                !apply_pv(pv("2", "1Gi")),
+                "only metadata the model ignores changed"
+            );
+            assert_eq!(store.generation(), seen);
+            assert!(apply_pv(pv("3", "2Gi")), "the capacity changed");
+            let unreadable = || {
+                Event::Apply(object::<PersistentVolume>(
+                    json!({"metadata": {"name": "pv1"}, "spec": {"capacity": "x"}}),
+                ))
+            };
+            assert!(apply_pv(unreadable()), "an unreadable update drops the PV");
+            assert!(!apply_pv(unreadable()), "nothing left to drop");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod};
+    use serde_json::json;
+
+    use super::checks::{PvModel, object};
+    use super::*;
+
+    fn pod(namespace: &str, name: &str) -> DeserializeGuard<Pod> {
+        object(
+            json!({"metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}")}}),
+        )
     }
 
     /// A PV's capacity as text: the model of the tests below.
@@ -295,7 +449,7 @@ mod tests {
 
     #[test]
     fn same_named_pods_in_two_namespaces_are_kept_apart() {
-        let store = Store::<Pod>::new();
+        let (store, keep) = (Store::<Pod>::new(), objects());
         for ns in ["a", "b"] {
             assert!(apply(&store, "Pod", Event::Apply(pod(ns, "web-0")), &keep));
         }
@@ -317,7 +471,7 @@ mod tests {
 
     #[test]
     fn same_named_pods_in_two_namespaces_survive_a_relist() {
-        let store = Store::<Pod>::new();
+        let (store, keep) = (Store::<Pod>::new(), objects());
         apply(&store, "Pod", Event::Init, &keep);
         for ns in ["a", "b"] {
             apply(&store, "Pod", Event::InitApply(pod(ns, "web-0")), &keep);
@@ -328,7 +482,7 @@ mod tests {
 
     #[test]
     fn cluster_scoped_objects_are_found_by_name() {
-        let store = Store::<Node>::new();
+        let (store, keep) = (Store::<Node>::new(), objects());
         let node = || object::<Node>(json!({"metadata": {"name": "node-1"}}));
         apply(&store, "Node", Event::Apply(node()), &keep);
         assert!(store.get("node-1").is_some());
@@ -338,55 +492,77 @@ mod tests {
 
     #[test]
     fn malformed_objects_are_skipped_and_a_relist_replaces_the_store() {
-        let store = Store::<String>::new();
-        let ok = || {
-            object::<PersistentVolume>(
-                json!({"metadata": {"name": "good"}, "spec": {"capacity": {"storage": "1Gi"}}}),
-            )
-        };
-        let bad = object(json!({"metadata": {"name": "bad"}, "spec": {"capacity": "not a map"}}));
+        PvModel(capacity).malformed_pvs_are_skipped_and_a_relist_replaces_the_store();
+    }
+
+    #[test]
+    fn an_object_the_model_refuses_is_skipped() {
+        let (store, reader) = (Store::<String>::new(), models(capacity));
         let refused = object(json!({"metadata": {"name": "refused"}, "spec": {}}));
-        apply(&store, "PV", Event::Apply(ok()), &capacity);
-        apply(&store, "PV", Event::Init, &capacity);
-        apply(&store, "PV", Event::InitApply(ok()), &capacity);
-        apply(&store, "PV", Event::InitApply(bad), &capacity);
-        apply(&store, "PV", Event::InitApply(refused), &capacity);
-        assert!(!store.synced());
-        assert!(apply(&store, "PV", Event::InitDone, &capacity));
-        assert!(store.synced());
-        assert_eq!(
-            store.read(|items| items.keys().cloned().collect::<Vec<_>>()),
-            ["good"]
-        );
-        assert!(apply(&store, "PV", Event::Delete(ok()), &capacity));
-        assert!(store.is_empty());
+        apply(&store, "PV", Event::Init, &reader);
+        apply(&store, "PV", Event::InitApply(refused), &reader);
+        assert!(apply(&store, "PV", Event::InitDone, &reader));
+        assert!(store.synced() && store.is_empty());
     }
 
     #[test]
     fn an_update_that_leaves_the_model_as_it_was_changes_nothing() {
-        let store = Store::<String>::new();
-        let pv = |version: &str, size: &str| {
-            let meta = json!({"name": "pv1", "resourceVersion": version,
-                              "annotations": {"example.com/seen": version}});
-            Event::Apply(object::<PersistentVolume>(
-                json!({"metadata": meta, "spec": {"capacity": {"storage": size}}}),
-            ))
+        PvModel(capacity).an_update_that_leaves_the_model_as_it_was_changes_nothing();
+    }
+
+    #[test]
+    fn an_object_passed_over_is_not_kept_and_drops_what_was_kept() {
+        let store = Store::<Pod>::new();
+        let reader = Reader {
+            convert: |p: Pod| Ok::<_, Infallible>(p.metadata.labels.is_some().then_some(p)),
+            observe: |_| {},
         };
-        let apply_pv = |event| apply(&store, "PV", event, &capacity);
-        assert!(apply_pv(pv("1", "1Gi")), "a new PV is a change");
-        let seen = store.generation();
-        assert!(
-            !apply_pv(pv("2", "1Gi")),
-            "only metadata the model ignores changed"
+        let labelled = object(
+            json!({"metadata": {"name": "web-0", "namespace": "a", "labels": {"app": "web"}}}),
         );
-        assert_eq!(store.generation(), seen);
-        assert!(apply_pv(pv("3", "2Gi")), "the capacity changed");
-        let unreadable = || {
-            Event::Apply(object::<PersistentVolume>(
-                json!({"metadata": {"name": "pv1"}, "spec": {"capacity": "x"}}),
-            ))
+        assert!(apply(&store, "Pod", Event::Apply(labelled), &reader));
+        assert!(
+            apply(&store, "Pod", Event::Apply(pod("a", "web-0")), &reader),
+            "no longer kept: dropped"
+        );
+        assert!(store.is_empty());
+        assert!(!apply(
+            &store,
+            "Pod",
+            Event::Apply(pod("a", "web-0")),
+            &reader
+        ));
+    }
+
+    #[test]
+    fn observe_hears_every_object_after_the_store_has_it() {
+        let store = Store::<Pod>::new();
+        let heard = RefCell::new(Vec::new());
+        let reader = Reader {
+            convert: |p: Pod| {
+                Ok::<_, Infallible>((p.metadata.namespace.as_deref() == Some("a")).then_some(p))
+            },
+            observe: |seen| {
+                let stored = store.len();
+                heard.borrow_mut().push((seen, stored));
+            },
         };
-        assert!(apply_pv(unreadable()), "an unreadable update drops the PV");
-        assert!(!apply_pv(unreadable()), "nothing left to drop");
+        apply(&store, "Pod", Event::Init, &reader);
+        apply(&store, "Pod", Event::InitApply(pod("a", "r")), &reader);
+        apply(&store, "Pod", Event::InitDone, &reader);
+        apply(&store, "Pod", Event::Apply(pod("a", "w")), &reader);
+        apply(&store, "Pod", Event::Apply(pod("b", "x")), &reader);
+        apply(&store, "Pod", Event::Delete(pod("a", "w")), &reader);
+        let uid = |n: &str| Some(format!("uid-{n}"));
+        assert_eq!(
+            heard.into_inner(),
+            [
+                (Seen::Relisted { uid: uid("r") }, 0),
+                (Seen::Listed, 1),
+                (Seen::Changed { uid: uid("w") }, 2),
+                (Seen::Changed { uid: uid("x") }, 2),
+                (Seen::Changed { uid: uid("w") }, 1),
+            ]
+        );
     }
 }

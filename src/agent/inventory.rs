@@ -97,7 +97,8 @@ pub async fn watch_when_installed(
         gate.http.set_note(None);
     }
     gate.available.set(1);
-    crate::watch::run(gate.client, config, store, changed, shutdown).await
+    let watcher = crate::watch::Watcher::new(gate.client, changed, shutdown);
+    watcher.run(config, store, crate::watch::objects()).await
 }
 
 /// One Warning Event on the Node, which the writer also logs once: PVs and wipes go on without the inventory.

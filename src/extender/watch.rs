@@ -26,7 +26,7 @@ use super::labels::Labels;
 use super::metrics::{Kind, KindLabels, Metrics};
 use super::model::{Claim, Class, ModelError, Volume, node_labels};
 use super::snapshot::Snapshot;
-use crate::watch::{Store, run_as};
+use crate::watch::{Store, Watcher, models};
 
 /// Quiet time collected before rebuilding, so a burst of changes costs one snapshot.
 const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -120,6 +120,18 @@ async fn rebuild(
     }
 }
 
+fn convert_pv(pv: PersistentVolume) -> Result<Volume, ModelError> {
+    Volume::from_pv(&pv)
+}
+
+fn convert_pvc(pvc: PersistentVolumeClaim) -> Result<Claim, ModelError> {
+    Claim::from_pvc(&pvc)
+}
+
+fn convert_class(sc: StorageClass) -> Result<Class, ModelError> {
+    Class::from_storage_class(&sc)
+}
+
 fn convert_node(node: Node) -> Result<Labels, ModelError> {
     node_labels(&node).map(|(_, labels)| labels)
 }
@@ -132,41 +144,13 @@ pub async fn run(
     metrics: Metrics,
     shutdown: watch::Receiver<bool>,
 ) {
-    let all = || watcher::Config::default();
-    let (c, s, dirty) = (&client, &shutdown, &stores.dirty);
+    let w = Watcher::new(client, stores.dirty.clone(), shutdown.clone());
+    let all = watcher::Config::default;
     tokio::join!(
-        run_as(
-            c.clone(),
-            all(),
-            stores.volumes.clone(),
-            |pv: PersistentVolume| Volume::from_pv(&pv),
-            dirty.clone(),
-            s.clone()
-        ),
-        run_as(
-            c.clone(),
-            all(),
-            stores.claims.clone(),
-            |pvc: PersistentVolumeClaim| Claim::from_pvc(&pvc),
-            dirty.clone(),
-            s.clone()
-        ),
-        run_as(
-            c.clone(),
-            all(),
-            stores.classes.clone(),
-            |sc: StorageClass| Class::from_storage_class(&sc),
-            dirty.clone(),
-            s.clone()
-        ),
-        run_as(
-            c.clone(),
-            all(),
-            stores.nodes.clone(),
-            convert_node,
-            dirty.clone(),
-            s.clone()
-        ),
+        w.run(all(), stores.volumes.clone(), models(convert_pv)),
+        w.run(all(), stores.claims.clone(), models(convert_pvc)),
+        w.run(all(), stores.classes.clone(), models(convert_class)),
+        w.run(all(), stores.nodes.clone(), models(convert_node)),
         rebuild(stores.clone(), cache, metrics, shutdown.clone()),
     );
 }
@@ -175,64 +159,18 @@ pub async fn run(
 mod tests {
     use super::*;
     use crate::watch::apply;
-    use kube::core::DeserializeGuard;
+    use crate::watch::checks::{PvModel, object};
     use kube::runtime::watcher::Event;
     use serde_json::json;
 
-    fn object<K: kube::Resource + serde::de::DeserializeOwned>(
-        value: serde_json::Value,
-    ) -> DeserializeGuard<K> {
-        serde_json::from_value(value).expect("a guarded object")
-    }
-
-    fn volume(pv: PersistentVolume) -> Result<Volume, ModelError> {
-        Volume::from_pv(&pv)
-    }
-
     #[test]
     fn malformed_objects_are_skipped_and_a_relist_replaces_the_store() {
-        let store = Store::<Volume>::new();
-        let ok = || {
-            object::<PersistentVolume>(
-                json!({"metadata": {"name": "good"}, "spec": {"capacity": {"storage": "1Gi"}}}),
-            )
-        };
-        let bad = object(json!({"metadata": {"name": "bad"}, "spec": {"capacity": "not a map"}}));
-        apply(&store, "PV", Event::Init, &volume);
-        apply(&store, "PV", Event::InitApply(ok()), &volume);
-        apply(&store, "PV", Event::InitApply(bad), &volume);
-        assert!(!store.synced());
-        assert!(apply(&store, "PV", Event::InitDone, &volume));
-        let names: Vec<String> = store.read(|items| items.keys().cloned().collect());
-        assert_eq!(names, ["good"]);
-        assert!(apply(&store, "PV", Event::Delete(ok()), &volume));
-        assert!(store.is_empty());
+        PvModel(convert_pv).malformed_pvs_are_skipped_and_a_relist_replaces_the_store();
     }
 
     #[test]
     fn an_update_that_leaves_the_model_as_it_was_costs_no_rebuild() {
-        let store = Store::<Volume>::new();
-        let pv = |annotation: &str, size: &str| {
-            let meta = json!({"name": "pv1", "resourceVersion": annotation,
-                              "annotations": {"example.com/seen": annotation}});
-            Event::Apply(object::<PersistentVolume>(
-                json!({"metadata": meta, "spec": {"capacity": {"storage": size}}}),
-            ))
-        };
-        let apply_pv = |event| apply(&store, "PV", event, &volume);
-        assert!(apply_pv(pv("1", "1Gi")), "a new PV is a change");
-        assert!(
-            !apply_pv(pv("2", "1Gi")),
-            "only metadata the decision ignores changed"
-        );
-        assert!(apply_pv(pv("3", "2Gi")), "the capacity changed");
-        let unreadable = || {
-            Event::Apply(object::<PersistentVolume>(
-                json!({"metadata": {"name": "pv1"}, "spec": {"capacity": "x"}}),
-            ))
-        };
-        assert!(apply_pv(unreadable()), "an unreadable update drops the PV");
-        assert!(!apply_pv(unreadable()), "nothing left to drop");
+        PvModel(convert_pv).an_update_that_leaves_the_model_as_it_was_changes_nothing();
     }
 
     #[test]
@@ -242,18 +180,22 @@ mod tests {
         let node = object::<Node>(
             json!({"metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}}}),
         );
-        apply(&stores.nodes, "Node", Event::Init, &convert_node);
-        apply(&stores.nodes, "Node", Event::InitApply(node), &convert_node);
-        apply(&stores.nodes, "Node", Event::InitDone, &convert_node);
-        apply(&stores.volumes, "PV", Event::InitDone, &volume);
-        let claim = |pvc: PersistentVolumeClaim| Claim::from_pvc(&pvc);
-        apply(&stores.claims, "PVC", Event::InitDone, &claim);
+        let nodes = models(convert_node);
+        apply(&stores.nodes, "Node", Event::Init, &nodes);
+        apply(&stores.nodes, "Node", Event::InitApply(node), &nodes);
+        apply(&stores.nodes, "Node", Event::InitDone, &nodes);
+        apply(&stores.volumes, "PV", Event::InitDone, &models(convert_pv));
+        apply(&stores.claims, "PVC", Event::InitDone, &models(convert_pvc));
         assert!(
             build(&stores, &metrics).is_none(),
             "storage classes have not listed yet"
         );
-        let class = |sc: StorageClass| Class::from_storage_class(&sc);
-        apply(&stores.classes, "SC", Event::InitDone, &class);
+        apply(
+            &stores.classes,
+            "SC",
+            Event::InitDone,
+            &models(convert_class),
+        );
         let snap = build(&stores, &metrics).expect("every store listed");
         assert!(snap.node_labels("n1").is_some());
     }
