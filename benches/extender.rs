@@ -25,12 +25,12 @@ use axum::http::Request;
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use localpv::extender::labels::Labels;
 use localpv::extender::model::{Claim, Class, Strategy, Volume, node_labels};
 use localpv::extender::server::{AppState, Cache, ServerConfig, app};
 use localpv::extender::snapshot::Snapshot;
 use localpv::extender::verbs;
 use localpv::extender::wire::ExtenderArgs;
+use localpv::selector::Labels;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

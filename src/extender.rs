@@ -8,7 +8,7 @@
 //!                  <── ExtenderFilterResult / HostPriorityList ──┘
 //! ```
 //!
-//! `labels`, `model`, `snapshot`, `decide`, `score`, `wire`, `verbs` and `pending` are pure: the same request and
+//! `model`, `snapshot`, `decide`, `score`, `wire`, `verbs` and `pending` are pure: the same request and
 //! snapshot always give the same answer, and `localpv explain` runs them offline on a dumped cluster. `server`,
 //! `watch`, `cache` and `tls` are the shell around them. Replicas share no state: each builds its own snapshot
 //! from its watches. The replica holding the Lease also runs `crate::controller` (node clean-up and pending-pod
@@ -17,7 +17,6 @@
 
 pub mod cache;
 pub mod decide;
-pub mod labels;
 pub mod metrics;
 pub mod model;
 pub mod pending;

@@ -8,9 +8,9 @@
 //!                                                  watch store ──> extender::snapshot ──> extender::decide (pure)
 //! ```
 //!
-//! Pure decision modules (`contract`, `disk`, `config`, `pvname`, `plan`, `extender::decide`, `extender::wire`,
-//! `host::mountinfo`) import no tokio, kube client, axum or nix; the shells around them gather inputs, call them
-//! and apply what they return. docs/architecture.md has the whole data flow and a table of the modules.
+//! Pure decision modules (`contract`, `disk`, `config`, `pvname`, `selector`, `plan`, `extender::decide`,
+//! `extender::wire`, `host::mountinfo`) import no tokio, kube client, axum or nix; the shells around them gather
+//! inputs, call them and apply what they return. docs/architecture.md has the whole data flow and a table of the modules.
 
 // NB: `forbid` cannot be relaxed for the one module that issues ioctls (`sys`), so the crate denies unsafe code
 // and `sys` alone allows it, with every block commented.
@@ -31,6 +31,7 @@ pub mod inventory;
 pub mod logging;
 pub mod plan;
 pub mod pvname;
+pub mod selector;
 pub mod serve;
 #[cfg(feature = "node")]
 pub mod sys;

@@ -543,11 +543,7 @@ fn find_cycle(edges: &BTreeSet<(Vec<String>, String, String, String)>) -> Option
 }
 
 /// Edges left out of the cycle check, `(parent, from, to)`, each with why and what removes it.
-/// NB: plan -> extender: `plan::owners` matches other PVs' node affinity with `extender::labels::NodeAffinity`, and
-/// the extender wiring starts the controller, which runs `cleanup::plan`, which reads `plan`: a top-level cycle.
-/// Moving `extender/labels.rs` (a pure selector matcher, not extender wiring) to a top-level module removes it;
-/// that file is the extfast engineer's (issue 16 point 3), so the move is theirs to land.
-const ALLOWED_EDGES: &[(&str, &str, &str)] = &[("", "plan", "extender")];
+const ALLOWED_EDGES: &[(&str, &str, &str)] = &[];
 
 /// No module needs a sibling that needs it back, at any level: top-level modules, and the files of one module.
 #[test]

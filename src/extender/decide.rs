@@ -23,9 +23,9 @@ use std::sync::Arc;
 
 use self::matching::{maximum_matching, merged};
 use self::scan::{Cause, ClaimView};
-use super::labels::NodeLabels;
 use super::model::Claim;
 use super::snapshot::{ClassIndex, NodeRef, Snapshot, VolId};
+use crate::selector::NodeLabels;
 
 mod matching;
 mod quick;

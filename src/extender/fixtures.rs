@@ -16,9 +16,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, Time,
 };
 
-use super::labels::{HOSTNAME_LABEL, Labels};
 use super::model::{BETA_CLASS_ANNOTATION, Claim, Class, Volume, node_labels};
 use crate::contract::ANN_WIPE_PHASE;
+use crate::selector::{HOSTNAME_LABEL, Labels};
 
 fn deleted_now() -> Time {
     Time(

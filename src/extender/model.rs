@@ -8,9 +8,9 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::labels::{Labels, NodeAffinity, PvLabels, Selector};
 use crate::contract::{ANN_SCORE_STRATEGY, ANN_WIPE_PHASE, Phase};
 use crate::disk::VolumeMode;
+use crate::selector::{Labels, NodeAffinity, PvLabels, Selector};
 
 /// Class annotation that wins over `spec.storageClassName`, on PVs and PVCs alike.
 pub const BETA_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";

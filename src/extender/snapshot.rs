@@ -19,10 +19,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::labels::{HOSTNAME_LABEL, Labels, NodeLabels};
 use super::model::{AccessModes, Claim, Class, Volume};
 use crate::contract::Phase;
 use crate::disk::VolumeMode;
+use crate::selector::{HOSTNAME_LABEL, Labels, NodeLabels};
 
 pub use self::nodes::FastHasher;
 use self::nodes::{FastBuild, NodeTable};

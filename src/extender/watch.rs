@@ -22,10 +22,10 @@ use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
 use super::cache::Cache;
-use super::labels::Labels;
 use super::metrics::{Kind, KindLabels, Metrics};
 use super::model::{Claim, Class, ModelError, Volume, node_labels};
 use super::snapshot::Snapshot;
+use crate::selector::Labels;
 use crate::watch::{Store, Watcher, models};
 
 /// Quiet time collected before rebuilding, so a burst of changes costs one snapshot.

@@ -22,7 +22,7 @@ use super::identity::{self, IdentityCheck, Recorded};
 use super::pv::PvRef;
 use crate::contract::NODE_LABEL;
 use crate::disk::Disk;
-use crate::extender::labels::NodeAffinity;
+use crate::selector::NodeAffinity;
 
 /// `path` made absolute-lexical: empty and `.` components dropped, `..` removes the component before it.
 /// `None` for a relative path.

@@ -17,7 +17,7 @@ use crate::config::{ClassConfig, Config};
 use crate::contract::{ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, NODE_LABEL, Phase, WipePhase};
 use crate::disk::{Disk, VolumeMode};
 
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+pub use crate::selector::HOSTNAME_LABEL;
 /// NB: the PV controller leaves a Released PV with this annotation to its (external) provisioner; without it a
 /// Delete-policy local PV would be marked Failed for lack of a deleter plugin.
 pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";

@@ -29,7 +29,7 @@ fn random_pv(dice: &mut Dice, i: usize) -> PvBuilder {
     p = match dice.roll(8) {
         0 => p.affinity(vec![vec![("zone", "In", vec!["a"])]]),
         1 => p.affinity(vec![vec![(
-            crate::extender::labels::HOSTNAME_LABEL,
+            crate::selector::HOSTNAME_LABEL,
             "In",
             vec!["n1", "n2"],
         )]]),

@@ -13,7 +13,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use super::HostId;
-use crate::extender::labels::Labels;
+use crate::selector::Labels;
 
 /// A multiply-and-fold hasher for the snapshot's short string keys (node names, hostnames), several times cheaper
 /// than SipHash on them. NB: those keys come from the API server (Node and PV objects), never from a request, so

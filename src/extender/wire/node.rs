@@ -19,7 +19,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::walk::Walker;
-use crate::extender::labels::{HOSTNAME_LABEL, Labels, NodeLabels};
+use crate::selector::{HOSTNAME_LABEL, Labels, NodeLabels};
 
 /// What the decision reads from a node: its name, and its labels' place in the node's JSON.
 #[derive(Debug, Default, PartialEq, Eq)]

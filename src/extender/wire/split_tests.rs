@@ -5,7 +5,7 @@ use rstest::rstest;
 
 use super::items::{Split, guess_cuts};
 use super::*;
-use crate::extender::labels::NodeLabels;
+use crate::selector::NodeLabels;
 
 fn parts(threads: usize) -> Split {
     Split {

@@ -2,7 +2,7 @@ use rstest::rstest;
 use serde_json::json;
 
 use super::*;
-use crate::extender::labels::{Labels, NodeLabels};
+use crate::selector::{Labels, NodeLabels};
 
 fn decode(body: &str) -> Result<ExtenderArgs, serde_json::Error> {
     ExtenderArgs::from_slice(body.as_bytes())

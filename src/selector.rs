@@ -1,7 +1,8 @@
 //! Label matching as the in-tree scheduler does it: PVC label selectors against PV labels, and PV node affinity
-//! against node labels.
+//! against node labels. Pure; the extender's decision and the node agent's planner (`plan::owners`: may another
+//! PV be mounted on this node?) both match through it.
 //!
-//! Both are compiled once when an object enters the cache (`Selector::compile`, `NodeAffinity::compile`) so a
+//! Both are compiled once when an object enters the extender's cache (`Selector::compile`, `NodeAffinity::compile`) so a
 //! decision only compares strings. Compilation never fails: an invalid requirement compiles to something that
 //! matches nothing, which is what the in-tree code ends up doing with it.
 
