@@ -174,6 +174,48 @@ impl FromStr for DevId {
     }
 }
 
+/// Written as its text (`"8:16"`) wherever a device number is serialised (`/disks`, `LocalDisk.spec.devId`), as
+/// when it was a string.
+impl serde::Serialize for DevId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DevId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(|()| {
+            serde::de::Error::custom(format!("not a device number (major:minor): {text:?}"))
+        })
+    }
+}
+
+impl schemars::JsonSchema for DevId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DevId".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        String::json_schema(generator)
+    }
+}
+
+impl DevId {
+    /// Reads an optional device number an operator may have edited: text that is not `major:minor` reads as none,
+    /// so one edited object does not fail a whole list (`#[serde(deserialize_with)]`).
+    pub fn deserialize_or_none<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<DevId>, D::Error> {
+        let text = <Option<String> as serde::Deserialize>::deserialize(d)?;
+        Ok(text.as_deref().and_then(DevId::parse))
+    }
+}
+
 /// How a block volume is erased; the config names it per storage class.
 #[derive(
     Clone,
@@ -240,6 +282,15 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
+
+    #[test]
+    fn a_device_number_is_serialised_as_its_text_and_read_back_only_from_it() {
+        let dev = DevId::new(8, 16);
+        assert_eq!(serde_json::to_value(dev).unwrap(), "8:16");
+        assert_eq!(serde_json::from_value::<DevId>("8:16".into()).unwrap(), dev);
+        assert!(serde_json::from_value::<DevId>("sdb".into()).is_err());
+        assert!(serde_json::from_value::<DevId>(816.into()).is_err());
+    }
 
     /// The wire: objects already in clusters carry these spellings, so changing one is a migration, not a rename.
     #[test]

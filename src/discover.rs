@@ -217,7 +217,7 @@ fn filesystem_identity(host: &dyn Host, mount: &MountEntry) -> Result<DiskIdenti
         .unwrap_or_default();
     let mut identity = DiskIdentity {
         device: device.map(|d| d.display().to_string()),
-        dev_id: Some(mount.dev.to_string()),
+        dev_id: Some(mount.dev),
         fs_type: probe.fs_type.or_else(|| Some(mount.fs_type.clone())),
         fs_uuid: probe.uuid,
         fs_label: probe.label,
@@ -239,7 +239,7 @@ fn block_identity(
     let probe = host.probe_filesystem(probe_path)?;
     let mut identity = DiskIdentity {
         device: host.device_node(rdev)?.map(|d| d.display().to_string()),
-        dev_id: Some(rdev.to_string()),
+        dev_id: Some(rdev),
         fs_type: probe.fs_type,
         fs_uuid: probe.uuid,
         fs_label: probe.label,

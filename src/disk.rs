@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::contract::DevId;
+
 /// How a volume is presented to pods, as in `PersistentVolume.spec.volumeMode`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum VolumeMode {
@@ -34,7 +36,7 @@ pub struct DiskIdentity {
     /// Backing block device, e.g. `/dev/loop3`; `None` for filesystems without one (tmpfs).
     pub device: Option<String>,
     /// `major:minor` of the backing device (or of the anonymous device for tmpfs), from mountinfo or stat.
-    pub dev_id: Option<String>,
+    pub dev_id: Option<DevId>,
     pub fs_type: Option<String>,
     pub fs_uuid: Option<String>,
     pub fs_label: Option<String>,
@@ -151,4 +153,19 @@ pub struct DiscoveryClass {
     pub mode: VolumeMode,
     /// Shell-style globs (`*`, `?`, `[..]`) an entry name must match one of; `["*"]` by default.
     pub name_patterns: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `/disks` showed the device number as text when it was a string; it still does.
+    #[test]
+    fn an_identity_reads_and_writes_its_device_number_as_text() {
+        let text = r#"{"device":"/dev/loop3","devId":"7:3","fsType":"ext4","fsUuid":null,"fsLabel":null,"wwn":null,"serial":null,"model":null,"vendor":null,"rotational":null}"#;
+        let identity: DiskIdentity =
+            serde_json::from_str(text).expect("an identity as written before");
+        assert_eq!(identity.dev_id, Some(DevId::new(7, 3)));
+        assert_eq!(serde_json::to_string(&identity).unwrap(), text);
+    }
 }

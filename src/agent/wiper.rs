@@ -54,7 +54,7 @@ pub fn run(
     ctl: &Control,
 ) -> Result<Done, Failed> {
     let found = verify(host.as_ref(), class, order)?;
-    let dev = found.identity.dev_id.as_deref().and_then(DevId::parse);
+    let dev = found.identity.dev_id;
     match &order.method {
         ClassWipe::Filesystem(method) => {
             let done = wipe_filesystem(order, method, dev, share, ctl)?;
@@ -83,6 +83,7 @@ fn verify(host: &dyn Host, class: &DiscoveryClass, order: &WipeOrder) -> Result<
     let recorded = Recorded {
         identity: order.expected.clone(),
         mount_root: order.expected_mount_root.clone(),
+        unreadable_dev_id: None,
     };
     match identity::check(order.mode, Some(&recorded), disk) {
         IdentityCheck::Same => Ok(disk.clone()),

@@ -114,7 +114,7 @@ fn a_tmpfs_mount_is_a_disk_sized_by_statvfs_with_no_device() {
             available_bytes: Some(1 << 29),
             mount_root: None,
             identity: DiskIdentity {
-                dev_id: Some("0:50".into()),
+                dev_id: "0:50".parse().ok(),
                 fs_type: Some("tmpfs".into()),
                 ..DiskIdentity::default()
             },
@@ -154,7 +154,7 @@ fn a_device_backed_mount_carries_blkid_and_hardware_identity() {
     let discovery = discover(&host, &[fs_class()]);
     let identity = &discovery.disks[0].identity;
     assert_eq!(identity.device.as_deref(), Some("/dev/loop0"));
-    assert_eq!(identity.dev_id.as_deref(), Some("7:0"));
+    assert_eq!(identity.dev_id, Some(DevId::new(7, 0)));
     assert_eq!(
         (
             identity.fs_type.as_deref(),
@@ -298,8 +298,8 @@ fn the_top_mount_of_a_stack_is_the_one_described() {
     .with_statvfs(probe_path("vol1"), 10, 5);
     let identity = &discover(&host, &[fs_class()]).disks[0].identity;
     assert_eq!(
-        (identity.dev_id.as_deref(), identity.fs_type.as_deref()),
-        (Some("0:51"), Some("ramfs"))
+        (identity.dev_id, identity.fs_type.as_deref()),
+        (Some(DevId::new(0, 51)), Some("ramfs"))
     );
 }
 
@@ -730,7 +730,7 @@ fn another_mount_at_the_same_path_is_measured_again() {
     let swapped = tmpfs_host(&[(40, "vol1")]);
     let discovery = discover_with(&swapped, &[fs_class()], &mut probed);
     assert_eq!(statvfs_calls(&swapped), [probe_path("vol1")]);
-    assert_eq!(discovery.disks[0].identity.dev_id.as_deref(), Some("0:40"));
+    assert_eq!(discovery.disks[0].identity.dev_id, Some(DevId::new(0, 40)));
 }
 
 #[test]

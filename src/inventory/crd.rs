@@ -16,6 +16,8 @@ use kube::core::CustomResourceExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::contract::DevId;
+
 /// Condition type: another node's LocalDisk carries the same filesystem UUID.
 pub const CONDITION_DUPLICATE_UUID: &str = "DuplicateUUID";
 /// Condition type: the last wipe of this disk failed.
@@ -96,8 +98,12 @@ pub struct LocalDiskSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
     /// `major:minor` of the backing device.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dev_id: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "DevId::deserialize_or_none"
+    )]
+    pub dev_id: Option<DevId>,
     /// For a bind mount of a sub-directory: that directory inside the filesystem.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mount_root: Option<String>,
@@ -305,6 +311,24 @@ mod tests {
             on_disk == generated,
             "{copy} differs from the generated CRD: run `cargo run -- crd > {copy}` to update"
         );
+    }
+
+    /// LocalDisks written while the device number was a string read the same; one edited by hand reads as having
+    /// none (the next apply writes it again) instead of failing every list of LocalDisks.
+    #[rstest]
+    #[case::as_written("7:3", Some(DevId::new(7, 3)))]
+    #[case::edited("sdb", None)]
+    fn a_local_disk_reads_its_device_number_from_text(
+        #[case] text: &str,
+        #[case] read: Option<DevId>,
+    ) {
+        let spec = serde_json::json!({"node": "n1", "path": "/mnt/disks/vol1", "entry": "vol1",
+                                      "storageClass": "fast", "devId": text});
+        let spec: LocalDiskSpec = serde_json::from_value(spec).expect("a LocalDisk spec");
+        assert_eq!(spec.dev_id, read);
+        if read.is_some() {
+            assert_eq!(serde_json::to_value(&spec).unwrap()["devId"], text);
+        }
     }
 
     #[test]

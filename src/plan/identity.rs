@@ -12,7 +12,7 @@ use std::path::Path;
 
 use crate::contract::{
     ANN_DEV_ID, ANN_DEVICE, ANN_FS_LABEL, ANN_FS_TYPE, ANN_FS_UUID, ANN_MODEL, ANN_MOUNT_ROOT,
-    ANN_ROTATIONAL, ANN_SERIAL, ANN_VENDOR, ANN_VOLUME_ID, ANN_WWN,
+    ANN_ROTATIONAL, ANN_SERIAL, ANN_VENDOR, ANN_VOLUME_ID, ANN_WWN, DevId,
 };
 use crate::disk::{Disk, DiskIdentity, VolumeMode};
 
@@ -21,6 +21,9 @@ use crate::disk::{Disk, DiskIdentity, VolumeMode};
 pub struct Recorded {
     pub identity: DiskIdentity,
     pub mount_root: Option<String>,
+    /// The device-number annotation when it is not `major:minor` (edited by hand): it still refutes, as a device
+    /// number that differs would, instead of reading as no record at all.
+    pub unreadable_dev_id: Option<String>,
 }
 
 /// The outcome of comparing a PV's recorded identity with the disk now at its path.
@@ -44,7 +47,7 @@ pub fn annotations(disk: &Disk) -> BTreeMap<String, String> {
         (ANN_FS_TYPE, id.fs_type.clone()),
         (ANN_FS_LABEL, id.fs_label.clone()),
         (ANN_DEVICE, id.device.clone()),
-        (ANN_DEV_ID, id.dev_id.clone()),
+        (ANN_DEV_ID, id.dev_id.map(|d| d.to_string())),
         (ANN_WWN, id.wwn.clone()),
         (ANN_SERIAL, id.serial.clone()),
         (ANN_MODEL, id.model.clone()),
@@ -62,9 +65,10 @@ pub fn annotations(disk: &Disk) -> BTreeMap<String, String> {
 /// The identity recorded in a PV's annotations; `None` when it records none of the comparable ids.
 pub fn recorded(annotations: &BTreeMap<String, String>) -> Option<Recorded> {
     let get = |key: &str| annotations.get(key).cloned();
+    let dev_id = get(ANN_DEV_ID);
     let identity = DiskIdentity {
         device: get(ANN_DEVICE),
-        dev_id: get(ANN_DEV_ID),
+        dev_id: dev_id.as_deref().and_then(DevId::parse),
         fs_type: get(ANN_FS_TYPE),
         fs_uuid: get(ANN_FS_UUID),
         fs_label: get(ANN_FS_LABEL),
@@ -79,16 +83,18 @@ pub fn recorded(annotations: &BTreeMap<String, String>) -> Option<Recorded> {
     let any = [
         &identity.volume_id,
         &identity.fs_uuid,
-        &identity.dev_id,
+        &dev_id,
         &identity.device,
         &identity.wwn,
         &identity.serial,
     ]
     .iter()
     .any(|id| id.is_some());
+    let unreadable_dev_id = dev_id.filter(|_| identity.dev_id.is_none());
     any.then(|| Recorded {
         identity,
         mount_root: get(ANN_MOUNT_ROOT),
+        unreadable_dev_id,
     })
 }
 
@@ -136,11 +142,19 @@ pub fn check(mode: VolumeMode, recorded: Option<&Recorded>, disk: &Disk) -> Iden
         return IdentityCheck::Same;
     }
     let hint = match mode {
-        VolumeMode::Filesystem => ("device number", &was.dev_id, &now.dev_id),
-        VolumeMode::Block => ("device", &was.device, &now.device),
+        VolumeMode::Filesystem => {
+            let was = was.dev_id.map(|d| d.to_string());
+            let now = now.dev_id.map(|d| d.to_string());
+            (
+                "device number",
+                was.or_else(|| recorded.unreadable_dev_id.clone()),
+                now,
+            )
+        }
+        VolumeMode::Block => ("device", was.device.clone(), now.device.clone()),
     };
     match hint {
-        (what, Some(was), Some(now)) if was != now => changed(what, was, now),
+        (what, Some(was), Some(now)) if was != now => changed(what, &was, &now),
         _ => IdentityCheck::Unverifiable,
     }
 }
@@ -152,12 +166,13 @@ pub fn may_be_same(mode: VolumeMode, recorded: Option<&Recorded>, disk: &Disk) -
     match check(mode, recorded, disk) {
         IdentityCheck::Same => true,
         IdentityCheck::Unverifiable => {
-            let (was, now) = (recorded.map(|r| &r.identity), &disk.identity);
-            let hint = |id: &DiskIdentity| match mode {
-                VolumeMode::Filesystem => id.dev_id.clone(),
-                VolumeMode::Block => id.device.clone(),
+            let (Some(was), now) = (recorded.map(|r| &r.identity), &disk.identity) else {
+                return false;
             };
-            was.and_then(hint).is_some_and(|was| Some(was) == hint(now))
+            match mode {
+                VolumeMode::Filesystem => was.dev_id.is_some() && was.dev_id == now.dev_id,
+                VolumeMode::Block => was.device.is_some() && was.device == now.device,
+            }
         }
         IdentityCheck::Changed(_) | IdentityCheck::NotRecorded => false,
     }
@@ -270,7 +285,7 @@ mod tests {
     fn tmpfs(volume_id: &str, dev: &str) -> Disk {
         disk(VolumeMode::Filesystem, |id| {
             id.volume_id = Some(volume_id.into());
-            id.dev_id = Some(dev.into());
+            id.dev_id = dev.parse().ok();
         })
     }
 
@@ -278,24 +293,37 @@ mod tests {
         recorded(&annotations(disk))
     }
 
+    /// A device number edited into something else is still a record, and still refutes as a differing one did.
+    #[test]
+    fn an_unreadable_device_number_annotation_refutes_like_a_differing_one() {
+        let edited = BTreeMap::from([(ANN_DEV_ID.to_string(), "sdb".to_string())]);
+        let rec = recorded(&edited).expect("still a record");
+        let disk = disk(VolumeMode::Filesystem, |id| id.dev_id = "0:55".parse().ok());
+        assert_eq!(
+            check(VolumeMode::Filesystem, Some(&rec), &disk),
+            IdentityCheck::Changed("device number sdb became 0:55".into())
+        );
+        assert!(!may_be_same(VolumeMode::Filesystem, Some(&rec), &disk));
+    }
+
     #[rstest]
     #[case::same_uuid(fs("u1"), fs("u1"), IdentityCheck::Same)]
     #[case::other_uuid(fs("u1"), fs("u2"), IdentityCheck::Changed("filesystem UUID u1 became u2".into()))]
     #[case::uuid_gone(
         fs("u1"),
-        disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())),
+        disk(VolumeMode::Filesystem, |id| id.dev_id = "0:55".parse().ok()),
         IdentityCheck::Changed("filesystem UUID u1 is gone".into())
     )]
     // NB: the kernel hands a remounted tmpfs the number the previous one freed: an equal number proves nothing.
     #[case::tmpfs_same_number_only(
-        disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())),
-        disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())),
+        disk(VolumeMode::Filesystem, |id| id.dev_id = "0:55".parse().ok()),
+        disk(VolumeMode::Filesystem, |id| id.dev_id = "0:55".parse().ok()),
         IdentityCheck::Unverifiable
     )]
     #[case::tmpfs_same_volume_id(tmpfs("v1", "0:55"), tmpfs("v1", "0:55"), IdentityCheck::Same)]
     #[case::tmpfs_swapped_on_the_same_number(
         tmpfs("v1", "0:55"),
-        disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())),
+        disk(VolumeMode::Filesystem, |id| id.dev_id = "0:55".parse().ok()),
         IdentityCheck::Changed("volume id v1 is gone".into())
     )]
     #[case::tmpfs_other_volume_id(
@@ -305,12 +333,12 @@ mod tests {
     )]
     #[case::volume_id_recorded_but_unsupported_now(
         tmpfs("v1", "0:55"),
-        disk(VolumeMode::Filesystem, |id| { id.dev_id = Some("0:55".into()); id.volume_id_unsupported = true }),
+        disk(VolumeMode::Filesystem, |id| { id.dev_id = "0:55".parse().ok(); id.volume_id_unsupported = true }),
         IdentityCheck::Changed("volume id v1 is gone".into())
     )]
     #[case::renumbered_loop_device_same_uuid(
-        disk(VolumeMode::Filesystem, |id| { id.fs_uuid = Some("u1".into()); id.dev_id = Some("7:3".into()) }),
-        disk(VolumeMode::Filesystem, |id| { id.fs_uuid = Some("u1".into()); id.dev_id = Some("7:6".into()) }),
+        disk(VolumeMode::Filesystem, |id| { id.fs_uuid = Some("u1".into()); id.dev_id = "7:3".parse().ok() }),
+        disk(VolumeMode::Filesystem, |id| { id.fs_uuid = Some("u1".into()); id.dev_id = "7:6".parse().ok() }),
         IdentityCheck::Same
     )]
     #[case::renumbered_tmpfs_same_volume_id(
@@ -329,8 +357,8 @@ mod tests {
         IdentityCheck::Same
     )]
     #[case::tmpfs_remounted(
-        disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())),
-        disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:61".into())),
+        disk(VolumeMode::Filesystem, |id| id.dev_id = "0:55".parse().ok()),
+        disk(VolumeMode::Filesystem, |id| id.dev_id = "0:61".parse().ok()),
         IdentityCheck::Changed("device number 0:55 became 0:61".into())
     )]
     #[case::cloned_filesystem_on_other_hardware(
@@ -364,8 +392,8 @@ mod tests {
         IdentityCheck::Unverifiable
     )]
     #[case::block_renumbered_same_wwn(
-        disk(VolumeMode::Block, |id| { id.wwn = Some("w1".into()); id.dev_id = Some("8:16".into()) }),
-        disk(VolumeMode::Block, |id| { id.wwn = Some("w1".into()); id.dev_id = Some("8:32".into()) }),
+        disk(VolumeMode::Block, |id| { id.wwn = Some("w1".into()); id.dev_id = "8:16".parse().ok() }),
+        disk(VolumeMode::Block, |id| { id.wwn = Some("w1".into()); id.dev_id = "8:32".parse().ok() }),
         IdentityCheck::Same
     )]
     #[case::nothing_comparable(
@@ -441,7 +469,7 @@ mod tests {
             let mut d = disk(VolumeMode::Filesystem, |id| {
                 id.fs_uuid = Some("u1".into());
                 id.volume_id = Some(volume_id.into());
-                id.dev_id = Some("7:3".into());
+                id.dev_id = "7:3".parse().ok();
             });
             d.mount_root = Some(root.into());
             d
@@ -456,7 +484,7 @@ mod tests {
     }
 
     #[rstest]
-    #[case::tmpfs_without_id(VolumeMode::Filesystem, DiskIdentity { dev_id: Some("0:55".into()), ..DiskIdentity::default() }, false)]
+    #[case::tmpfs_without_id(VolumeMode::Filesystem, DiskIdentity { dev_id: "0:55".parse().ok(), ..DiskIdentity::default() }, false)]
     #[case::tmpfs_with_id(VolumeMode::Filesystem, DiskIdentity { volume_id: Some("v".into()), ..DiskIdentity::default() }, true)]
     #[case::ext4(VolumeMode::Filesystem, DiskIdentity { fs_uuid: Some("u".into()), ..DiskIdentity::default() }, true)]
     #[case::raw_loop_device(VolumeMode::Block, DiskIdentity { device: Some("/dev/loop3".into()), fs_uuid: Some("u".into()), ..DiskIdentity::default() }, false)]
@@ -474,7 +502,7 @@ mod tests {
         let mut d = disk(VolumeMode::Block, |id| {
             *id = DiskIdentity {
                 device: Some("/dev/sdb".into()),
-                dev_id: Some("8:16".into()),
+                dev_id: "8:16".parse().ok(),
                 fs_type: Some("ext4".into()),
                 fs_uuid: Some("u1".into()),
                 fs_label: Some("data".into()),
@@ -498,7 +526,7 @@ mod tests {
     #[rstest]
     #[case::fs_uuid(fs("u1"), "fs-uuid:u1")]
     #[case::tmpfs(tmpfs("v1", "0:55"), "volume-id:v1")]
-    #[case::tmpfs_without_volume_id(disk(VolumeMode::Filesystem, |id| id.dev_id = Some("0:55".into())), "path:/mnt/disks/vol1")]
+    #[case::tmpfs_without_volume_id(disk(VolumeMode::Filesystem, |id| id.dev_id = "0:55".parse().ok()), "path:/mnt/disks/vol1")]
     #[case::block_wwn(disk(VolumeMode::Block, |id| { id.wwn = Some("w1".into()); id.fs_uuid = Some("u".into()) }), "wwn:w1")]
     #[case::block_serial(disk(VolumeMode::Block, |id| id.serial = Some("s1".into())), "serial:s1")]
     #[case::block_bare(disk(VolumeMode::Block, |id| id.device = Some("/dev/loop3".into())), "path:/mnt/disks/vol1")]

@@ -36,7 +36,7 @@ fn fs_disk(entry: &str, uuid: &str) -> Disk {
         mount_root: None,
         identity: DiskIdentity {
             device: Some("/dev/loop3".into()),
-            dev_id: Some("7:3".into()),
+            dev_id: "7:3".parse().ok(),
             fs_type: Some("ext4".into()),
             fs_uuid: Some(uuid.into()),
             ..DiskIdentity::default()
@@ -400,7 +400,7 @@ fn a_renamed_device_keeps_its_object() {
     let mut world = World::with_disks(vec![fs_disk("vol1", UUID)]);
     world.step(t0());
     world.found.disks[0].identity.device = Some("/dev/loop7".into());
-    world.found.disks[0].identity.dev_id = Some("7:7".into());
+    world.found.disks[0].identity.dev_id = "7:7".parse().ok();
     assert_eq!(kinds(&world.step(t0())), [format!("apply {}", uuid_name())]);
     assert_eq!(world.existing.len(), 1);
     assert_eq!(

@@ -8,7 +8,7 @@ use crate::disk::DiskIdentity;
 fn tmpfs(entry: &str, dev: &str) -> Disk {
     let mut d = disk(entry);
     d.identity = DiskIdentity {
-        dev_id: Some(dev.into()),
+        dev_id: dev.parse().ok(),
         fs_type: Some("tmpfs".into()),
         ..DiskIdentity::default()
     };
@@ -127,8 +127,8 @@ fn a_released_pv_that_recorded_only_a_device_number_is_not_wiped() {
     tagged(tmpfs("vol1", "0:61"), "vid-1")
 )]
 #[case::loop_device_by_uuid(
-    { let mut d = disk("vol1"); d.identity.dev_id = Some("7:3".into()); d },
-    { let mut d = disk("vol1"); d.identity.dev_id = Some("7:6".into()); d }
+    { let mut d = disk("vol1"); d.identity.dev_id = "7:3".parse().ok(); d },
+    { let mut d = disk("vol1"); d.identity.dev_id = "7:6".parse().ok(); d }
 )]
 fn a_released_disk_renumbered_with_the_same_strong_id_is_wiped(
     #[case] was: Disk,
@@ -163,7 +163,7 @@ fn a_dirty_block_device_without_hardware_ids_is_held_not_wiped() {
     raw.mode = VolumeMode::Block;
     raw.identity = DiskIdentity {
         device: Some("/dev/loop3".into()),
-        dev_id: Some("7:3".into()),
+        dev_id: "7:3".parse().ok(),
         ..DiskIdentity::default()
     };
     world.found.disks = vec![raw];
@@ -183,7 +183,7 @@ fn a_raw_device_without_hardware_ids_that_moved_is_not_published_a_second_time()
         d.mode = VolumeMode::Block;
         d.identity = DiskIdentity {
             device: Some("/dev/loop3".into()),
-            dev_id: Some("7:3".into()),
+            dev_id: "7:3".parse().ok(),
             ..DiskIdentity::default()
         };
         d

@@ -98,7 +98,7 @@ fn only_delete_lets_a_released_pv_be_wiped(#[case] policy: &str, #[case] event: 
 fn a_released_pv_whose_disk_shows_no_recorded_id_is_not_wiped() {
     let mut bare = disk("vol1");
     bare.identity.fs_uuid = None;
-    bare.identity.dev_id = Some("0:55".into());
+    bare.identity.dev_id = "0:55".parse().ok();
     let world = World::new(vec![bare], vec![Pv::test().released().build()]);
     let plan = world.plan();
     assert!(
