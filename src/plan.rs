@@ -44,7 +44,7 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use serde::Serialize;
 
 use crate::config::{ClassConfig, Config, WipeMethod};
-use crate::disk::{Discovery, DiskIdentity, VolumeMode};
+use crate::disk::{Discovery, DiskIdentity};
 pub use pv::{MetaPatch, PvRef};
 pub use state::{Condition, DiskLedger, DiskState, Memory, OwnedPv, Owners};
 
@@ -194,7 +194,7 @@ pub struct WipeOrder {
     pub host_path: PathBuf,
     /// The same entry as this process sees it (`mountDir/entry`).
     pub path: PathBuf,
-    pub mode: VolumeMode,
+    /// How to wipe; its variant is the volume mode the disk is checked and wiped as.
     pub method: WipeMethod,
     pub expected: DiskIdentity,
     pub expected_mount_root: Option<String>,

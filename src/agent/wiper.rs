@@ -85,7 +85,7 @@ fn verify(host: &dyn Host, class: &DiscoveryClass, order: &WipeOrder) -> Result<
         mount_root: order.expected_mount_root.clone(),
         unreadable_dev_id: None,
     };
-    match identity::check(order.mode, Some(&recorded), disk) {
+    match identity::check(order.method.mode(), Some(&recorded), disk) {
         IdentityCheck::Same => Ok(disk.clone()),
         IdentityCheck::Changed(what) => Err(Failed::Refused(format!(
             "{} holds a different disk: {what}",

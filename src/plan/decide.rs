@@ -401,7 +401,6 @@ impl<'a> Planner<'a> {
             class: class.config.name.clone(),
             host_path: pv.path.clone(),
             path: process_path(class, &pv.path),
-            mode: pv.mode,
             method: class.config.wipe.clone(),
             expected,
             expected_mount_root,

@@ -11,7 +11,7 @@ use crate::contract::{
     ANN_DEVICE, ANN_FS_TYPE, ANN_FS_UUID, ANN_VOLUME_ID, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE,
     NODE_LABEL,
 };
-use crate::disk::{ClassFailure, Disk, Unusable, UnusableReason};
+use crate::disk::{ClassFailure, Disk, Unusable, UnusableReason, VolumeMode};
 use crate::pvname;
 use std::path::PathBuf;
 

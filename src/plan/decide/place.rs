@@ -147,7 +147,6 @@ impl Planner<'_> {
             class: class.config.name.clone(),
             host_path: disk.host_path.clone(),
             path: process_path(class, &disk.host_path),
-            mode: disk.mode,
             method: class.config.wipe.clone(),
             expected: disk.identity.clone(),
             expected_mount_root: disk.mount_root.clone(),

@@ -239,5 +239,5 @@ fn block_disks_are_keyed_by_hardware_id_and_wiped_by_the_class_method() {
         order.method,
         crate::config::WipeMethod::Block(crate::config::BlockWipe::default())
     );
-    assert_eq!(order.mode, VolumeMode::Block);
+    assert_eq!(order.method.mode(), VolumeMode::Block);
 }
