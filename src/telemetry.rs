@@ -6,12 +6,13 @@
 //!  scrape ─> ProcessCollector::encode ─> /proc/self/{stat,status,fd,limits} + /proc/stat (btime) ─> process_*
 //! ```
 
+use std::hash::Hash;
 use std::path::Path;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
@@ -35,6 +36,43 @@ pub fn register(reg: &mut Registry, component: &str) {
         info,
     );
     reg.register_collector(Box::new(ProcessCollector));
+}
+
+/// Creates each of `sets` in `family` at zero. Every known label set is exported from registration on: a counter
+/// that first appears with its first event has no earlier sample, so `increase(...[30m]) > 0` would miss exactly
+/// that first failure.
+pub fn at_zero<S, M, C>(family: &Family<S, M, C>, sets: impl IntoIterator<Item = S>)
+where
+    S: Clone + Hash + Eq,
+    C: MetricConstructor<M>,
+{
+    for set in sets {
+        let _ = family.get_or_create(&set);
+    }
+}
+
+/// `registry` in the text format, as a scrape reads it.
+#[cfg(test)]
+pub(crate) fn scrape(registry: &Registry) -> String {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).expect("encodes");
+    text
+}
+
+/// What a fresh registry exports once `register` has run: asserts it has each of `lines` (metrics at zero before
+/// their first event), and returns it for further checks.
+#[cfg(test)]
+pub(crate) fn assert_registered<R>(
+    register: impl FnOnce(&mut Registry) -> R,
+    lines: &[&str],
+) -> String {
+    let mut reg = Registry::default();
+    register(&mut reg);
+    let text = scrape(&reg);
+    for line in lines {
+        assert!(text.contains(line), "{line} missing:\n{text}");
+    }
+    text
 }
 
 /// What one scrape reads about this process.
@@ -185,8 +223,7 @@ mod tests {
     fn this_process_is_described_with_build_info_and_process_metrics() {
         let mut reg = Registry::default();
         register(&mut reg, "node");
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &reg).expect("encodes");
+        let text = scrape(&reg);
         let version = env!("CARGO_PKG_VERSION");
         assert!(
             text.contains(&format!(

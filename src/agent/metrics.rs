@@ -2,8 +2,7 @@
 //! never node, PV, claim or path names. The node is the scrape target's: the chart's ServiceMonitor sets a `node`
 //! target label from the pod's node.
 //!
-//! Every known label set is created at registration, at zero: a counter that first appears with its first event
-//! has no earlier sample, so `increase(...[30m]) > 0` would miss exactly that first failure.
+//! Every known label set is created at registration, at zero (`telemetry::at_zero` says why).
 
 use std::collections::BTreeMap;
 
@@ -15,7 +14,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::config::WipeMethod;
 use crate::disk::{Unusable, UnusableReason};
+use crate::telemetry::at_zero;
 
 const UNUSABLE_REASONS: [UnusableReason; 6] = [
     UnusableReason::NotAMountPoint,
@@ -183,34 +184,33 @@ impl Metrics {
         m
     }
 
-    /// Creates every known label set at zero (see the module doc).
+    /// Creates every known label set at zero (`telemetry::at_zero`).
     fn zero_label_sets(&self) {
-        for verb in API_VERBS {
-            for outcome in API_OUTCOMES {
-                let _ = self
-                    .api_requests
-                    .get_or_create(&ApiLabels { verb, outcome });
-            }
-        }
-        for outcome in [Outcome::Ok, Outcome::Error] {
-            let _ = self
-                .config_reloads
-                .get_or_create(&OutcomeLabels { outcome });
-        }
-        for method in crate::config::WipeMethod::every_spelling() {
-            for outcome in WIPE_OUTCOMES {
-                let method = method.to_string();
-                let _ = self.wipes.get_or_create(&WipeLabels { method, outcome });
-            }
-        }
-        for reason in UNUSABLE_REASONS {
-            let reason = reason.as_str().to_string();
-            let _ = self.disks_unusable.get_or_create(&ReasonLabels { reason });
-        }
-        for phase in PV_PHASES {
-            let phase = phase.to_string();
-            let _ = self.pvs.get_or_create(&PhaseLabels { phase });
-        }
+        let api = |verb| API_OUTCOMES.map(|outcome| ApiLabels { verb, outcome });
+        at_zero(&self.api_requests, API_VERBS.into_iter().flat_map(api));
+        let reloads = [Outcome::Ok, Outcome::Error].map(|outcome| OutcomeLabels { outcome });
+        at_zero(&self.config_reloads, reloads);
+        let wipes = |method: &str| {
+            let method = method.to_string();
+            WIPE_OUTCOMES.map(|outcome| WipeLabels {
+                method: method.clone(),
+                outcome,
+            })
+        };
+        at_zero(
+            &self.wipes,
+            WipeMethod::every_spelling().into_iter().flat_map(wipes),
+        );
+        let reason = |r: UnusableReason| ReasonLabels {
+            reason: r.as_str().to_string(),
+        };
+        at_zero(&self.disks_unusable, UNUSABLE_REASONS.map(reason));
+        at_zero(
+            &self.pvs,
+            PV_PHASES.map(|phase| PhaseLabels {
+                phase: phase.to_string(),
+            }),
+        );
     }
 
     /// The gauges of one pass: unusable entries by reason, this node's PVs by phase, and their capacity by class
@@ -290,28 +290,21 @@ impl crate::effects::Count for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn scrape(reg: &Registry) -> String {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, reg).expect("encodes");
-        text
-    }
+    use crate::telemetry::scrape;
 
     #[test]
     fn every_known_label_set_is_exported_at_zero_before_its_first_event() {
-        let mut reg = Registry::default();
-        Metrics::register(&mut reg);
-        let text = scrape(&reg);
-        for line in [
-            r#"localpv_node_wipes_total{method="remove",outcome="Error"} 0"#,
-            r#"localpv_node_wipes_total{method="command",outcome="Refused"} 0"#,
-            r#"localpv_node_api_requests_total{verb="Create",outcome="Error"} 0"#,
-            r#"localpv_node_config_reloads_total{outcome="Error"} 0"#,
-            r#"localpv_node_disks_unusable{reason="DeviceInUse"} 0"#,
-            r#"localpv_node_persistent_volumes{phase="Released"} 0"#,
-        ] {
-            assert!(text.contains(line), "{line} missing:\n{text}");
-        }
+        let text = crate::telemetry::assert_registered(
+            Metrics::register,
+            &[
+                r#"localpv_node_wipes_total{method="remove",outcome="Error"} 0"#,
+                r#"localpv_node_wipes_total{method="command",outcome="Refused"} 0"#,
+                r#"localpv_node_api_requests_total{verb="Create",outcome="Error"} 0"#,
+                r#"localpv_node_config_reloads_total{outcome="Error"} 0"#,
+                r#"localpv_node_disks_unusable{reason="DeviceInUse"} 0"#,
+                r#"localpv_node_persistent_volumes{phase="Released"} 0"#,
+            ],
+        );
         assert_eq!(text.matches("localpv_node_wipes_total{").count(), 7 * 3);
     }
 

@@ -9,6 +9,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::telemetry::at_zero;
+
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum WriteKind {
     DeletePv,
@@ -82,25 +84,25 @@ impl Metrics {
             "Time to plan one clean-up or explanation pass (off the async workers)",
             m.pass.clone(),
         );
-        for write in [
+        let writes = [
             WriteKind::DeletePv,
             WriteKind::DeleteLocalDisk,
             WriteKind::WarnClaim,
             WriteKind::DeleteClaim,
             WriteKind::ExplainPod,
-        ] {
-            for outcome in [
-                Outcome::Applied,
-                Outcome::AlreadyDone,
-                Outcome::Failed,
-                Outcome::NotLeader,
-            ] {
-                let _ = m.writes.get_or_create(&WriteLabels { write, outcome });
-            }
-        }
-        for work in [Work::Cleanup, Work::Explain] {
-            let _ = m.pass.get_or_create(&WorkLabels { work });
-        }
+        ];
+        let outcomes = [
+            Outcome::Applied,
+            Outcome::AlreadyDone,
+            Outcome::Failed,
+            Outcome::NotLeader,
+        ];
+        let every = |write| outcomes.map(|outcome| WriteLabels { write, outcome });
+        at_zero(&m.writes, writes.into_iter().flat_map(every));
+        at_zero(
+            &m.pass,
+            [Work::Cleanup, Work::Explain].map(|work| WorkLabels { work }),
+        );
         m
     }
 }
@@ -111,17 +113,14 @@ mod tests {
 
     #[test]
     fn every_write_and_outcome_is_exported_at_zero_before_the_first_pass() {
-        let mut reg = Registry::default();
-        Metrics::register(&mut reg);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &reg).expect("encodes");
-        for line in [
-            r#"localpv_controller_writes_total{write="DeletePv",outcome="NotLeader"} 0"#,
-            r#"localpv_controller_writes_total{write="ExplainPod",outcome="Applied"} 0"#,
-            r#"localpv_controller_pass_duration_seconds_count{work="Cleanup"} 0"#,
-            "localpv_controller_leader 0",
-        ] {
-            assert!(text.contains(line), "{line} missing:\n{text}");
-        }
+        crate::telemetry::assert_registered(
+            Metrics::register,
+            &[
+                r#"localpv_controller_writes_total{write="DeletePv",outcome="NotLeader"} 0"#,
+                r#"localpv_controller_writes_total{write="ExplainPod",outcome="Applied"} 0"#,
+                r#"localpv_controller_pass_duration_seconds_count{work="Cleanup"} 0"#,
+                "localpv_controller_leader 0",
+            ],
+        );
     }
 }

@@ -8,6 +8,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::telemetry::at_zero;
+
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Verb {
     Filter,
@@ -94,27 +96,23 @@ impl Metrics {
             cached: Family::default(),
             snapshot_builds: Counter::default(),
         };
-        for verb in [Verb::Filter, Verb::Prioritize] {
-            for outcome in OUTCOMES {
-                let _ = m.requests.get_or_create(&RequestLabels { verb, outcome });
-            }
-            let _ = m.duration.get_or_create(&VerbLabels { verb });
-        }
-        for result in [
+        let verbs = [Verb::Filter, Verb::Prioritize];
+        let every = |verb| OUTCOMES.map(|outcome| RequestLabels { verb, outcome });
+        at_zero(&m.requests, verbs.into_iter().flat_map(every));
+        at_zero(&m.duration, verbs.map(|verb| VerbLabels { verb }));
+        let results = [
             NodeResult::Passed,
             NodeResult::Failed,
             NodeResult::Unresolvable,
-        ] {
-            let _ = m.nodes.get_or_create(&NodeLabels { result });
-        }
-        for kind in [
+        ];
+        at_zero(&m.nodes, results.map(|result| NodeLabels { result }));
+        let kinds = [
             Kind::PersistentVolumes,
             Kind::PersistentVolumeClaims,
             Kind::StorageClasses,
             Kind::Nodes,
-        ] {
-            let _ = m.cached.get_or_create(&KindLabels { kind });
-        }
+        ];
+        at_zero(&m.cached, kinds.map(|kind| KindLabels { kind }));
         let reg = reg.sub_registry_with_prefix("localpv_extender");
         reg.register(
             "requests",
@@ -160,18 +158,15 @@ mod tests {
 
     #[test]
     fn every_verb_and_outcome_is_exported_at_zero_before_the_first_request() {
-        let mut reg = Registry::default();
-        Metrics::register(&mut reg);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &reg).expect("encodes");
-        for line in [
-            r#"localpv_extender_requests_total{verb="Filter",outcome="Internal"} 0"#,
-            r#"localpv_extender_requests_total{verb="Prioritize",outcome="NotReady"} 0"#,
-            r#"localpv_extender_filter_nodes_total{result="Unresolvable"} 0"#,
-            r#"localpv_extender_request_duration_seconds_count{verb="Prioritize"} 0"#,
-            r#"localpv_extender_cached_objects{kind="Nodes"} 0"#,
-        ] {
-            assert!(text.contains(line), "{line} missing:\n{text}");
-        }
+        crate::telemetry::assert_registered(
+            Metrics::register,
+            &[
+                r#"localpv_extender_requests_total{verb="Filter",outcome="Internal"} 0"#,
+                r#"localpv_extender_requests_total{verb="Prioritize",outcome="NotReady"} 0"#,
+                r#"localpv_extender_filter_nodes_total{result="Unresolvable"} 0"#,
+                r#"localpv_extender_request_duration_seconds_count{verb="Prioritize"} 0"#,
+                r#"localpv_extender_cached_objects{kind="Nodes"} 0"#,
+            ],
+        );
     }
 }
