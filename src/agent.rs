@@ -29,6 +29,8 @@ mod metrics;
 mod pass;
 #[cfg(feature = "node")]
 mod pvindex;
+#[cfg(all(test, feature = "node"))]
+mod tests;
 #[cfg(feature = "node")]
 mod wiper;
 

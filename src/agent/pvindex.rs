@@ -164,6 +164,23 @@ impl PvIndex {
     }
 }
 
+#[cfg(test)]
+impl PvIndex {
+    /// Applies one watch event as the index's watch does for `node`: tests drive the index without a watch.
+    pub(crate) fn apply(
+        &self,
+        node: &NodeFacts,
+        event: kube::runtime::watcher::Event<kube::core::DeserializeGuard<PersistentVolume>>,
+    ) -> bool {
+        crate::watch::apply(
+            &self.pvs,
+            "PersistentVolume",
+            event,
+            &self.reader(node.clone()),
+        )
+    }
+}
+
 /// Whether the PV can reach this node: labelled for it, a reference-provisioner PV of this node, or a local or
 /// hostPath volume whose node affinity admits it.
 fn reaches(node: &NodeFacts, pv: &PersistentVolume) -> bool {
@@ -211,7 +228,6 @@ mod tests {
 
     use super::*;
     use crate::plan::pv::HOSTNAME_LABEL;
-    use crate::watch::apply;
     use crate::watch::checks::object;
 
     fn node() -> NodeFacts {
@@ -245,17 +261,12 @@ mod tests {
         reaches(&node(), &pv)
     }
 
-    /// Applies one watch event as the index's watch does, filtered for `node()`.
-    fn apply_event(index: &PvIndex, event: Event<DeserializeGuard<PersistentVolume>>) -> bool {
-        apply(&index.pvs, "PersistentVolume", event, &index.reader(node()))
-    }
-
     /// An index whose watch has listed (nothing) for `node()`.
     fn synced() -> Arc<PvIndex> {
         let index = PvIndex::new();
         index.set_node(&node());
-        apply_event(&index, Event::Init);
-        apply_event(&index, Event::InitDone);
+        index.apply(&node(), Event::Init);
+        index.apply(&node(), Event::InitDone);
         index
     }
 
@@ -286,13 +297,13 @@ mod tests {
         let index = PvIndex::new();
         index.set_node(&node());
         assert!(!index.view().complete);
-        apply_event(&index, Event::Init);
-        apply_event(&index, Event::InitDone);
+        index.apply(&node(), Event::Init);
+        index.apply(&node(), Event::InitDone);
         assert!(index.view().complete);
         index.created("uid-mine");
         assert!(!index.view().complete, "an own create not yet shown");
         let mine = pv("mine", json!({NODE_LABEL: "n1"}));
-        assert!(apply_event(&index, Event::Apply(mine)));
+        assert!(index.apply(&node(), Event::Apply(mine)));
         assert!(index.view().complete);
         let mut relabelled = node();
         relabelled.labels.insert("zone".into(), "b".into());
@@ -305,9 +316,9 @@ mod tests {
         let index = PvIndex::new();
         index.set_node(&node());
         let labelled = pv("p", json!({NODE_LABEL: "n1"}));
-        assert!(apply_event(&index, Event::Apply(labelled)));
+        assert!(index.apply(&node(), Event::Apply(labelled)));
         let moved = pv("p", json!({NODE_LABEL: "n2"}));
-        assert!(apply_event(&index, Event::Apply(moved)));
+        assert!(index.apply(&node(), Event::Apply(moved)));
         assert!(index.view().pvs.is_empty());
     }
 
@@ -315,12 +326,12 @@ mod tests {
     fn an_own_create_shown_then_deleted_before_the_response_is_not_awaited() {
         let index = synced();
         let mine = pv("mine", json!({NODE_LABEL: "n1"}));
-        apply_event(&index, Event::Apply(mine));
+        index.apply(&node(), Event::Apply(mine));
         index.created("uid-mine");
         assert!(index.view().complete, "shown before the create response");
         index.created("uid-gone");
         let gone = pv("gone", json!({NODE_LABEL: "n1"}));
-        apply_event(&index, Event::Delete(gone));
+        index.apply(&node(), Event::Delete(gone));
         assert!(index.view().complete, "a delete shows the PV too");
     }
 
@@ -328,11 +339,11 @@ mod tests {
     fn a_relist_shows_own_creates_only_when_it_completes() {
         let index = synced();
         index.created("uid-mine");
-        apply_event(&index, Event::Init);
+        index.apply(&node(), Event::Init);
         let mine = pv("mine", json!({NODE_LABEL: "n1"}));
-        apply_event(&index, Event::InitApply(mine));
+        index.apply(&node(), Event::InitApply(mine));
         assert!(!index.view().complete, "listed but not yet in the store");
-        apply_event(&index, Event::InitDone);
+        index.apply(&node(), Event::InitDone);
         let view = index.view();
         assert!(view.complete && view.pvs.len() == 1);
     }
