@@ -1,6 +1,9 @@
 //! Discovery and the mount watcher on real mounts: tmpfs, loop devices formatted ext4 and xfs, bind mounts,
 //! symlinks to block devices, stray entries. Needs root; each test builds its own [`fixtures::Scene`].
 
+#[path = "support/disks.rs"]
+#[allow(dead_code)]
+mod disks;
 #[path = "host/fixtures.rs"]
 mod fixtures;
 #[path = "host/volume_id.rs"]
@@ -11,7 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fixtures::{Scene, blkid, blockdev_size, stat_fs_total};
+use fixtures::{Scene, blkid_identity, blockdev_size, stat_fs_total};
 use localpv::discover::discover;
 use localpv::disk::{Discovery, DiscoveryClass, Disk, UnusableReason, VolumeMode};
 use localpv::host::linux::LinuxHost;
@@ -77,7 +80,7 @@ fn ext4_and_xfs_loop_mounts_carry_the_identity_blkid_reports() {
     assert!(discovery.unusable.is_empty(), "{discovery:#?}");
     for (entry, device, fs_type) in [("vol-ext4", &ext4, "ext4"), ("vol-xfs", &xfs, "xfs")] {
         let found = disk(&discovery, entry);
-        let (blkid_type, blkid_uuid, blkid_label) = blkid(device);
+        let (blkid_type, blkid_uuid, blkid_label) = blkid_identity(device);
         assert_eq!(blkid_type.as_deref(), Some(fs_type));
         assert_eq!(found.identity.fs_type, blkid_type);
         assert_eq!(found.identity.fs_uuid, blkid_uuid);

@@ -252,15 +252,8 @@ async fn the_same_disk_on_a_new_device_number_is_reclaimed() {
     let backing = first.backing.clone();
     drop(first);
     let _blocker = LoopDevice::new(&images.join("blocker.img"), 8, None, w.cp.reaper());
-    let device = run(
-        "losetup",
-        &["--find", "--show", &backing.display().to_string()],
-    )
-    .trim()
-    .to_string();
-    w.cp.reaper().track_loop(&device);
-    let _again = ReattachedLoop(device.clone());
-    let _m2 = Mount::device(&device, &vol1, w.cp.reaper());
+    let again = LoopDevice::attach(&backing, w.cp.reaper());
+    let _m2 = Mount::device(&again.device, &vol1, w.cp.reaper());
     let after = dev_of(&vol1);
     assert_ne!(before, after, "the loop device was not renumbered");
     assert!(vol1.join("tenant.txt").exists(), "the same filesystem");
@@ -272,17 +265,6 @@ async fn the_same_disk_on_a_new_device_number_is_reclaimed() {
         "the renumbered disk was wiped before it was published again"
     );
     w.agent.process.take();
-}
-
-/// Detaches a loop device attached by hand.
-struct ReattachedLoop(String);
-
-impl Drop for ReattachedLoop {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("losetup")
-            .args(["-d", &self.0])
-            .status();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

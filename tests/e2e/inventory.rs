@@ -22,13 +22,13 @@ use self::checks::{
     kubectl_shows_the_columns, localpv_disks_lists_them,
 };
 use self::kit::{
-    Attached, FsDisk, History, MIB, Step, WAIT, at_path, blkid, claim, describe, disk_writes,
-    fs_capacity, fs_disk, mkfs, named, passes, phase_of, plane, pv_of, unmount_now, wait_disks,
+    FsDisk, History, MIB, Step, WAIT, at_path, claim, describe, disk_writes, fs_capacity, fs_disk,
+    named, passes, phase_of, plane, pv_of, wait_disks,
 };
 use crate::node_agent::{phase, pvs_of};
 use crate::support::agent::Agent;
 use crate::support::cluster::ControlPlane;
-use crate::support::disks::{LoopDevice, Mount, run};
+use crate::support::disks::{LoopDevice, Mount, blkid, mkfs, run};
 use crate::support::eventually;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -52,8 +52,8 @@ async fn local_disks_describe_every_entry_follow_a_volume_through_its_life_and_s
     // ext4 and xfs (xfs needs 300 MiB at least), formatted with labels, mounted under the Filesystem class.
     let ext4_dev = LoopDevice::new(&images.join("ext4.img"), 64, None, cp.reaper());
     let xfs_dev = LoopDevice::new(&images.join("xfs.img"), 320, None, cp.reaper());
-    mkfs("ext4", &ext4_dev.device, "inv-ext4");
-    mkfs("xfs", &xfs_dev.device, "inv-xfs");
+    mkfs("ext4", &ext4_dev.device, Some("inv-ext4"));
+    mkfs("xfs", &xfs_dev.device, Some("inv-xfs"));
     let _m_ext4 = Mount::device(&ext4_dev.device, &agent.disk("vol-ext4"), cp.reaper());
     let _m_xfs = Mount::device(&xfs_dev.device, &agent.disk("vol-xfs"), cp.reaper());
     let ext4 = fs_disk(&agent.disk("vol-ext4"), &ext4_dev.device);
@@ -347,7 +347,7 @@ async fn a_disk_keeps_its_local_disk_across_a_device_rename_and_a_reformat_gets_
     std::fs::create_dir_all(&images).expect("image dir");
     let backing = images.join("vol1.img");
     let first = LoopDevice::new(&backing, 64, None, cp.reaper());
-    mkfs("ext4", &first.device, "inv-rename");
+    mkfs("ext4", &first.device, Some("inv-rename"));
     let vol1 = agent.disk("vol1");
     let mount = Mount::device(&first.device, &vol1, cp.reaper());
     let disk = fs_disk(&vol1, &first.device);
@@ -370,7 +370,7 @@ async fn a_disk_keeps_its_local_disk_across_a_device_rename_and_a_reformat_gets_
 
     // Detach and attach again under another number: unmount, detach, take the freed number with an unrelated
     // device, attach the same file, mount it again.
-    unmount_now(mount);
+    mount.unmount_now();
     wait_disks(
         &api,
         "vol1's LocalDisk to go Missing while unmounted",
@@ -391,7 +391,7 @@ async fn a_disk_keeps_its_local_disk_across_a_device_rename_and_a_reformat_gets_
         let filler = images.join(format!("filler-{}.img", fillers.len()));
         fillers.push(LoopDevice::new(&filler, 1, None, cp.reaper()));
     }
-    let again = Attached::new(&backing, &cp);
+    let again = LoopDevice::attach(&backing, cp.reaper());
     assert_ne!(
         again.device, old_device,
         "the loop file came back under another number"
@@ -437,8 +437,8 @@ async fn a_disk_keeps_its_local_disk_across_a_device_rename_and_a_reformat_gets_
     );
 
     // Reformat the same device: a new filesystem UUID is a new disk; the old object goes Missing.
-    unmount_now(mount);
-    mkfs("ext4", &again.device, "inv-new");
+    mount.unmount_now();
+    mkfs("ext4", &again.device, Some("inv-new"));
     let mount = Mount::device(&again.device, &vol1, cp.reaper());
     let reformatted = fs_disk(&vol1, &again.device);
     assert_ne!(reformatted.uuid(), disk.uuid(), "mkfs gives a new UUID");

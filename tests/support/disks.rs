@@ -1,13 +1,56 @@
-//! Real disks for tests: tmpfs mounts and loop devices formatted with mkfs. Each is undone on drop, and tracked by
-//! the control plane's watchdog (or a standalone one) in case the test process dies first.
+//! Real disks for tests: tmpfs, ramfs, bind and device mounts, loop devices over sparse files formatted with mkfs,
+//! and the host tools under them. The one copy for every tier: the e2e tests and the benchmarks reach it as
+//! `support::disks`, the host and wipe tests include this file alone (`#[path]`), so it names nothing else of the
+//! harness (std and nix only).
+//!
+//! ```text
+//!  Mount::tmpfs / ramfs / bind / device ──┐  guard: unmounted (lazily) on drop, also while a failing test unwinds
+//!  LoopDevice::new / attach ──────────────┤  guard: detached on drop
+//!                                         └─> Watchdog::track_*: undone by a watchdog if the process dies first
+//! ```
+//!
+//! The control plane's `proc::Reaper` and the real-node tier's `realnode::undo::Undo` are watchdogs; the host and
+//! wipe tests run without one ([`Unwatched`]). Tools that are missing fail the test naming them, never skip it.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::proc::Reaper;
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
 
-/// Runs a command, panicking with its output when it fails or is missing.
+/// What undoes a mount or a loop device when the test process dies before its guard is dropped.
+pub trait Watchdog {
+    fn track_mount(&self, path: &Path);
+    fn track_loop(&self, device: &str);
+}
+
+/// No watchdog: the guards' `Drop` alone undoes the work.
+pub struct Unwatched;
+
+impl Watchdog for Unwatched {
+    fn track_mount(&self, _: &Path) {}
+    fn track_loop(&self, _: &str) {}
+}
+
+/// Fails (never skips) unless the test runs as root with every one of `tools` on PATH; `tests` names the tests
+/// in the message ("host tests").
+pub fn require_root_and_tools(tests: &str, tools: &[&str]) {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "{tests} need root (mount, losetup): run them as root"
+    );
+    for tool in tools {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output();
+        assert!(
+            found.is_ok_and(|o| o.status.success()),
+            "{tests} need `{tool}` on PATH"
+        );
+    }
+}
+
+/// Runs a command and returns its stdout, panicking with its output when it fails or is missing.
 pub fn run(program: &str, args: &[&str]) -> String {
     let out = Command::new(program)
         .args(args)
@@ -23,111 +66,189 @@ pub fn run(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A mount this test made (tmpfs, a loop-device filesystem, a bind mount). Unmounted on drop.
+/// Formats `target` (a device or an image file) with `fs` ("ext4", "xfs", ...), with `label` if given.
+pub fn mkfs(fs: &str, target: &str, label: Option<&str>) {
+    // NB: mkfs.xfs forces with -f, the mke2fs family with -F.
+    let force = if fs == "xfs" { "-f" } else { "-F" };
+    let mut args = vec!["-q", force];
+    if let Some(label) = label {
+        args.extend(["-L", label]);
+    }
+    args.push(target);
+    run(&format!("mkfs.{fs}"), &args);
+}
+
+/// What libblkid reads on `device`, probed directly (`-p`: no cache, which a reformat makes stale): TYPE, UUID,
+/// LABEL...
+pub fn blkid(device: &str) -> std::collections::BTreeMap<String, String> {
+    run("blkid", &["-p", "-o", "export", device])
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// A mount this test made. Unmounted lazily on drop.
 pub struct Mount {
     pub path: PathBuf,
 }
 
 impl Mount {
-    pub fn tmpfs(path: &Path, size: &str, reaper: &Reaper) -> Mount {
-        fs::create_dir_all(path).expect("mount point can be created");
-        reaper.track_mount(path);
+    /// A tmpfs of `size` (`64M`) on `path`, created if needed.
+    pub fn tmpfs(path: &Path, size: &str, watchdog: &dyn Watchdog) -> Mount {
+        Self::tmpfs_with(path, &format!("size={size}"), watchdog)
+    }
+
+    /// A tmpfs with mount `options` (`size=2g,nr_inodes=2m`) on `path`, created if needed.
+    pub fn tmpfs_with(path: &Path, options: &str, watchdog: &dyn Watchdog) -> Mount {
+        // The source names the disk in the mount table, as an operator's would.
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("tmpfs");
-        run(
-            "mount",
-            &[
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size}"),
-                name,
-                &path.display().to_string(),
-            ],
-        );
-        Mount {
-            path: path.to_path_buf(),
-        }
+        Self::kernel(name, "tmpfs", Some(options), path, watchdog)
     }
 
-    pub fn device(dev: &str, path: &Path, reaper: &Reaper) -> Mount {
+    /// A ramfs on `path`: a filesystem without extended attributes.
+    pub fn ramfs(path: &Path, watchdog: &dyn Watchdog) -> Mount {
+        Self::kernel("ramfs", "ramfs", None, path, watchdog)
+    }
+
+    fn kernel(
+        source: &str,
+        fs_type: &str,
+        options: Option<&str>,
+        path: &Path,
+        watchdog: &dyn Watchdog,
+    ) -> Mount {
         fs::create_dir_all(path).expect("mount point can be created");
-        reaper.track_mount(path);
-        run("mount", &[dev, &path.display().to_string()]);
+        watchdog.track_mount(path);
+        mount(Some(source), path, Some(fs_type), MsFlags::empty(), options).unwrap_or_else(|e| {
+            panic!(
+                "missing prerequisite: cannot mount {fs_type} on {} (root needed): {e}",
+                path.display()
+            )
+        });
         Mount {
             path: path.to_path_buf(),
         }
     }
 
-    /// A bind mount of directory `source` at `path`.
-    pub fn bind(source: &Path, path: &Path, reaper: &Reaper) -> Mount {
+    /// A bind mount of `source` (a directory or a file) at `path`, created as the same kind if needed.
+    pub fn bind(source: &Path, path: &Path, watchdog: &dyn Watchdog) -> Mount {
+        if source.is_dir() {
+            fs::create_dir_all(path).expect("bind target can be created");
+        } else if !path.exists() {
+            fs::write(path, b"").expect("bind target file can be created");
+        }
+        watchdog.track_mount(path);
+        mount(
+            Some(source),
+            path,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot bind {} on {}: {e}",
+                source.display(),
+                path.display()
+            )
+        });
+        Mount {
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// The filesystem on `device` at `path` (created if needed); `mount` probes its type.
+    pub fn device(device: impl AsRef<Path>, path: &Path, watchdog: &dyn Watchdog) -> Mount {
         fs::create_dir_all(path).expect("mount point can be created");
-        reaper.track_mount(path);
-        run(
-            "mount",
-            &[
-                "--bind",
-                &source.display().to_string(),
-                &path.display().to_string(),
-            ],
-        );
+        watchdog.track_mount(path);
+        let device = device.as_ref().display().to_string();
+        run("mount", &[&device, &path.display().to_string()]);
         Mount {
             path: path.to_path_buf(),
         }
     }
 
-    pub fn unmount(mut self) {
-        self.release();
+    /// Unmounts lazily now (what dropping does, at a point the test chooses).
+    pub fn unmount(self) {}
+
+    /// Leaves the mount in place for the watchdog to remove (an undo log that runs in order, at the end of the
+    /// run), and returns its path.
+    pub fn keep(mut self) -> PathBuf {
+        std::mem::take(&mut self.path)
     }
 
-    fn release(&mut self) {
-        if !self.path.as_os_str().is_empty() {
-            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-            self.path = PathBuf::new();
-        }
+    /// Unmounts now and not lazily: the device must be free before it is detached or reformatted.
+    pub fn unmount_now(mut self) {
+        let path = std::mem::take(&mut self.path);
+        umount2(&path, MntFlags::empty())
+            .unwrap_or_else(|e| panic!("failed to unmount {}: {e}", path.display()));
     }
 }
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        self.release();
+        if self.path.as_os_str().is_empty() {
+            return;
+        }
+        if let Err(e) = umount2(&self.path, MntFlags::MNT_DETACH) {
+            eprintln!("cleanup: failed to unmount {}: {e}", self.path.display());
+        }
     }
 }
 
-/// A loop device over a sparse file, optionally formatted.
+/// A loop device over a backing file. Detached on drop.
 pub struct LoopDevice {
     pub device: String,
     pub backing: PathBuf,
 }
 
 impl LoopDevice {
-    /// A `size_mib` MiB loop device; `fs` is `Some("ext4")`, `Some("xfs")` or `None` (raw, for block mode).
-    pub fn new(backing: &Path, size_mib: u64, fs: Option<&str>, reaper: &Reaper) -> LoopDevice {
-        let f = fs::File::create(backing).expect("backing file can be created");
-        f.set_len(size_mib << 20)
-            .expect("backing file can be sized");
+    /// A sparse backing file of `mib` MiB, formatted with `fs` when given (`Some("ext4")`, `Some("xfs")`; `None`
+    /// leaves it raw, for block mode), attached to the first free loop device.
+    pub fn new(backing: &Path, mib: u64, fs: Option<&str>, watchdog: &dyn Watchdog) -> LoopDevice {
+        let file = fs::File::create(backing).expect("backing file can be created");
+        file.set_len(mib << 20).expect("backing file can be sized");
         if let Some(fs) = fs {
-            let b = backing.display().to_string();
-            match fs {
-                "xfs" => run("mkfs.xfs", &["-q", "-f", &b]),
-                other => run(&format!("mkfs.{other}"), &["-q", "-F", &b]),
-            };
+            mkfs(fs, &backing.display().to_string(), None);
         }
+        Self::attach(backing, watchdog)
+    }
+
+    /// `backing` as it is (not truncated, unlike `new`) attached to the first free loop device.
+    pub fn attach(backing: &Path, watchdog: &dyn Watchdog) -> LoopDevice {
         let device = run(
             "losetup",
             &["--find", "--show", &backing.display().to_string()],
         )
         .trim()
         .to_string();
-        reaper.track_loop(&device);
+        watchdog.track_loop(&device);
         LoopDevice {
             device,
             backing: backing.to_path_buf(),
         }
     }
+
+    pub fn path(&self) -> &Path {
+        Path::new(&self.device)
+    }
+
+    /// Leaves the device attached for the watchdog to detach (an undo log that runs in order, at the end of the
+    /// run), and returns its path.
+    pub fn keep(mut self) -> String {
+        std::mem::take(&mut self.device)
+    }
 }
 
 impl Drop for LoopDevice {
     fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.device]).status();
+        if self.device.is_empty() {
+            return;
+        }
+        let detached = Command::new("losetup").args(["-d", &self.device]).status();
+        if !detached.is_ok_and(|s| s.success()) {
+            eprintln!("cleanup: failed to detach {}", self.device);
+        }
     }
 }

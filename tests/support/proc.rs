@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+use super::disks::Watchdog;
+
 /// A running component (etcd, kube-apiserver, a localpv agent...).
 pub struct Component {
     pub name: String,
@@ -180,20 +182,22 @@ rm -rf "{work}" "{state}""#,
         self.append("groups", &pgid.to_string());
     }
 
-    pub fn track_mount(&self, path: &Path) {
-        self.append("mounts", &path.display().to_string());
-    }
-
-    pub fn track_loop(&self, dev: &str) {
-        self.append("loops", dev);
-    }
-
     fn append(&self, file: &str, line: &str) {
         let mut f = OpenOptions::new()
             .append(true)
             .open(self.state.join(file))
             .expect("reaper state opens");
         writeln!(f, "{line}").expect("reaper state is writable");
+    }
+}
+
+impl Watchdog for Reaper {
+    fn track_mount(&self, path: &Path) {
+        self.append("mounts", &path.display().to_string());
+    }
+
+    fn track_loop(&self, device: &str) {
+        self.append("loops", device);
     }
 }
 

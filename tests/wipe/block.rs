@@ -10,7 +10,8 @@ use localpv::contract::DevId;
 use localpv::wipe::{BlockOptions, BlockWipeError, Control, WipeMethod, wipe_block};
 use rstest::rstest;
 
-use crate::fixtures::{Loop, Mount, run};
+use crate::disks::{Mount, Unwatched, mkfs, run};
+use crate::fixtures::loop_disk;
 
 const SIZE: u64 = 64 << 20;
 const MIB: u64 = 1 << 20;
@@ -57,30 +58,24 @@ fn dev_of(device: &Path) -> DevId {
 #[case::overwrite(WipeMethod::Overwrite)]
 fn the_whole_device_reads_back_as_zeros(#[case] method: WipeMethod) {
     let tmp = tempfile::tempdir().unwrap();
-    let disk = Loop::new(tmp.path(), SIZE);
+    let disk = loop_disk(tmp.path(), SIZE);
     scribble(&disk.backing);
-    assert!(!all_zero(&disk.device));
+    assert!(!all_zero(disk.path()));
     let ctl = Control::default();
-    let report = wipe_block(
-        &disk.device,
-        Some(dev_of(&disk.device)),
-        &opts(method),
-        &ctl,
-    )
-    .unwrap();
+    let report = wipe_block(disk.path(), Some(dev_of(disk.path())), &opts(method), &ctl).unwrap();
     assert_eq!(report.method, method);
     assert_eq!((report.bytes, report.device_bytes), (SIZE, SIZE));
     assert_eq!(
         (ctl.progress.bytes(), ctl.progress.total_bytes()),
         (SIZE, SIZE)
     );
-    assert!(all_zero(&disk.device), "{method} left data behind");
+    assert!(all_zero(disk.path()), "{method} left data behind");
 }
 
 #[test]
 fn discard_on_a_loop_device_punches_holes_in_the_sparse_backing_file() {
     let tmp = tempfile::tempdir().unwrap();
-    let disk = Loop::new(tmp.path(), SIZE);
+    let disk = loop_disk(tmp.path(), SIZE);
     scribble(&disk.backing);
     let allocated = fs::metadata(&disk.backing).unwrap().blocks() * 512;
     assert!(
@@ -88,7 +83,7 @@ fn discard_on_a_loop_device_punches_holes_in_the_sparse_backing_file() {
         "the scribble was not allocated: {allocated}"
     );
     wipe_block(
-        &disk.device,
+        disk.path(),
         None,
         &opts(WipeMethod::Discard),
         &Control::default(),
@@ -100,9 +95,9 @@ fn discard_on_a_loop_device_punches_holes_in_the_sparse_backing_file() {
 #[test]
 fn secure_discard_on_a_device_without_it_fails_as_unsupported() {
     let tmp = tempfile::tempdir().unwrap();
-    let disk = Loop::new(tmp.path(), SIZE);
+    let disk = loop_disk(tmp.path(), SIZE);
     let err = wipe_block(
-        &disk.device,
+        disk.path(),
         None,
         &opts(WipeMethod::SecureDiscard),
         &Control::default(),
@@ -123,14 +118,14 @@ fn secure_discard_on_a_device_without_it_fails_as_unsupported() {
 #[test]
 fn signatures_leave_nothing_blkid_recognises() {
     let tmp = tempfile::tempdir().unwrap();
-    let disk = Loop::new(tmp.path(), SIZE);
-    run("mkfs.ext4", &["-q", "-F", disk.path()]);
+    let disk = loop_disk(tmp.path(), SIZE);
+    mkfs("ext4", &disk.device, None);
     assert_eq!(
-        run("blkid", &["-p", "-o", "value", "-s", "TYPE", disk.path()]),
+        run("blkid", &["-p", "-o", "value", "-s", "TYPE", &disk.device]).trim(),
         "ext4"
     );
     let report = wipe_block(
-        &disk.device,
+        disk.path(),
         None,
         &opts(WipeMethod::Signatures),
         &Control::default(),
@@ -138,7 +133,7 @@ fn signatures_leave_nothing_blkid_recognises() {
     .unwrap();
     assert_eq!(report.bytes, 2 * MIB);
     let probe = Command::new("blkid")
-        .args(["-p", disk.path()])
+        .args(["-p", &disk.device])
         .output()
         .unwrap();
     // blkid exits 2 when it finds nothing.
@@ -153,7 +148,7 @@ fn signatures_leave_nothing_blkid_recognises() {
 #[test]
 fn the_command_gets_the_device_in_its_environment_and_the_device_unclaimed() {
     let tmp = tempfile::tempdir().unwrap();
-    let disk = Loop::new(tmp.path(), SIZE);
+    let disk = loop_disk(tmp.path(), SIZE);
     let record = tmp.path().join("record");
     let script = tmp.path().join("cleaner.sh");
     // blkdiscard opens the device O_EXCL itself, as operators' scripts do.
@@ -167,15 +162,15 @@ fn the_command_gets_the_device_in_its_environment_and_the_device_unclaimed() {
         command: Some(vec![script.display().to_string()]),
         ..opts(WipeMethod::Command)
     };
-    let report = wipe_block(&disk.device, None, &opts, &Control::default()).unwrap();
-    assert_eq!(fs::read_to_string(&record).unwrap().trim(), disk.path());
+    let report = wipe_block(disk.path(), None, &opts, &Control::default()).unwrap();
+    assert_eq!(fs::read_to_string(&record).unwrap().trim(), disk.device);
     assert_eq!(report.command.unwrap().stdout_tail, "cleaned");
 }
 
 #[test]
 fn a_failing_command_reports_its_exit_and_stderr() {
     let tmp = tempfile::tempdir().unwrap();
-    let disk = Loop::new(tmp.path(), SIZE);
+    let disk = loop_disk(tmp.path(), SIZE);
     let argv = vec![
         "sh".into(),
         "-c".into(),
@@ -185,11 +180,11 @@ fn a_failing_command_reports_its_exit_and_stderr() {
         command: Some(argv),
         ..opts(WipeMethod::Command)
     };
-    let err = wipe_block(&disk.device, None, &opts, &Control::default()).unwrap_err();
+    let err = wipe_block(disk.path(), None, &opts, &Control::default()).unwrap_err();
     assert!(err.to_string().contains("exit status: 7"), "{err}");
     assert!(
         err.to_string()
-            .ends_with(&format!("cannot clean {}", disk.path())),
+            .ends_with(&format!("cannot clean {}", disk.device)),
         "{err}"
     );
 }
@@ -199,14 +194,14 @@ fn a_failing_command_reports_its_exit_and_stderr() {
 #[case::command(WipeMethod::Command)]
 fn a_mounted_device_is_refused_as_busy(#[case] method: WipeMethod) {
     let tmp = tempfile::tempdir().unwrap();
-    let disk = Loop::new(tmp.path(), SIZE);
-    run("mkfs.ext4", &["-q", "-F", disk.path()]);
-    let _mount = Mount::device(&disk.device, &tmp.path().join("mnt"));
+    let disk = loop_disk(tmp.path(), SIZE);
+    mkfs("ext4", &disk.device, None);
+    let _mount = Mount::device(&disk.device, &tmp.path().join("mnt"), &Unwatched);
     let opts = BlockOptions {
         command: Some(vec!["true".into()]),
         ..opts(method)
     };
-    let err = wipe_block(&disk.device, None, &opts, &Control::default()).unwrap_err();
+    let err = wipe_block(disk.path(), None, &opts, &Control::default()).unwrap_err();
     assert!(matches!(err, BlockWipeError::Busy { .. }), "{err}");
     assert!(err.to_string().contains("EBUSY"), "{err}");
 }
@@ -214,30 +209,30 @@ fn a_mounted_device_is_refused_as_busy(#[case] method: WipeMethod) {
 #[test]
 fn a_different_device_number_is_refused_before_anything_is_written() {
     let tmp = tempfile::tempdir().unwrap();
-    let disk = Loop::new(tmp.path(), SIZE);
+    let disk = loop_disk(tmp.path(), SIZE);
     scribble(&disk.backing);
     let expected = DevId {
         major: 4095,
         minor: 4095,
     };
     let err = wipe_block(
-        &disk.device,
+        disk.path(),
         Some(expected),
         &opts(WipeMethod::ZeroOut),
         &Control::default(),
     )
     .unwrap_err();
     assert!(matches!(err, BlockWipeError::WrongDevice { .. }), "{err}");
-    assert!(!all_zero(&disk.device));
+    assert!(!all_zero(disk.path()));
 }
 
 #[test]
 fn a_cancelled_block_wipe_stops_between_chunks() {
     let tmp = tempfile::tempdir().unwrap();
-    let disk = Loop::new(tmp.path(), SIZE);
+    let disk = loop_disk(tmp.path(), SIZE);
     let ctl = Control::default();
     ctl.cancel();
-    let err = wipe_block(&disk.device, None, &opts(WipeMethod::Overwrite), &ctl).unwrap_err();
+    let err = wipe_block(disk.path(), None, &opts(WipeMethod::Overwrite), &ctl).unwrap_err();
     assert!(
         matches!(err, BlockWipeError::Cancelled { done: 0, .. }),
         "{err}"

@@ -14,8 +14,9 @@ use nix::sys::stat::{Mode, SFlag, makedev, mknod};
 use nix::unistd::mkfifo;
 use rstest::rstest;
 
+use crate::disks::{Mount, Unwatched, mkfs};
 use crate::fixtures::{
-    Immutable, Loop, Mount, deep_tree, dev_of, listing, many_files, run, snapshot,
+    Immutable, deep_tree, dev_of, listing, loop_disk, many_files, snapshot, tmpfs,
 };
 
 fn paths(root: &Path, rel: &[&str]) -> Vec<PathBuf> {
@@ -75,13 +76,21 @@ fn outside_tree(outside: &Path) {
 fn a_tenant_tree_is_removed_and_nothing_outside_the_volume_changes(#[case] concurrency: usize) {
     let tmp = tempfile::tempdir().unwrap();
     let top = tmp.path().join("fs");
-    let _fs = Mount::tmpfs(&top);
+    let _fs = tmpfs(&top);
     let (outside, vol) = (top.join("outside"), top.join("vol"));
     outside_tree(&outside);
     tenant_tree(&vol, &outside);
-    let _bind = Mount::bind(&outside.join("bound"), &vol.join("data/mnt/bound"));
-    let _file_bind = Mount::bind(&outside.join("bound-file"), &vol.join("data/filemount"));
-    let _nested = Mount::tmpfs(&vol.join("nested/tmp"));
+    let _bind = Mount::bind(
+        &outside.join("bound"),
+        &vol.join("data/mnt/bound"),
+        &Unwatched,
+    );
+    let _file_bind = Mount::bind(
+        &outside.join("bound-file"),
+        &vol.join("data/filemount"),
+        &Unwatched,
+    );
+    let _nested = tmpfs(&vol.join("nested/tmp"));
     fs::write(vol.join("nested/tmp/inner"), "nested data").unwrap();
     let before = snapshot(&outside);
 
@@ -136,7 +145,7 @@ fn a_tenant_tree_is_removed_and_nothing_outside_the_volume_changes(#[case] concu
 fn one_hundred_thousand_small_files_are_all_removed(#[case] concurrency: usize) {
     let tmp = tempfile::tempdir().unwrap();
     let vol = tmp.path().join("vol");
-    let _fs = Mount::tmpfs(&vol);
+    let _fs = tmpfs(&vol);
     many_files(&vol, 100, 1000);
     let ctl = Control::default();
     let opts = FsOptions {
@@ -155,10 +164,10 @@ fn one_hundred_thousand_small_files_are_all_removed(#[case] concurrency: usize) 
 #[test]
 fn an_immutable_file_on_ext4_is_reported_and_kept_while_the_rest_goes() {
     let tmp = tempfile::tempdir().unwrap();
-    let disk = Loop::new(tmp.path(), 64 << 20);
-    run("mkfs.ext4", &["-q", "-F", disk.path()]);
+    let disk = loop_disk(tmp.path(), 64 << 20);
+    mkfs("ext4", &disk.device, None);
     let vol = tmp.path().join("vol");
-    let _mount = Mount::device(&disk.device, &vol);
+    let _mount = Mount::device(&disk.device, &vol, &Unwatched);
     fs::create_dir_all(vol.join("keep/dir")).unwrap();
     fs::write(vol.join("keep/dir/frozen"), "immutable").unwrap();
     fs::write(vol.join("keep/dir/loose"), "removable").unwrap();
@@ -202,7 +211,7 @@ fn a_root_that_is_not_the_expected_filesystem_is_refused(
 ) {
     let tmp = tempfile::tempdir().unwrap();
     let vol = tmp.path().join("vol");
-    let _fs = Mount::tmpfs(&vol);
+    let _fs = tmpfs(&vol);
     fs::write(vol.join("file"), "stays").unwrap();
     let check = |_: std::os::fd::BorrowedFd<'_>| Err::<(), _>("filesystem UUID differs".to_owned());
     let expected = Expected {
@@ -225,7 +234,7 @@ fn a_root_that_is_not_the_expected_filesystem_is_refused(
 fn a_symlinked_root_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let real = tmp.path().join("real");
-    let _fs = Mount::tmpfs(&real);
+    let _fs = tmpfs(&real);
     fs::write(real.join("file"), "stays").unwrap();
     symlink(&real, tmp.path().join("link")).unwrap();
     let err = wipe_filesystem(
@@ -252,7 +261,7 @@ fn a_symlinked_root_is_refused() {
 fn a_cancelled_wipe_stops_and_says_so() {
     let tmp = tempfile::tempdir().unwrap();
     let vol = tmp.path().join("vol");
-    let _fs = Mount::tmpfs(&vol);
+    let _fs = tmpfs(&vol);
     many_files(&vol, 2, 10);
     let ctl = Control::default();
     ctl.cancel();
@@ -265,7 +274,7 @@ fn a_cancelled_wipe_stops_and_says_so() {
 fn the_filesystem_command_runs_after_the_wipe_with_the_root_in_its_environment() {
     let tmp = tempfile::tempdir().unwrap();
     let vol = tmp.path().join("vol");
-    let _fs = Mount::tmpfs(&vol);
+    let _fs = tmpfs(&vol);
     many_files(&vol, 1, 3);
     let record = tmp.path().join("record");
     let script = format!(
@@ -288,7 +297,7 @@ fn the_filesystem_command_runs_after_the_wipe_with_the_root_in_its_environment()
 fn a_failing_filesystem_command_fails_the_wipe_with_its_stderr() {
     let tmp = tempfile::tempdir().unwrap();
     let vol = tmp.path().join("vol");
-    let _fs = Mount::tmpfs(&vol);
+    let _fs = tmpfs(&vol);
     let opts = FsOptions {
         command: Some(vec![
             "sh".into(),
@@ -353,7 +362,7 @@ fn racer(vol: &Path, outside: &Path, stop: &AtomicBool) -> u64 {
 fn renames_racing_the_wipe_never_reach_outside_the_volume() {
     let tmp = tempfile::tempdir().unwrap();
     let top = tmp.path().join("fs");
-    let _fs = Mount::tmpfs(&top);
+    let _fs = tmpfs(&top);
     let (outside, vol) = (top.join("outside"), top.join("vol"));
     many_files(&outside.join("victim"), 5, 40);
     for t in 0..200 {

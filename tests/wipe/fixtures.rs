@@ -1,5 +1,6 @@
-//! Host fixtures for the wipe tests: tmpfs and bind mounts, loop devices, immutable flags, tree snapshots. Every
-//! guard undoes its work in `Drop`, so a panicking test leaves no mount or loop device behind.
+//! What only the wipe tests need on top of `support/disks.rs`: their tmpfs and loop device sizes, immutable flags,
+//! tree snapshots and trees built by fd. Every guard undoes its work in `Drop`, so a panicking test leaves no
+//! mount, loop device or immutable flag behind.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -10,114 +11,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nix::fcntl::{OFlag, open, openat};
-use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sys::stat::{Mode, mkdirat};
 
-/// Run a host tool; panic with its stderr when it fails (a missing tool is a failed prerequisite, never a skip).
-pub fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("prerequisite missing: cannot run {program}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+use crate::disks::{LoopDevice, Mount, Unwatched, run};
+
+/// A tmpfs on `at` large enough for the many-files trees (2 GiB, 2 million inodes; memory only as it fills).
+pub fn tmpfs(at: &Path) -> Mount {
+    Mount::tmpfs_with(at, "size=2g,nr_inodes=2m", &Unwatched)
 }
 
-/// A mount that is detached on drop.
-pub struct Mount(PathBuf);
-
-impl Mount {
-    pub fn tmpfs(at: &Path) -> Mount {
-        fs::create_dir_all(at).unwrap();
-        mount(
-            Some("tmpfs"),
-            at,
-            Some("tmpfs"),
-            MsFlags::empty(),
-            Some("size=2g,nr_inodes=2m"),
-        )
-        .unwrap_or_else(|e| {
-            panic!(
-                "prerequisite missing: cannot mount tmpfs at {} (root needed): {e}",
-                at.display()
-            )
-        });
-        Mount(at.to_path_buf())
-    }
-
-    /// Bind `source` (a directory or a file) onto `at`, creating `at` as the same kind.
-    pub fn bind(source: &Path, at: &Path) -> Mount {
-        if source.is_dir() {
-            fs::create_dir_all(at).unwrap();
-        } else {
-            fs::write(at, b"").unwrap();
-        }
-        mount(
-            Some(source),
-            at,
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot bind {} onto {}: {e}",
-                source.display(),
-                at.display()
-            )
-        });
-        Mount(at.to_path_buf())
-    }
-
-    pub fn device(device: &Path, at: &Path) -> Mount {
-        fs::create_dir_all(at).unwrap();
-        run("mount", &[device.to_str().unwrap(), at.to_str().unwrap()]);
-        Mount(at.to_path_buf())
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if let Err(e) = umount2(&self.0, MntFlags::MNT_DETACH) {
-            eprintln!("failed to unmount {}: {e}", self.0.display());
-        }
-    }
-}
-
-/// A loop device over a file; detached on drop.
-pub struct Loop {
-    pub device: PathBuf,
-    pub backing: PathBuf,
-}
-
-impl Loop {
-    /// A sparse backing file of `bytes` attached to a free loop device.
-    pub fn new(dir: &Path, bytes: u64) -> Loop {
-        let backing = dir.join("disk.img");
-        fs::File::create(&backing).unwrap().set_len(bytes).unwrap();
-        let device = run("losetup", &["--find", "--show", backing.to_str().unwrap()]);
-        Loop {
-            device: PathBuf::from(device),
-            backing,
-        }
-    }
-
-    pub fn path(&self) -> &str {
-        self.device.to_str().unwrap()
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let status = Command::new("losetup").arg("-d").arg(&self.device).status();
-        if !matches!(status, Ok(s) if s.success()) {
-            eprintln!("failed to detach {}", self.device.display());
-        }
-    }
+/// A raw loop device of `bytes` (whole MiB) over a sparse `dir/disk.img`.
+pub fn loop_disk(dir: &Path, bytes: u64) -> LoopDevice {
+    assert_eq!(bytes % (1 << 20), 0, "loop devices come in whole MiB");
+    LoopDevice::new(&dir.join("disk.img"), bytes >> 20, None, &Unwatched)
 }
 
 /// `chattr +i` on a file, undone on drop (before its filesystem is unmounted: declare it after the mount).

@@ -11,16 +11,16 @@ use localpv::host::Host;
 use localpv::host::linux::LinuxHost;
 use localpv::wipe::{Control, Expected, FsOptions, FsWipeError, volume_id_check, wipe_filesystem};
 
-use crate::fixtures::{Mount, dev_of};
+use crate::fixtures::{dev_of, tmpfs};
 
 #[test]
 fn a_wipe_pinned_to_a_volume_id_refuses_another_tmpfs_on_the_same_path() {
     let tmp = tempfile::tempdir().unwrap();
     let vol = tmp.path().join("vol");
-    let first = Mount::tmpfs(&vol);
+    let first = tmpfs(&vol);
     let id = LinuxHost::default().tag_volume(&vol).expect("tag");
     drop(first);
-    let _second = Mount::tmpfs(&vol);
+    let _second = tmpfs(&vol);
     fs::write(vol.join("other-tenant.txt"), "someone else's data").unwrap();
     let check = volume_id_check(id);
     // NB: the device number is the one found now (a swapped tmpfs often reuses the old one): it proves nothing.
@@ -41,7 +41,7 @@ fn a_wipe_pinned_to_a_volume_id_refuses_another_tmpfs_on_the_same_path() {
 fn a_wipe_pinned_to_a_volume_id_empties_the_volume_that_carries_it() {
     let tmp = tempfile::tempdir().unwrap();
     let vol = tmp.path().join("vol");
-    let _m = Mount::tmpfs(&vol);
+    let _m = tmpfs(&vol);
     let host = LinuxHost::default();
     let id = host.tag_volume(&vol).expect("tag");
     fs::create_dir_all(vol.join("a/b")).unwrap();
@@ -66,7 +66,7 @@ fn a_wipe_pinned_to_a_volume_id_empties_the_volume_that_carries_it() {
 fn a_writer_that_keeps_writing_during_the_wipe_leaves_it_incomplete() {
     let tmp = tempfile::tempdir().unwrap();
     let vol = tmp.path().join("vol");
-    let _m = Mount::tmpfs(&vol);
+    let _m = tmpfs(&vol);
     fs::write(vol.join("before.txt"), "tenant").unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
@@ -104,7 +104,7 @@ fn a_writer_that_keeps_writing_during_the_wipe_leaves_it_incomplete() {
 fn lost_and_found_alone_does_not_make_a_wipe_incomplete() {
     let tmp = tempfile::tempdir().unwrap();
     let vol = tmp.path().join("vol");
-    let _m = Mount::tmpfs(&vol);
+    let _m = tmpfs(&vol);
     let expected = Expected {
         dev: Some(dev_of(&vol)),
         check: None,

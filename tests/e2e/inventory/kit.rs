@@ -1,5 +1,5 @@
-//! The inventory tests' kit: loop devices and filesystems, LocalDisk lookups and waits, a watch that records
-//! every state one LocalDisk is written in, and the agent's, kubectl's and `localpv disks`' outputs.
+//! The inventory tests' kit: filesystems as blkid and statvfs see them, LocalDisk lookups and waits, a watch that
+//! records every state one LocalDisk is written in, and the agent's, kubectl's and `localpv disks`' outputs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use crate::node_agent::{local_storage_class, obj};
 use crate::support::agent::{Agent, audited, install_crd, localpv_bin};
 use crate::support::cluster::{ControlPlane, Options};
-use crate::support::disks::{Mount, run};
+use crate::support::disks::blkid;
 use crate::support::eventually;
 use crate::support::nodes::create_node;
 
@@ -27,55 +27,6 @@ pub const WAIT: Duration = Duration::from_secs(90);
 pub const MIB: u64 = 1 << 20;
 
 // ---- disks ----
-
-/// A loop device over an existing backing file (which `LoopDevice::new` would truncate), detached on drop.
-pub struct Attached {
-    pub device: String,
-}
-
-impl Attached {
-    pub fn new(backing: &Path, cp: &ControlPlane) -> Attached {
-        let device = run(
-            "losetup",
-            &["--find", "--show", &backing.display().to_string()],
-        )
-        .trim()
-        .to_string();
-        cp.reaper().track_loop(&device);
-        Attached { device }
-    }
-}
-
-impl Drop for Attached {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.device]).status();
-    }
-}
-
-/// Formats `device` (mkfs on the attached device, so a label can be given).
-pub fn mkfs(fs: &str, device: &str, label: &str) {
-    match fs {
-        "xfs" => run("mkfs.xfs", &["-q", "-f", "-L", label, device]),
-        other => run(&format!("mkfs.{other}"), &["-q", "-F", "-L", label, device]),
-    };
-}
-
-/// Unmounts now (not lazily: the device must be free before it is detached or reformatted) and disarms the guard.
-pub fn unmount_now(mount: Mount) {
-    run("umount", &[&mount.path.display().to_string()]);
-    // NB: the guard's lazy unmount would only complain that the path is not mounted; a later mount there has its
-    // own guard (and the reaper tracks the path either way).
-    std::mem::forget(mount);
-}
-
-/// What libblkid says about `device`, probing it directly (`-p`: no cache, which a reformat makes stale).
-pub fn blkid(device: &str) -> BTreeMap<String, String> {
-    run("blkid", &["-p", "-o", "export", device])
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 /// Total bytes of the filesystem mounted at `path`, as statvfs counts them.
 pub fn fs_capacity(path: &Path) -> u64 {

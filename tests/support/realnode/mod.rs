@@ -28,7 +28,7 @@ use self::net::Network;
 use self::node::{NodeSpec, RealNode};
 use self::undo::Undo;
 use super::cluster::{ControlPlane, Options, unique};
-use super::disks::run;
+use super::disks::{LoopDevice, Mount};
 
 pub struct RealCluster {
     pub dir: PathBuf,
@@ -173,48 +173,20 @@ impl RealCluster {
     /// A tmpfs disk `name` on `node`, mounted on the host under the node's `disks/`; returns its host path.
     pub fn tmpfs(&self, node: &str, name: &str, size: &str) -> PathBuf {
         let path = self.node(node).disks.join("disks").join(name);
-        fs::create_dir_all(&path).expect("mount point can be created");
-        let p = path.display().to_string();
-        self.undo.push(&format!("umount -l {p}"));
-        run(
-            "mount",
-            &["-t", "tmpfs", "-o", &format!("size={size}"), name, &p],
-        );
-        path
+        Mount::tmpfs(&path, size, &self.undo).keep()
     }
 
     /// A loop device of `mib` MiB over a sparse file in the run dir; `fs` formats it (mkfs.<fs>).
     pub fn loop_device(&self, name: &str, mib: u64, fs: Option<&str>) -> String {
         let backing = self.dir.join(format!("{name}.img"));
-        let f = fs::File::create(&backing).expect("backing file can be created");
-        f.set_len(mib << 20).expect("backing file can be sized");
-        let b = backing.display().to_string();
-        match fs {
-            Some("xfs") => {
-                run("mkfs.xfs", &["-q", "-f", &b]);
-            }
-            Some(other) => {
-                run(&format!("mkfs.{other}"), &["-q", "-F", &b]);
-            }
-            None => {}
-        }
-        let dev = run("losetup", &["--find", "--show", &b]).trim().to_string();
-        // Whatever attached a loop device onto ours (the kubelet does for block volumes) goes first.
-        self.undo.push(&format!(
-            "for l in $(losetup -n -O NAME -j {dev}); do losetup -d $l; done; losetup -d {dev}"
-        ));
-        dev
+        LoopDevice::new(&backing, mib, fs, &self.undo).keep()
     }
 
     /// A formatted loop device mounted as disk `name` on `node`; returns (host path, device).
     pub fn fs_disk(&self, node: &str, name: &str, mib: u64, fs: &str) -> (PathBuf, String) {
         let dev = self.loop_device(&format!("{node}-{name}"), mib, Some(fs));
         let path = self.node(node).disks.join("disks").join(name);
-        fs::create_dir_all(&path).expect("mount point can be created");
-        let p = path.display().to_string();
-        self.undo.push(&format!("umount -l {p}"));
-        run("mount", &[&dev, &p]);
-        (path, dev)
+        (Mount::device(&dev, &path, &self.undo).keep(), dev)
     }
 
     /// A raw loop device published as block disk `name` on `node` (a symlink in the node's `blocks/`).

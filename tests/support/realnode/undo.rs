@@ -9,6 +9,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use crate::support::disks::Watchdog;
+
 pub struct Undo {
     log: PathBuf,
     watchdog: Option<Child>,
@@ -63,6 +65,19 @@ impl Undo {
                 .status();
         }
         let _ = fs::write(&self.log, "");
+    }
+}
+
+impl Watchdog for Undo {
+    fn track_mount(&self, path: &Path) {
+        self.push(&format!("umount -l {}", path.display()));
+    }
+
+    fn track_loop(&self, device: &str) {
+        // Whatever attached a loop device onto ours (the kubelet does for block volumes) goes first.
+        self.push(&format!(
+            "for l in $(losetup -n -O NAME -j {device}); do losetup -d $l; done; losetup -d {device}"
+        ));
     }
 }
 
