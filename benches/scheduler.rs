@@ -32,10 +32,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use common::figures::{Spread, figure, figure_spread, median, spread};
-use support::agent::{http_get, install_crd, localpv_bin};
-use support::cluster::{ControlPlane, Extender, Options, free_port};
+use support::agent::install_crd;
+use support::cluster::{ControlPlane, Extender, Options};
+use support::extender::ExtenderProcess;
 use support::nodes::create_node;
-use support::proc::Component;
 
 const SCHEDULER: &str = "localpv-bench-scheduler";
 const CLASS: &str = "local-bench";
@@ -229,100 +229,56 @@ struct ExtenderStats {
     cpu: f64,
 }
 
-/// A `localpv extender` process on loopback, logging as deployed (`RUST_LOG=info`).
-struct ExtenderProcess {
-    port: u16,
-    process: Component,
+/// A `localpv extender` process on loopback, logging as deployed, ready.
+async fn localpv_extender(cp: &ControlPlane) -> ExtenderProcess {
+    let mut extender = ExtenderProcess::new(cp);
+    extender.start(cp, Duration::from_secs(60)).await;
+    extender
 }
 
-impl ExtenderProcess {
-    async fn start(cp: &ControlPlane) -> ExtenderProcess {
-        let port = free_port();
-        let args = vec!["extender".to_string(), format!("--listen=127.0.0.1:{port}")];
-        let kubeconfig = cp.admin_kubeconfig.display().to_string();
-        let env = [("KUBECONFIG", kubeconfig.as_str()), ("RUST_LOG", "info")];
-        let mut process = Component::spawn_with_env(
-            "localpv-extender",
-            &localpv_bin(),
-            &args,
-            &env,
-            &cp.log_dir(),
-            cp.reaper(),
+/// Waits until the extender's caches hold every PV and claim, so no mode starts on a cold cache.
+async fn wait_cached(extender: &ExtenderProcess, pvs: usize, claims: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let cached = |kind: &str| {
+        extender.metric(
+            "localpv_extender_cached_objects",
+            &[&format!("kind=\"{kind}\"")],
+        ) as usize
+    };
+    while cached("PersistentVolumes") < pvs || cached("PersistentVolumeClaims") < claims {
+        assert!(
+            Instant::now() < deadline,
+            "the extender's caches did not fill in 120s"
         );
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !matches!(http_get(port, "/readyz"), Some((200, _))) {
-            assert!(
-                process.running(),
-                "the extender exited:\n{}",
-                process.tail(40)
-            );
-            assert!(
-                Instant::now() < deadline,
-                "the extender is not ready after 60s"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        ExtenderProcess { port, process }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
 
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Samples of `name{labels...}` whose labels contain every one of `having`, summed.
-    fn metric(&self, name: &str, having: &[&str]) -> f64 {
-        let (_, text) = http_get(self.port, "/metrics").expect("the extender serves /metrics");
-        text.lines()
-            .filter(|l| l.starts_with(&format!("{name}{{")))
-            .filter(|l| having.iter().all(|h| l.contains(h)))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-
-    /// Waits until the extender's caches hold every PV and claim, so no mode starts on a cold cache.
-    async fn wait_cached(&self, pvs: usize, claims: usize) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let cached = |kind: &str| {
-            self.metric(
-                "localpv_extender_cached_objects",
-                &[&format!("kind=\"{kind}\"")],
-            ) as usize
-        };
-        while cached("PersistentVolumes") < pvs || cached("PersistentVolumeClaims") < claims {
-            assert!(
-                Instant::now() < deadline,
-                "the extender's caches did not fill in 120s"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    fn stats(&self) -> ExtenderStats {
-        let verb = |v: &str| {
-            let label = format!("verb=\"{v}\"");
-            let sum = self.metric("localpv_extender_request_duration_seconds_sum", &[&label]);
-            let count = self.metric("localpv_extender_request_duration_seconds_count", &[&label]);
-            let calls = self.metric("localpv_extender_requests_total", &[&label]);
-            (
-                calls,
-                if count > 0.0 {
-                    sum / count * 1000.0
-                } else {
-                    0.0
-                },
-            )
-        };
-        let (filter_calls, filter_mean_ms) = verb("Filter");
-        let (prioritize_calls, prioritize_mean_ms) = verb("Prioritize");
-        let ok = self.metric("localpv_extender_requests_total", &["outcome=\"Ok\""]);
-        ExtenderStats {
-            filter_calls,
-            filter_mean_ms,
-            prioritize_calls,
-            prioritize_mean_ms,
-            errors: filter_calls + prioritize_calls - ok,
-            cpu: self.process.pid().map(cpu_seconds).unwrap_or(0.0),
-        }
+fn extender_stats(extender: &ExtenderProcess) -> ExtenderStats {
+    let verb = |v: &str| {
+        let label = format!("verb=\"{v}\"");
+        let sum = extender.metric("localpv_extender_request_duration_seconds_sum", &[&label]);
+        let count = extender.metric("localpv_extender_request_duration_seconds_count", &[&label]);
+        let calls = extender.metric("localpv_extender_requests_total", &[&label]);
+        (
+            calls,
+            if count > 0.0 {
+                sum / count * 1000.0
+            } else {
+                0.0
+            },
+        )
+    };
+    let (filter_calls, filter_mean_ms) = verb("Filter");
+    let (prioritize_calls, prioritize_mean_ms) = verb("Prioritize");
+    let ok = extender.metric("localpv_extender_requests_total", &["outcome=\"Ok\""]);
+    ExtenderStats {
+        filter_calls,
+        filter_mean_ms,
+        prioritize_calls,
+        prioritize_mean_ms,
+        errors: filter_calls + prioritize_calls - ok,
+        cpu: extender.pid().map(cpu_seconds).unwrap_or(0.0),
     }
 }
 
@@ -631,7 +587,7 @@ async fn run_once(round: usize, mode: Mode, sizes: Sizes) -> Run {
     // In every mode, so the modes differ in the extender alone: its node clean-up watches LocalDisks.
     install_crd(&cp).await;
     let extender = match mode.node_cache_capable() {
-        Some(_) if !mode.noop() => Some(ExtenderProcess::start(&cp).await),
+        Some(_) if !mode.noop() => Some(localpv_extender(&cp).await),
         _ => None,
     };
     let noop = match mode.noop() {
@@ -656,7 +612,7 @@ async fn run_once(round: usize, mode: Mode, sizes: Sizes) -> Run {
     let pvs = sizes.nodes * PVS_PER_NODE;
     wait_available(&client, pvs).await;
     if let Some(e) = &extender {
-        e.wait_cached(pvs, sizes.pods).await;
+        wait_cached(e, pvs, sizes.pods).await;
     }
     // Same pause in every mode: the PV controller's last status writes reach the scheduler's informers.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -672,14 +628,17 @@ async fn run_once(round: usize, mode: Mode, sizes: Sizes) -> Run {
         p.as_ref().map(|(pid, _)| cpu_seconds(*pid)).unwrap_or(0.0)
     };
     let (scheduler0, apiserver0) = (cpu(&scheduler), cpu(&apiserver));
-    let extender0 = extender.as_ref().map(|e| e.stats().cpu).unwrap_or(0.0);
+    let extender0 = extender
+        .as_ref()
+        .map(|e| extender_stats(e).cpu)
+        .unwrap_or(0.0);
 
     let (placed, bound) = measure(&client, &ns, sizes.pods).await;
 
     let (scheduler_cpu, apiserver_cpu) =
         (cpu(&scheduler) - scheduler0, cpu(&apiserver) - apiserver0);
     let extender = extender.map(|e| {
-        let mut s = e.stats();
+        let mut s = extender_stats(&e);
         s.cpu -= extender0;
         s
     });

@@ -2,11 +2,11 @@
 //! `topolvm-scheduler` and open-local's `open-local scheduler`, each on its own loopback port, logging as its
 //! chart deploys it, with its resident memory and CPU read from `/proc`.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
-use crate::support::agent::{http_get, localpv_bin};
 use crate::support::cluster::{ControlPlane, free_port};
+use crate::support::extender::{ExtenderProcess, wait_answering};
 use crate::support::proc::Component;
 
 /// Which extender, and so which request form it takes and where.
@@ -53,101 +53,57 @@ pub struct Extender {
     pub port: u16,
     /// This replica's identity in the clean-up Lease (localpv).
     pub identity: String,
-    process: Component,
+    process: Process,
 }
+
+/// localpv's extender is the harness's; the peers are plain components.
+enum Process {
+    Localpv(ExtenderProcess),
+    Peer(Component),
+}
+
+/// At 5,000 nodes and 50,000 PVs the caches take minutes to fill on a busy machine.
+const READY: Duration = Duration::from_secs(600);
 
 impl Extender {
     /// Starts `kind` against the plane and waits until it answers; localpv until it is ready (caches synced).
     pub async fn start(cp: &ControlPlane, kind: Kind, tag: &str, bins: &PeerBins) -> Extender {
-        let port = free_port();
-        let kubeconfig = cp.admin_kubeconfig.display().to_string();
         let identity = format!("bench-{}-{tag}", kind.key());
         let name = format!("ext-{}-{tag}", kind.key());
-        let (program, args, env): (PathBuf, Vec<String>, Vec<(&str, &str)>) = match kind {
+        let (port, process) = match kind {
             Kind::Localpv | Kind::LocalpvQuiet => {
-                let mut args = vec!["extender".into(), format!("--listen=127.0.0.1:{port}")];
+                let mut e = ExtenderProcess::new(cp)
+                    .name(&name)
+                    .env("POD_NAME", &identity)
+                    .env("POD_NAMESPACE", "kube-system");
                 if kind == Kind::LocalpvQuiet {
-                    args.push("--node-cleanup=false".into());
-                    args.push("--explain-pending=false".into());
+                    e = e.arg("--node-cleanup=false").arg("--explain-pending=false");
                 }
-                let env = vec![
-                    ("KUBECONFIG", kubeconfig.as_str()),
-                    ("RUST_LOG", "info"),
-                    ("POD_NAME", identity.as_str()),
-                    ("POD_NAMESPACE", "kube-system"),
-                ];
-                (localpv_bin(), args, env)
+                e.start(cp, READY).await;
+                (e.port, Process::Localpv(e))
             }
-            Kind::Topolvm => {
-                // Its chart's configuration file holds the listen address; no cluster access at all.
-                let cfg = cp.dir.join(format!("topolvm-scheduler-{tag}.yaml"));
-                std::fs::write(&cfg, format!("listen: \"127.0.0.1:{port}\"\n"))
-                    .expect("the TopoLVM configuration is written");
-                let args = vec![format!("--config={}", cfg.display())];
-                (bins.topolvm.clone(), args, Vec::new())
-            }
-            Kind::OpenLocal => {
-                // NB: it listens on every address (no flag for one); the port is free on loopback, which is
-                // what we connect to. The chart runs it with `--port` and `--scheduler-strategy=binpack`.
-                let args = vec![
-                    "scheduler".into(),
-                    format!("--kubeconfig={kubeconfig}"),
-                    format!("--port={port}"),
-                    "--scheduler-strategy=binpack".into(),
-                ];
-                (bins.open_local.clone(), args, Vec::new())
+            Kind::Topolvm | Kind::OpenLocal => {
+                let port = free_port();
+                (
+                    port,
+                    Process::Peer(peer(cp, kind, &name, port, tag, bins).await),
+                )
             }
         };
-        let process =
-            Component::spawn_with_env(&name, &program, &args, &env, &cp.log_dir(), cp.reaper());
-        let mut e = Extender {
+        Extender {
             kind,
             port,
             identity,
             process,
-        };
-        e.wait_ready().await;
-        e
-    }
-
-    async fn wait_ready(&mut self) {
-        let probe = match self.kind {
-            Kind::Localpv | Kind::LocalpvQuiet => "/readyz",
-            Kind::Topolvm => "/status",
-            Kind::OpenLocal => "/version",
-        };
-        // NB: open-local serves its routes before its informers sync and has no readiness endpoint; it logs
-        // this line once they have.
-        let synced = |e: &Extender| {
-            e.kind != Kind::OpenLocal
-                || std::fs::read_to_string(e.log())
-                    .unwrap_or_default()
-                    .contains("started open-local scheduler extender")
-        };
-        let deadline = Instant::now() + Duration::from_secs(600);
-        while !matches!(http_get(self.port, probe), Some((200, _))) || !synced(self) {
-            assert!(
-                self.process.running(),
-                "{} exited:\n{}",
-                self.kind.name(),
-                self.process.tail(40)
-            );
-            assert!(
-                Instant::now() < deadline,
-                "{} does not answer {probe} after 600 s:\n{}",
-                self.kind.name(),
-                self.process.tail(40)
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
     pub fn pid(&self) -> u32 {
-        self.process.pid().expect("the extender runs")
-    }
-
-    pub fn log(&self) -> &Path {
-        &self.process.log
+        let pid = match &self.process {
+            Process::Localpv(e) => e.pid(),
+            Process::Peer(c) => c.pid(),
+        };
+        pid.expect("the extender runs")
     }
 
     /// Resident set size now, MiB.
@@ -161,19 +117,66 @@ impl Extender {
     }
 
     pub fn stop(mut self) {
-        self.process.stop(Duration::from_secs(10));
+        match &mut self.process {
+            Process::Localpv(e) => e.stop(Duration::from_secs(10)),
+            Process::Peer(c) => {
+                c.stop(Duration::from_secs(10));
+            }
+        }
     }
 
     /// Sum of the samples of `name` on localpv's `/metrics` whose labels contain `having`.
     pub fn metric(&self, name: &str, having: &str) -> f64 {
-        let Some((200, text)) = http_get(self.port, "/metrics") else {
-            return 0.0;
-        };
-        text.lines()
-            .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(having))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        match &self.process {
+            Process::Localpv(e) => e.metric(name, &[having]),
+            Process::Peer(_) => panic!("{} serves no localpv metrics", self.kind.name()),
+        }
     }
+}
+
+/// Starts a peer's extender on `port`, logging as its chart deploys it, and waits until it answers.
+async fn peer(
+    cp: &ControlPlane,
+    kind: Kind,
+    name: &str,
+    port: u16,
+    tag: &str,
+    bins: &PeerBins,
+) -> Component {
+    let (program, args, probe) = match kind {
+        Kind::Topolvm => {
+            // Its chart's configuration file holds the listen address; no cluster access at all.
+            let cfg = cp.dir.join(format!("topolvm-scheduler-{tag}.yaml"));
+            std::fs::write(&cfg, format!("listen: \"127.0.0.1:{port}\"\n"))
+                .expect("the TopoLVM configuration is written");
+            let args = vec![format!("--config={}", cfg.display())];
+            (&bins.topolvm, args, "/status")
+        }
+        Kind::OpenLocal => {
+            // NB: it listens on every address (no flag for one); the port is free on loopback, which is
+            // what we connect to. The chart runs it with `--port` and `--scheduler-strategy=binpack`.
+            let args = vec![
+                "scheduler".into(),
+                format!("--kubeconfig={}", cp.admin_kubeconfig.display()),
+                format!("--port={port}"),
+                "--scheduler-strategy=binpack".into(),
+            ];
+            (&bins.open_local, args, "/version")
+        }
+        Kind::Localpv | Kind::LocalpvQuiet => unreachable!("localpv runs as an ExtenderProcess"),
+    };
+    let mut process = Component::spawn(name, program, &args, &cp.log_dir(), cp.reaper());
+    // NB: open-local serves its routes before its informers sync and has no readiness endpoint; it logs this
+    // line once they have.
+    let log = process.log.clone();
+    let synced = || {
+        kind != Kind::OpenLocal
+            || std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("started open-local scheduler extender")
+    };
+    wait_answering(&mut process, port, probe, READY, synced).await;
+    process
 }
 
 /// Where the peers' binaries are (bench/peer-bins.sh builds them; the bench fails naming what is missing).

@@ -18,11 +18,11 @@ use rstest::rstest;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::support::agent::{http_get, install_crd, localpv_bin};
-use crate::support::cluster::{ControlPlane, Extender, Options, bin_dir, free_port};
+use crate::support::agent::{install_crd, localpv_bin};
+use crate::support::cluster::{ControlPlane, Extender, Options, bin_dir};
 use crate::support::eventually;
+use crate::support::extender::ExtenderProcess;
 use crate::support::nodes::create_node;
-use crate::support::proc::Component;
 
 const SCHEDULER: &str = "localpv-scheduler";
 /// What VolumeBinding reports for a node where no free PV matches a delayed claim.
@@ -33,95 +33,17 @@ fn obj<T: DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("test object literal is valid")
 }
 
-/// A `localpv extender` process on a fixed loopback port, so it can be stopped and started again at the same URL.
-struct ExtenderProcess {
-    port: u16,
-    kubeconfig: PathBuf,
-    log_dir: PathBuf,
-    process: Option<Component>,
+/// Filter and prioritize requests the extender answered (`verb` is `Filter` or `Prioritize`), from `/metrics`.
+fn answered(extender: &ExtenderProcess, verb: &str) -> u64 {
+    let verb = format!("verb=\"{verb}\"");
+    extender.metric(
+        "localpv_extender_requests_total",
+        &[&verb, "outcome=\"Ok\""],
+    ) as u64
 }
 
-impl ExtenderProcess {
-    fn new(cp: &ControlPlane) -> ExtenderProcess {
-        ExtenderProcess {
-            port: free_port(),
-            kubeconfig: cp.admin_kubeconfig.clone(),
-            log_dir: cp.log_dir(),
-            process: None,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    async fn start(&mut self, cp: &ControlPlane) {
-        let args = vec![
-            "extender".to_string(),
-            format!("--listen=127.0.0.1:{}", self.port),
-        ];
-        let env = [
-            ("KUBECONFIG", self.kubeconfig.to_str().expect("utf-8 path")),
-            ("RUST_LOG", "info,localpv=debug"),
-        ];
-        self.process = Some(Component::spawn_with_env(
-            "localpv-extender",
-            &localpv_bin(),
-            &args,
-            &env,
-            &self.log_dir,
-            cp.reaper(),
-        ));
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(p) = self.process.as_mut() {
-                assert!(p.running(), "the extender exited:\n{}", p.tail(40));
-            }
-            if matches!(http_get(self.port, "/readyz"), Some((200, _))) {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the extender is not ready after 60s:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut p) = self.process.take() {
-            p.stop(Duration::from_secs(5));
-        }
-    }
-
-    fn log(&self) -> String {
-        self.process
-            .as_ref()
-            .map(|p| p.tail(60))
-            .unwrap_or_default()
-    }
-
-    /// Answered requests of `verb` (`Filter`, `Prioritize`), from `/metrics`.
-    fn answered(&self, verb: &str) -> u64 {
-        let (_, text) = http_get(self.port, "/metrics").expect("the extender serves /metrics");
-        let series = format!("verb=\"{verb}\"");
-        text.lines()
-            .filter(|l| l.starts_with("localpv_extender_requests_total{"))
-            .filter(|l| l.contains(&series) && l.contains("outcome=\"Ok\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .map(|v| v as u64)
-            .sum()
-    }
-}
-
-impl Drop for ExtenderProcess {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("----- localpv extender (last lines) -----\n{}", self.log());
-        }
-    }
-}
+/// How long the extender may take to turn ready (its caches synced).
+const READY: Duration = Duration::from_secs(60);
 
 /// One plane with the PV binder, an extender, and a scheduler that pods select with `schedulerName`.
 struct Ctx {
@@ -143,8 +65,8 @@ impl Ctx {
         let ns = cp.namespace("extender").await;
         // As installed: the extender's node clean-up also watches LocalDisks.
         install_crd(&cp).await;
-        let mut extender = ExtenderProcess::new(&cp);
-        extender.start(&cp).await;
+        let mut extender = ExtenderProcess::new(&cp).env("RUST_LOG", "info,localpv=debug");
+        extender.start(&cp, READY).await;
         // As config/scheduler/default-scheduler.yaml: weight 2 (binpack must outweigh VolumeBinding's own
         // capacity score), not ignorable.
         let mut entry = Extender::new(&extender.url());
@@ -399,12 +321,12 @@ async fn extender_places_pods_explains_pending_ones_and_holds_pods_while_down(
     two_claims_land_where_both_have_a_pv(&ctx).await;
     binpack_keeps_big_pvs_for_big_claims(&ctx).await;
     assert!(
-        ctx.extender.answered("Filter") >= 4,
+        answered(&ctx.extender, "Filter") >= 4,
         "the scheduler called the extender's filter for every placed pod:\n{}",
         ctx.extender.log()
     );
     assert!(
-        ctx.extender.answered("Prioritize") >= 2,
+        answered(&ctx.extender, "Prioritize") >= 2,
         "binpack placements went through prioritize:\n{}",
         ctx.extender.log()
     );
@@ -466,7 +388,7 @@ async fn binpack_keeps_big_pvs_for_big_claims(ctx: &Ctx) {
 /// A 50Gi claim that no PV can serve. VolumeBinding rejects every node, so the extender is never asked and the
 /// event carries the in-tree message; `localpv explain` on the dumped cluster gives our reason for each node.
 async fn no_fit_stays_pending_and_explain_names_our_reason_per_node(ctx: &Ctx) {
-    let filters_before = ctx.extender.answered("Filter");
+    let filters_before = answered(&ctx.extender, "Filter");
     ctx.pod("huge", &[("huge", "fit", "50Gi")]).await;
     let message = ctx.failed_scheduling("huge", IN_TREE_NO_PV).await;
     eprintln!("FailedScheduling of huge: {message}");
@@ -476,7 +398,7 @@ async fn no_fit_stays_pending_and_explain_names_our_reason_per_node(ctx: &Ctx) {
     );
     assert_eq!(ctx.node_of("huge").await, None, "huge stays unscheduled");
     assert_eq!(
-        ctx.extender.answered("Filter"),
+        answered(&ctx.extender, "Filter"),
         filters_before,
         "with no node left after the in-tree filters, the extender is not called"
     );
@@ -565,7 +487,7 @@ async fn available_pv_with_a_wipe_annotation_is_not_rejected(ctx: &Ctx) {
 async fn pods_wait_while_the_extender_is_down(ctx: &mut Ctx) {
     ctx.class("later").await;
     ctx.pv("later-e", "later", "node-e", "5Gi", &[]).await;
-    ctx.extender.stop();
+    ctx.extender.stop(Duration::from_secs(5));
     ctx.pod("waits", &[("waits", "later", "5Gi")]).await;
     let url = format!("{}/filter", ctx.extender.url());
     let message = ctx.failed_scheduling("waits", &url).await;
@@ -578,7 +500,7 @@ async fn pods_wait_while_the_extender_is_down(ctx: &mut Ctx) {
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(ctx.node_of("waits").await, None, "waits stays unscheduled");
 
-    ctx.extender.start(&ctx.cp).await;
+    ctx.extender.start(&ctx.cp, READY).await;
     ctx.expect_placed("waits", "node-e", &[("waits", "later-e")])
         .await;
 }

@@ -1,5 +1,6 @@
-//! Test support shared by the integration tests: a real control plane (`cluster`), stand-in nodes (`nodes`),
-//! real disks (`disks`), and the process plumbing under them (`proc`, `certs`).
+//! Test support shared by the integration tests and the benchmarks: a real control plane (`cluster`), stand-in
+//! nodes (`nodes`), real disks (`disks`), agent and extender processes (`agent`, `extender`), and the process
+//! plumbing under them (`proc`, `certs`).
 #![allow(dead_code)]
 
 pub mod agent;
@@ -7,6 +8,7 @@ pub mod audit;
 pub mod certs;
 pub mod cluster;
 pub mod disks;
+pub mod extender;
 pub mod nodes;
 pub mod proc;
 pub mod realnode;
