@@ -23,12 +23,12 @@
 //! at once), LOCALPV_FLEET_KINDS (`localpv,reference`), LOCALPV_FLEET_LSP (the reference binary; bench/fleet.sh
 //! builds it). With LOCALPV_BENCH_FIGURES set, figures are appended there as JSON lines.
 
+mod common;
 #[path = "../tests/support/mod.rs"]
 #[allow(unused_imports)]
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +40,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
+use common::figures::{Spread, spread};
+use common::process::{cpu_seconds, process_with_arg, rss_mib};
 use support::agent::{http_get, install_crd, localpv_bin};
 use support::cluster::{ControlPlane, Options, free_port};
 use support::disks::Mount;
@@ -122,50 +124,19 @@ impl Kind {
 // ---------------------------------------------------------------------------------------------------------------
 // Figures
 
-/// Appends one figure (median, min, max of `samples`) to LOCALPV_BENCH_FIGURES, in the other benches' format.
+/// `common::figures::figure`, for samples a phase may not have (one shorter than a sample interval).
 fn figure(key: &str, label: &str, unit: &str, samples: &[f64]) {
-    let Some(file) = std::env::var_os("LOCALPV_BENCH_FIGURES") else {
-        return;
-    };
-    if samples.is_empty() {
-        return;
+    if !samples.is_empty() {
+        common::figures::figure(key, label, unit, samples);
     }
-    let (median, min, max) = spread(samples);
-    let places = match unit {
-        "cores" => 10000.0,
-        "req/s" => 1000.0,
-        _ => 10.0,
-    };
-    let round = |x: f64| (x * places).round() / places;
-    let line = json!({"key": key, "label": label, "unit": unit, "median": round(median),
-                      "min": round(min), "max": round(max), "n": samples.len()});
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&file)
-        .and_then(|mut f| writeln!(f, "{line}"))
-        .unwrap_or_else(|e| panic!("failed to append to {}: {e}", file.to_string_lossy()));
-}
-
-fn spread(samples: &[f64]) -> (f64, f64, f64) {
-    let mut v = samples.to_vec();
-    v.sort_by(f64::total_cmp);
-    let median = if v.is_empty() {
-        0.0
-    } else if v.len() % 2 == 1 {
-        v[v.len() / 2]
-    } else {
-        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
-    };
-    (
-        median,
-        v.first().copied().unwrap_or(0.0),
-        v.last().copied().unwrap_or(0.0),
-    )
 }
 
 fn median(samples: &[f64]) -> f64 {
-    spread(samples).0
+    if samples.is_empty() {
+        0.0
+    } else {
+        common::figures::median(samples)
+    }
 }
 
 /// "median (min-max)" with `digits` decimals.
@@ -173,54 +144,14 @@ fn cell(samples: &[f64], digits: usize) -> String {
     if samples.is_empty() {
         return "-".into();
     }
-    let (m, lo, hi) = spread(samples);
-    format!("{m:.digits$} ({lo:.digits$}-{hi:.digits$})")
+    let Spread {
+        median, min, max, ..
+    } = spread(samples);
+    format!("{median:.digits$} ({min:.digits$}-{max:.digits$})")
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // What the API server did: samples and the intervals between them
-
-/// User + system CPU seconds of a process so far (0 when it is gone).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // NB: the command name (field 2) may hold spaces; count fields after its closing parenthesis.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
-        .sum();
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100);
-    ticks / hz as f64
-}
-
-/// Resident memory of a process in MiB (0 when it is gone).
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .map(|kib| kib / 1024.0)
-        .unwrap_or(0.0)
-}
-
-/// The process one of whose arguments is exactly `arg` (the harness keeps component handles private).
-fn process_with_arg(arg: &str) -> Option<u32> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        cmdline
-            .split(|b| *b == 0)
-            .any(|a| a == arg.as_bytes())
-            .then_some(pid)
-    })
-}
 
 struct Probe {
     client: kube::Client,
@@ -278,8 +209,12 @@ impl Probe {
         let data_dir = format!("--data-dir={}", cp.dir.join("etcd").display());
         Probe {
             client: cp.client(),
-            apiserver: process_with_arg(&cert_dir).expect("the plane's kube-apiserver process"),
-            etcd: process_with_arg(&data_dir).expect("the plane's etcd process"),
+            apiserver: process_with_arg(&cert_dir)
+                .map(|(pid, _)| pid)
+                .expect("the plane's kube-apiserver process"),
+            etcd: process_with_arg(&data_dir)
+                .map(|(pid, _)| pid)
+                .expect("the plane's etcd process"),
         }
     }
 

@@ -32,6 +32,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use common::figures::{Spread, figure, figure_spread, median, spread};
+use common::process::{cpu_seconds, process_with_arg};
 use support::agent::install_crd;
 use support::cluster::{ControlPlane, Extender, Options};
 use support::extender::ExtenderProcess;
@@ -301,38 +302,6 @@ async fn get_text(client: &kube::Client, path: &str) -> Option<String> {
         .body(Vec::new())
         .expect("request builds");
     client.request_text(req).await.ok()
-}
-
-/// User + system CPU seconds of a process so far (0 when it is gone).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // NB: the command name (field 2) may hold spaces; count fields after its closing parenthesis.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
-        .sum();
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100);
-    ticks / hz as f64
-}
-
-/// The process whose command line has `arg`, with its arguments (the harness keeps component handles private).
-fn process_with_arg(arg: &str) -> Option<(u32, Vec<String>)> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        args.iter().any(|a| a == arg).then_some((pid, args))
-    })
 }
 
 /// kube-scheduler's own view of one run, from its `/metrics` (read with the admin identity).

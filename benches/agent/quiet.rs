@@ -18,20 +18,17 @@ use serde_json::json;
 use crate::agent::busy::{disk_paths, mount_all, node_name};
 use crate::agent::subject::{KINDS, Subject};
 use crate::agent::watch::{Seen, Watch};
+use crate::common::process::status_mib;
 use crate::{CLASS, Results, Sizes, plane};
 
 pub const VERBS: [&str; 7] = [
     "get", "list", "watch", "create", "update", "patch", "delete",
 ];
 
+/// Resident memory of the agent under test, MiB; it must still run.
 fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no VmRSS for pid {pid}: did the provisioner exit?"));
-    kib as f64 / 1024.0
+    status_mib(pid, "VmRSS")
+        .unwrap_or_else(|| panic!("no VmRSS for pid {pid}: did the provisioner exit?"))
 }
 
 /// Creates PVs `other-<from>..other-<to>` spread over 100 other nodes, Available.

@@ -6,3 +6,4 @@
 
 pub mod figures;
 pub mod objects;
+pub mod process;

@@ -12,8 +12,9 @@ use serde_json::{Value, json};
 use crate::client::{Answer, Conn};
 use crate::common::figures::{millis, percentile, sorted};
 use crate::common::objects::{TOPOLVM_CAPACITY, node_json};
+use crate::common::process::cpu_seconds;
 use crate::env_f64;
-use crate::procs::{Extender, Kind, cpu_seconds};
+use crate::procs::{Extender, Kind};
 use crate::support::cluster::ControlPlane;
 
 /// How kube-scheduler sends the candidate nodes.

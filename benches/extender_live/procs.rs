@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::common::process::{rss_mib, status_mib};
 use crate::support::cluster::{ControlPlane, free_port};
 use crate::support::extender::{ExtenderProcess, wait_answering};
 use crate::support::proc::Component;
@@ -108,12 +109,12 @@ impl Extender {
 
     /// Resident set size now, MiB.
     pub fn rss_mib(&self) -> f64 {
-        status_kib(self.pid(), "VmRSS") / 1024.0
+        rss_mib(self.pid())
     }
 
     /// Highest resident set size since start, MiB.
     pub fn peak_mib(&self) -> f64 {
-        status_kib(self.pid(), "VmHWM") / 1024.0
+        status_mib(self.pid(), "VmHWM").unwrap_or(0.0)
     }
 
     pub fn stop(mut self) {
@@ -203,33 +204,4 @@ impl PeerBins {
             open_local: get("LOCALPV_BENCH_OPEN_LOCAL_BIN"),
         }
     }
-}
-
-/// A `/proc/<pid>/status` field in KiB (0 when the process is gone).
-fn status_kib(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
-/// User + system CPU seconds of a process so far (0 when it is gone).
-pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // NB: the command name (field 2) may hold spaces; count fields after its closing parenthesis.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
-        .sum();
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100);
-    ticks / hz as f64
 }
