@@ -36,7 +36,6 @@ mod agent {
 }
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::time::Instant;
 
 use kube::api::{Api, PostParams};
@@ -44,7 +43,7 @@ use serde_json::json;
 
 use agent::subject::{KINDS, Kind};
 use agent::{busy, quiet};
-use common::figures::{Spread, figure, percentile, sorted, spread};
+use common::figures::{Spread, append, figure, percentile, sorted, spread};
 use support::agent::install_crd;
 use support::cluster::{ControlPlane, Options};
 
@@ -180,18 +179,9 @@ pub async fn plane() -> ControlPlane {
     cp
 }
 
-/// Appends an outcome in words (unit "text") to the figures file: the shared writer takes numbers only.
+/// Appends an outcome in words (unit "text") to the figures file.
 fn outcome(key: &str, label: &str, text: &str) {
-    let Some(file) = std::env::var_os("LOCALPV_BENCH_FIGURES") else {
-        return;
-    };
-    let line = json!({"key": key, "label": label, "unit": "text", "text": text});
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&file)
-        .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()))
-        .unwrap_or_else(|e| panic!("failed to append to {}: {e}", file.to_string_lossy()));
+    append(json!({"key": key, "label": label, "unit": "text", "text": text}));
 }
 
 /// "X (min-max, n=N)" in the figure's unit.

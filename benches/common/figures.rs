@@ -69,13 +69,18 @@ pub fn figure(key: &str, label: &str, unit: &str, samples: &[f64]) {
 
 /// `figure` for a spread computed elsewhere (a ratio of medians with the per-round ratios as its range).
 pub fn figure_spread(key: &str, label: &str, unit: &str, s: Spread) {
+    append(serde_json::json!({
+        "key": key, "label": label, "unit": unit,
+        "median": significant(s.median), "min": significant(s.min), "max": significant(s.max), "n": s.n,
+    }));
+}
+
+/// Appends `line` to the file `$LOCALPV_BENCH_FIGURES` names (nothing when it is unset): a figure, or an outcome
+/// in words (`"unit": "text"`).
+pub fn append(line: serde_json::Value) {
     let Some(path) = std::env::var_os("LOCALPV_BENCH_FIGURES") else {
         return;
     };
-    let line = serde_json::json!({
-        "key": key, "label": label, "unit": unit,
-        "median": significant(s.median), "min": significant(s.min), "max": significant(s.max), "n": s.n,
-    });
     // One write per line, so figures appended by other benchmark binaries never interleave within a line.
     std::fs::OpenOptions::new()
         .create(true)
