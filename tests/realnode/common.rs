@@ -5,9 +5,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -68,9 +68,14 @@ pub async fn install(c: &RealCluster, extra: Value) {
 
 /// `helm install` into `localpv-system`, which must exist.
 pub fn helm_install(c: &RealCluster, extra: Value) {
+    helm_release(c, "install", extra);
+}
+
+/// `helm <verb>` (install, upgrade) of the release from charts/localpv with `values(c, extra)`.
+pub fn helm_release(c: &RealCluster, verb: &str, extra: Value) {
     let values = values(c, extra);
     c.helm(&[
-        "install",
+        verb,
         RELEASE,
         "charts/localpv",
         "--namespace",
@@ -82,11 +87,17 @@ pub fn helm_install(c: &RealCluster, extra: Value) {
 
 /// Waits until the node DaemonSet has one Ready, up-to-date pod per node.
 pub async fn wait_agents_ready(c: &RealCluster) {
-    let api: Api<DaemonSet> = Api::namespaced(c.client(), NAMESPACE);
+    wait_daemonset(c, NAMESPACE, &format!("{RELEASE}-node"), RELEASE).await;
+}
+
+/// Waits until DaemonSet `ns/name` has one Ready, up-to-date and available pod per node; on failure shows the logs
+/// of the containers of pods named `pod_prefix`*.
+pub async fn wait_daemonset(c: &RealCluster, ns: &str, name: &str, pod_prefix: &str) {
+    let api: Api<DaemonSet> = Api::namespaced(c.client(), ns);
     let want = c.nodes.len() as i32;
     let deadline = Instant::now() + POD_TIMEOUT;
     loop {
-        let ds = api.get_opt(&format!("{RELEASE}-node")).await.ok().flatten();
+        let ds = api.get_opt(name).await.ok().flatten();
         let st = ds.as_ref().and_then(|d| d.status.clone());
         let gen_ok = ds.as_ref().is_some_and(|d| {
             d.metadata.generation == d.status.as_ref().and_then(|s| s.observed_generation)
@@ -101,12 +112,20 @@ pub async fn wait_agents_ready(c: &RealCluster) {
         }
         if Instant::now() > deadline {
             panic!(
-                "node agent DaemonSet not Ready on {want} nodes after {POD_TIMEOUT:?}: {st:?}\n{}",
-                c.container_logs(NAMESPACE, RELEASE)
+                "DaemonSet {ns}/{name} not Ready on {want} nodes after {POD_TIMEOUT:?}: {st:?}\n{}",
+                c.container_logs(ns, pod_prefix)
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Whether the object `name` exists.
+pub async fn exists<K>(api: &Api<K>, name: &str) -> bool
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(name).await.expect("get").is_some()
 }
 
 /// Every PV, by name.
@@ -293,4 +312,102 @@ pub fn host_path(c: &RealCluster, node: &str, node_path: &str) -> PathBuf {
         .strip_prefix(c.disk_root())
         .unwrap_or_else(|_| panic!("{node_path} is not under {}", c.disk_root().display()));
     c.node(node).disks.join(rel)
+}
+
+/// A StatefulSet `name` (pods labelled `app: <name>`) of busybox replicas running `script` (sh -c), each with a 32Mi
+/// claim `data` of class local-storage at /data, one replica per node so both nodes serve a claim.
+pub fn statefulset(name: &str, replicas: i32, script: &str) -> StatefulSet {
+    obj(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": name}}, "topologyKey": "kubernetes.io/hostname"}
+                    ]}},
+                    "containers": [{
+                        "name": "main",
+                        "image": crate::support::realnode::images::BUSYBOX,
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", script],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    }],
+                },
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "local-storage",
+                    "resources": {"requests": {"storage": "32Mi"}},
+                },
+            }],
+        },
+    }))
+}
+
+/// Scales StatefulSet `ns/name` to `replicas`.
+pub async fn scale(c: &RealCluster, ns: &str, name: &str, replicas: i32) {
+    Api::<StatefulSet>::namespaced(c.client(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name} not scaled to {replicas}: {e}"));
+}
+
+/// Scales StatefulSet `ns/name` to 0, then deletes the claim of each of `pods` once that pod is gone.
+pub async fn scale_down_and_delete_claims(c: &RealCluster, ns: &str, name: &str, pods: &[&str]) {
+    scale(c, ns, name, 0).await;
+    let api: Api<Pod> = Api::namespaced(c.client(), ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client(), ns);
+    for pod in pods {
+        let deadline = Instant::now() + POD_TIMEOUT;
+        while api.get_opt(pod).await.ok().flatten().is_some() {
+            assert!(Instant::now() < deadline, "{pod} not gone");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        claims
+            .delete(&format!("data-{pod}"), &DeleteParams::default())
+            .await
+            .expect("claim deleted");
+    }
+}
+
+/// The host directory of the disk behind replica `pod`'s claim (`data-<pod>`), and the node it is on.
+pub async fn replica_disk(c: &RealCluster, ns: &str, pod: &str) -> (PathBuf, String) {
+    let (_, pv) = claim_state(c, ns, &format!("data-{pod}")).await;
+    let pv = pvs(c)
+        .await
+        .remove(&pv.expect("claim bound"))
+        .expect("PV exists");
+    let node = pv_node(&pv);
+    (host_path(c, &node, &pv_path(&pv)), node)
+}
+
+/// The replica's `history` file once it has `lines` lines (its container writes one as it starts), or as it is
+/// after 30 s; and the node the replica's disk is on.
+pub async fn replica_history(
+    c: &RealCluster,
+    ns: &str,
+    pod: &str,
+    lines: usize,
+) -> (String, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (disk, node) = replica_disk(c, ns, pod).await;
+        let history = fs::read_to_string(disk.join("history")).unwrap_or_default();
+        if history.lines().count() >= lines || Instant::now() > deadline {
+            return (history, node);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }

@@ -125,19 +125,11 @@ async fn pod_security_label_admits_the_agent_and_upgrade_and_uninstall_leave_ten
         .into_iter()
         .map(|p| p.metadata.uid)
         .collect();
-    let values = values(
+    helm_release(
         &c,
+        "upgrade",
         json!({"image": {"tag": new_tag}, "node": {"logLevel": "debug"}}),
     );
-    c.helm(&[
-        "upgrade",
-        RELEASE,
-        "charts/localpv",
-        "--namespace",
-        NAMESPACE,
-        "-f",
-        &values.display().to_string(),
-    ]);
     let deadline = Instant::now() + crate::support::realnode::POD_TIMEOUT;
     loop {
         let now = agent_pods(&c).await;
@@ -250,11 +242,7 @@ async fn pod_security_label_admits_the_agent_and_upgrade_and_uninstall_leave_ten
         "ClusterRoleBindings removed"
     );
     assert!(
-        Api::<StorageClass>::all(c.client())
-            .get_opt("local-storage")
-            .await
-            .expect("get")
-            .is_none(),
+        !exists(&Api::<StorageClass>::all(c.client()), "local-storage").await,
         "StorageClass removed"
     );
     // What stays: PVs (Available and Bound), the CRD and LocalDisks, the ledger on each node, disks and data.

@@ -13,12 +13,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use serde_json::json;
+use kube::api::{Api, ListParams};
 
 use crate::common::*;
 use crate::migrate_doc::{BLOCKS, DOC, Operator, Use, doc_blocks};
@@ -32,52 +31,6 @@ const NS: &str = "kube-system";
 const SCRIPT: &str = "if [ -f /data/owner ]; then echo \"found $(cat /data/owner)\" >> /data/history; \
                       else echo empty >> /data/history; hostname > /data/owner; fi; sync; \
                       trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo $i > /data/counter; sleep 0.2; done";
-
-fn statefulset(replicas: i32) -> StatefulSet {
-    obj(json!({
-        "metadata": {"name": "db"},
-        "spec": {
-            "replicas": replicas,
-            "serviceName": "db",
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {"app": "db"}},
-            "template": {
-                "metadata": {"labels": {"app": "db"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}
-                    ]}},
-                    "containers": [{
-                        "name": "main",
-                        "image": crate::support::realnode::images::BUSYBOX,
-                        "imagePullPolicy": "Never",
-                        "command": ["sh", "-c", SCRIPT],
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                    }],
-                },
-            },
-            "volumeClaimTemplates": [{
-                "metadata": {"name": "data"},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "local-storage",
-                    "resources": {"requests": {"storage": "32Mi"}},
-                },
-            }],
-        },
-    }))
-}
-
-/// The host directory of the disk behind replica `pod`'s claim.
-async fn replica_disk(c: &RealCluster, ns: &str, pod: &str) -> std::path::PathBuf {
-    let (_, pv) = claim_state(c, ns, &format!("data-{pod}")).await;
-    let pv = pvs(c)
-        .await
-        .remove(&pv.expect("claim bound"))
-        .expect("PV exists");
-    host_path(c, &pv_node(&pv), &pv_path(&pv))
-}
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
@@ -113,32 +66,6 @@ async fn pod_states(c: &RealCluster, ns: &str) -> BTreeMap<String, (String, i32,
             )
         })
         .collect()
-}
-
-/// Waits until DaemonSet `name` in kube-system has one Ready, up-to-date pod per node.
-async fn wait_daemonset(c: &RealCluster, name: &str, pod_prefix: &str) {
-    let api: Api<DaemonSet> = Api::namespaced(c.client(), NS);
-    let want = c.nodes.len() as i32;
-    let deadline = Instant::now() + POD_TIMEOUT;
-    loop {
-        let ds = api.get_opt(name).await.ok().flatten();
-        let ok = ds.as_ref().is_some_and(|d| {
-            let s = d.status.clone().unwrap_or_default();
-            d.metadata.generation == s.observed_generation
-                && s.number_ready == want
-                && s.updated_number_scheduled == Some(want)
-        });
-        if ok {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "DaemonSet {NS}/{name} not Ready on {want} nodes after {POD_TIMEOUT:?}: {:?}\n{}",
-            ds.and_then(|d| d.status),
-            c.container_logs(NS, pod_prefix)
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 /// Waits until `check` holds for the PVs; returns them.
@@ -203,7 +130,7 @@ async fn install_reference(c: &RealCluster, lsp: &crate::migrate_lsp::Lsp) {
         "-f",
         &values.display().to_string(),
     ]);
-    wait_daemonset(c, LSP_RELEASE, LSP_RELEASE).await;
+    wait_daemonset(c, NS, LSP_RELEASE, LSP_RELEASE).await;
     let by_lsp = |p: &k8s_openapi::api::core::v1::PersistentVolume| {
         p.metadata
             .annotations
@@ -233,29 +160,10 @@ async fn release_and_recycle(
     tenant_disks: &[(&str, PathBuf)],
     pvs_before: &BTreeMap<String, Option<String>>,
 ) {
-    let sets: Api<StatefulSet> = Api::namespaced(c.client(), ns);
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client(), ns);
     let disks = c.disk_root().join("disks");
     let vol1 = disks.join("vol1").display().to_string();
     let small = disks.join("small").display().to_string();
-    sets.patch(
-        "db",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"replicas": 0}})),
-    )
-    .await
-    .expect("scaled down");
-    for pod in ["db-0", "db-1"] {
-        let deadline = Instant::now() + POD_TIMEOUT;
-        while pod_states(c, ns).await.contains_key(pod) {
-            assert!(Instant::now() < deadline, "{pod} not gone");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        claims
-            .delete(&format!("data-{pod}"), &DeleteParams::default())
-            .await
-            .expect("claim deleted");
-    }
+    scale_down_and_delete_claims(c, ns, "db", &["db-0", "db-1"]).await;
     let recycled = wait_pvs(
         c,
         "vol1 wiped and published anew on both nodes",
@@ -292,24 +200,12 @@ async fn release_and_recycle(
         }
     }
     // The next tenants find their volumes empty.
-    sets.patch(
-        "db",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"replicas": 2}})),
-    )
-    .await
-    .expect("scaled up");
+    scale(c, ns, "db", 2).await;
     for pod in ["db-0", "db-1"] {
         wait_pod(c, ns, pod, &["Running"]).await;
-        let disk = replica_disk(c, ns, pod).await;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while read(&disk.join("history")).is_empty() {
-            assert!(Instant::now() < deadline, "{pod} writes its history");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        let (history, _) = replica_history(c, ns, pod, 1).await;
         assert_eq!(
-            read(&disk.join("history")),
-            "empty\n",
+            history, "empty\n",
             "{pod}'s new claim starts on an empty volume"
         );
     }
@@ -343,11 +239,11 @@ async fn migration_from_the_reference_provisioner_as_the_doc_says_keeps_pods_and
     // Tenants: one replica per node, each bound to its node's vol1 (the small disks do not fit 32Mi).
     let ns = c.plane.namespace("tenant").await;
     let sets: Api<StatefulSet> = Api::namespaced(c.client(), &ns);
-    create(&sets, &statefulset(2)).await;
+    create(&sets, &statefulset("db", 2, SCRIPT)).await;
     let mut tenant_disks = Vec::new();
     for pod in ["db-0", "db-1"] {
         wait_pod(&c, &ns, pod, &["Running"]).await;
-        let disk = replica_disk(&c, &ns, pod).await;
+        let (disk, _) = replica_disk(&c, &ns, pod).await;
         assert!(
             disk.ends_with("mnt/disks/vol1"),
             "{pod} is on {}",
@@ -419,12 +315,12 @@ async fn migration_from_the_reference_provisioner_as_the_doc_says_keeps_pods_and
         ran += 1;
         op.run(next())
     };
-    wait_daemonset(&c, "localpv-node", "localpv").await;
+    wait_daemonset(&c, NS, "localpv-node", "localpv").await;
     {
         ran += 1;
         op.run(next())
     };
-    wait_daemonset(&c, "localpv-node", "localpv").await;
+    wait_daemonset(&c, NS, "localpv-node", "localpv").await;
     // 5. Watch the adoption: every PV carries localpv.io/node, with an Adopted Event.
     let adopted = wait_pvs(&c, "every PV adopted", "localpv", |all| {
         all.len() == 4
@@ -475,19 +371,15 @@ async fn migration_from_the_reference_provisioner_as_the_doc_says_keeps_pods_and
         "reference release forgotten: {releases}"
     );
     assert!(
-        Api::<StorageClass>::all(c.client())
-            .get_opt("local-storage")
-            .await
-            .expect("get")
-            .is_some(),
+        exists(&Api::<StorageClass>::all(c.client()), "local-storage").await,
         "the StorageClass stays"
     );
     assert!(
-        Api::<ConfigMap>::namespaced(c.client(), NS)
-            .get_opt("local-static-provisioner-config")
-            .await
-            .expect("get")
-            .is_some(),
+        exists(
+            &Api::<ConfigMap>::namespaced(c.client(), NS),
+            "local-static-provisioner-config"
+        )
+        .await,
         "the ConfigMap localpv reads stays"
     );
     let roles: Vec<_> = Api::<ClusterRole>::all(c.client())

@@ -3,8 +3,7 @@
 //! published again, and the next replicas find their volumes empty.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::Api;
 use serde_json::json;
 
 use crate::common::*;
@@ -14,55 +13,6 @@ use crate::support::realnode::RealCluster;
 const SCRIPT: &str = "if [ -f /data/owner ]; then echo \"found $(cat /data/owner)\" >> /data/history; \
                       else echo empty >> /data/history; hostname > /data/owner; fi; sync; \
                       trap 'exit 0' TERM; while true; do sleep 1; done";
-
-fn statefulset(replicas: i32) -> StatefulSet {
-    obj(json!({
-        "metadata": {"name": "web"},
-        "spec": {
-            "replicas": replicas,
-            "serviceName": "web",
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    // One replica per node, so both nodes serve a claim.
-                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
-                    ]}},
-                    "containers": [{
-                        "name": "main",
-                        "image": crate::support::realnode::images::BUSYBOX,
-                        "imagePullPolicy": "Never",
-                        "command": ["sh", "-c", SCRIPT],
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                    }],
-                },
-            },
-            "volumeClaimTemplates": [{
-                "metadata": {"name": "data"},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "local-storage",
-                    "resources": {"requests": {"storage": "32Mi"}},
-                },
-            }],
-        },
-    }))
-}
-
-/// The history file on the host disk behind replica `pod`'s claim, and the node it is on.
-async fn history(c: &RealCluster, ns: &str, pod: &str) -> (String, String) {
-    let (_, pv) = claim_state(c, ns, &format!("data-{pod}")).await;
-    let pv = pvs(c)
-        .await
-        .remove(&pv.expect("claim bound"))
-        .expect("PV exists");
-    let node = pv_node(&pv);
-    let file = host_path(c, &node, &pv_path(&pv)).join("history");
-    (std::fs::read_to_string(&file).unwrap_or_default(), node)
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn statefulset_replicas_keep_their_data_across_pod_deletion_and_find_wiped_disks_after_release()
@@ -79,9 +29,7 @@ async fn statefulset_replicas_keep_their_data_across_pod_deletion_and_find_wiped
     }
     let ns = c.plane.namespace("sts").await;
     let sets: Api<StatefulSet> = Api::namespaced(c.client(), &ns);
-    let pods: Api<Pod> = Api::namespaced(c.client(), &ns);
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client(), &ns);
-    create(&sets, &statefulset(2)).await;
+    create(&sets, &statefulset("web", 2, SCRIPT)).await;
     let mut nodes = Vec::new();
     for pod in ["web-0", "web-1"] {
         let (_, node) = wait_pod(&c, &ns, pod, &["Running"]).await;
@@ -90,8 +38,8 @@ async fn statefulset_replicas_keep_their_data_across_pod_deletion_and_find_wiped
     nodes.sort();
     assert_eq!(nodes, ["node-1", "node-2"], "one replica per node");
     let first: Vec<(String, String)> = vec![
-        history(&c, &ns, "web-0").await,
-        history(&c, &ns, "web-1").await,
+        replica_history(&c, &ns, "web-0", 1).await,
+        replica_history(&c, &ns, "web-1", 1).await,
     ];
     for (h, _) in &first {
         assert_eq!(h, "empty\n");
@@ -104,7 +52,7 @@ async fn statefulset_replicas_keep_their_data_across_pod_deletion_and_find_wiped
     for (i, pod) in ["web-0", "web-1"].iter().enumerate() {
         let (_, node) = wait_pod(&c, &ns, pod, &["Running"]).await;
         assert_eq!(node, first[i].1, "{pod} came back on the node of its PV");
-        let (h, _) = eventually_history(&c, &ns, pod, 2).await;
+        let (h, _) = replica_history(&c, &ns, pod, 2).await;
         assert_eq!(
             h,
             format!("empty\nfound {pod}\n"),
@@ -118,24 +66,7 @@ async fn statefulset_replicas_keep_their_data_across_pod_deletion_and_find_wiped
         .values()
         .map(|p| p.metadata.uid.clone())
         .collect();
-    sets.patch(
-        "web",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"replicas": 0}})),
-    )
-    .await
-    .expect("scaled down");
-    for pod in ["web-0", "web-1"] {
-        let deadline = std::time::Instant::now() + crate::support::realnode::POD_TIMEOUT;
-        while pods.get_opt(pod).await.ok().flatten().is_some() {
-            assert!(std::time::Instant::now() < deadline, "{pod} not gone");
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        }
-        claims
-            .delete(&format!("data-{pod}"), &DeleteParams::default())
-            .await
-            .expect("claim deleted");
-    }
+    scale_down_and_delete_claims(&c, &ns, "web", &["web-0", "web-1"]).await;
     for node in ["node-1", "node-2"] {
         let pv = wait_pv(&c, node, &path, "Available").await;
         assert!(
@@ -151,33 +82,10 @@ async fn statefulset_replicas_keep_their_data_across_pod_deletion_and_find_wiped
             .collect();
         assert!(left.is_empty(), "{} wiped, found {left:?}", v.display());
     }
-    sets.patch(
-        "web",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"replicas": 2}})),
-    )
-    .await
-    .expect("scaled up");
+    scale(&c, &ns, "web", 2).await;
     for pod in ["web-0", "web-1"] {
         wait_pod(&c, &ns, pod, &["Running"]).await;
-        let (h, _) = eventually_history(&c, &ns, pod, 1).await;
+        let (h, _) = replica_history(&c, &ns, pod, 1).await;
         assert_eq!(h, "empty\n", "{pod}'s new claim starts on an empty volume");
-    }
-}
-
-/// Waits until the replica's history has `lines` lines (the container writes it right after it starts).
-async fn eventually_history(
-    c: &RealCluster,
-    ns: &str,
-    pod: &str,
-    lines: usize,
-) -> (String, String) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let (h, node) = history(c, ns, pod).await;
-        if h.lines().count() >= lines || std::time::Instant::now() > deadline {
-            return (h, node);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     }
 }
