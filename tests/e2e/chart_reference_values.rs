@@ -12,53 +12,14 @@ use serde_json::Value;
 use crate::packaging::{NAMESPACE, NAMESPACE_FILE, apply, documents, install_crds, root, tool};
 use crate::support::agent::localpv_bin;
 use crate::support::cluster::{ControlPlane, Options};
-
-/// Where the reference chart comes from: `LOCALPV_REFERENCE_TARBALL`, else the peers' tarball on this machine.
-fn reference_tarball() -> PathBuf {
-    if let Some(p) = std::env::var_os("LOCALPV_REFERENCE_TARBALL") {
-        return PathBuf::from(p);
-    }
-    let dir = Path::new("/work/shared/peers");
-    fs::read_dir(dir)
-        .ok()
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("sig-storage-local-static-provisioner-"))
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "missing prerequisite: the reference chart's source, a sig-storage-local-static-provisioner-*.tar.gz \
-                 in {} (or set LOCALPV_REFERENCE_TARBALL)",
-                dir.display()
-            )
-        })
-}
+use crate::support::reference::{tarball, unpack};
 
 /// The reference chart's example values files and its default values.yaml, unpacked into `dir`.
 pub(crate) fn reference_values_files(dir: &Path) -> Vec<PathBuf> {
-    let tarball = reference_tarball();
-    let out = Command::new("tar")
-        .args(["-xzf"])
-        .arg(&tarball)
-        .arg("-C")
-        .arg(dir)
-        .args([
-            "--wildcards",
-            "*/helm/examples/*.yaml",
-            "*/helm/provisioner/values.yaml",
-        ])
-        .output()
-        .expect("tar runs");
-    assert!(
-        out.status.success(),
-        "unpacking {}: {}",
-        tarball.display(),
-        String::from_utf8_lossy(&out.stderr)
+    unpack(
+        &tarball(),
+        dir,
+        &["*/helm/examples/*.yaml", "*/helm/provisioner/values.yaml"],
     );
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];

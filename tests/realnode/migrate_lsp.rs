@@ -11,6 +11,7 @@ use std::process::Command;
 
 use crate::support::disks::run;
 use crate::support::realnode::images::{cache_dir, from_rootfs, key, save};
+use crate::support::reference::{tarball, unpack};
 
 pub const REPOSITORY: &str = "localhost/local-volume-provisioner";
 
@@ -45,32 +46,6 @@ pub struct Lsp {
     pub chart: PathBuf,
 }
 
-/// The reference source: `LOCALPV_REFERENCE_TARBALL`, else the peers' tarball on this machine.
-fn tarball() -> PathBuf {
-    if let Some(p) = std::env::var_os("LOCALPV_REFERENCE_TARBALL") {
-        return PathBuf::from(p);
-    }
-    let dir = Path::new("/work/shared/peers");
-    fs::read_dir(dir)
-        .ok()
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("sig-storage-local-static-provisioner-"))
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "missing prerequisite: the reference provisioner's source, a \
-                 sig-storage-local-static-provisioner-*.tar.gz in {} (or set LOCALPV_REFERENCE_TARBALL)",
-                dir.display()
-            )
-        })
-}
-
 fn go() -> PathBuf {
     for p in std::env::var("PATH").unwrap_or_default().split(':') {
         let g = Path::new(p).join("go");
@@ -84,27 +59,6 @@ fn go() -> PathBuf {
         "missing prerequisite: go (on PATH or /usr/local/go/bin), to build the reference provisioner"
     );
     g
-}
-
-/// Unpacks `members` (tar wildcards) of the tarball into `into`; returns the tarball's top directory there.
-fn unpack(tarball: &Path, into: &Path, members: &[&str]) -> PathBuf {
-    fs::create_dir_all(into).expect("unpack dir");
-    let mut args = vec![
-        "-xzf".to_string(),
-        tarball.display().to_string(),
-        "-C".into(),
-        into.display().to_string(),
-        "--wildcards".into(),
-    ];
-    args.extend(members.iter().map(|m| m.to_string()));
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    run("tar", &a);
-    fs::read_dir(into)
-        .expect("unpacked")
-        .flatten()
-        .find(|e| e.path().is_dir())
-        .expect("the tarball has a top directory")
-        .path()
 }
 
 /// Copies `file` (following links) to the same path under `rootfs`, with every shared library `ldd` names.

@@ -12,6 +12,7 @@ pub mod extender;
 pub mod nodes;
 pub mod proc;
 pub mod realnode;
+pub mod reference;
 pub mod sa;
 
 use std::future::Future;
