@@ -13,13 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use localpv::disk::{Discovery, Disk, DiskIdentity, Unusable, UnusableReason, VolumeMode};
 use localpv::inventory::{Change, Changes, Inputs, LocalDisk, Settings, build};
 use localpv::plan::DiskLedger;
 
+use support::agent::wait_established;
 use support::cluster::{ControlPlane, Options};
 use support::eventually;
 
@@ -211,27 +211,7 @@ async fn install_crd(plane: &ControlPlane, home: &Path) {
         home,
         &[],
     ));
-    let crds: Api<CustomResourceDefinition> = Api::all(plane.client());
-    eventually(
-        "the LocalDisk CRD to be established",
-        Duration::from_secs(30),
-        || async {
-            let crd = crds
-                .get("localdisks.localpv.io")
-                .await
-                .map_err(|e| e.to_string())?;
-            let established = crd
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            established
-                .then_some(())
-                .ok_or_else(|| "not yet".to_string())
-        },
-    )
-    .await;
+    wait_established(plane, "localdisks.localpv.io", Duration::from_secs(30)).await;
     // The API server serves the new resource a moment after Established.
     let api: Api<LocalDisk> = Api::all(plane.client());
     eventually(

@@ -14,7 +14,7 @@
 //! annotation for the same size, so the three read the same body and each decides on its own part of it.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
@@ -27,6 +27,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::common::objects::{node_json, pv_json, pvc_json};
+use crate::support::agent::wait_established;
 use crate::support::cluster::ControlPlane;
 
 pub const PVS_PER_NODE: usize = 10;
@@ -136,24 +137,7 @@ async fn install_crds(cp: &ControlPlane, dir: &Path) {
             .unwrap_or_else(|e| panic!("failed to create {}: {e}", path.display()));
     }
     for name in names {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let c = api.get(&name).await.expect("CRD readable");
-            let established = c
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "CRD {name} not established in 60 s"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_established(cp, &name, Duration::from_secs(60)).await;
     }
 }
 

@@ -173,11 +173,18 @@ pub async fn install_crd(cp: &ControlPlane) {
             "failed to create the LocalDisk CRD: {e}"
         );
     }
+    wait_established(cp, &name, Duration::from_secs(30)).await;
+}
+
+/// Waits until the CustomResourceDefinition `name` is established (its resource served), for at most `within`.
+pub async fn wait_established(cp: &ControlPlane, name: &str, within: Duration) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(cp.client());
     super::eventually(
-        "the LocalDisk CRD to be established",
-        Duration::from_secs(30),
+        &format!("the CRD {name} to be established"),
+        within,
         || async {
-            let c = api.get(&name).await.map_err(|e| e.to_string())?;
+            let c = api.get(name).await.map_err(|e| e.to_string())?;
             let established = c
                 .status
                 .and_then(|s| s.conditions)
