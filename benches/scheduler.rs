@@ -646,22 +646,22 @@ fn cycle_ceiling(r: &Run) -> f64 {
     1000.0 / r.scheduler.algorithm_ms
 }
 
-/// `value` of `mode` against `base`, from the two medians; the range from the rounds (modes alternate within a
-/// round, so each round pairs runs that saw the same machine). `value` compares one run with its base run.
+/// `value` of the throughputs `tput` of `modes` (in that order), from their medians; the range from the rounds
+/// (modes alternate within a round, so each round pairs runs that saw the same machine).
 fn paired_spread(
     runs: &[Run],
-    base: Mode,
-    mode: Mode,
+    modes: &[Mode],
     tput: fn(&Run) -> f64,
-    value: fn(f64, f64) -> f64,
+    value: impl Fn(&[f64]) -> f64,
 ) -> Spread {
-    let median_of = |m: Mode| median(&of(runs, m, tput));
-    let overall = value(median_of(base), median_of(mode));
+    let medians: Vec<f64> = modes.iter().map(|m| median(&of(runs, *m, tput))).collect();
+    let overall = value(&medians);
     let rounds = runs.iter().map(|r| r.round).max().unwrap_or(0) + 1;
     let paired: Vec<f64> = (0..rounds)
         .filter_map(|round| {
-            let find = |m: Mode| runs.iter().find(|r| r.round == round && r.mode == m);
-            Some(value(tput(find(base)?), tput(find(mode)?)))
+            let find = |m: &Mode| runs.iter().find(|r| r.round == round && r.mode == *m);
+            let of_round: Option<Vec<f64>> = modes.iter().map(|m| find(m).map(tput)).collect();
+            Some(value(&of_round?))
         })
         .collect();
     let per_round = spread(&paired);
@@ -676,35 +676,17 @@ fn paired_spread(
 
 /// Overhead of `mode` against `base` for a throughput `tput`, in percent of `base`.
 fn overhead_spread(runs: &[Run], base: Mode, mode: Mode, tput: fn(&Run) -> f64) -> Spread {
-    paired_spread(runs, base, mode, tput, overhead)
+    paired_spread(runs, &[base, mode], tput, |t| overhead(t[0], t[1]))
 }
 
 /// Percentage points `mode` costs over its floor (both against in-tree): the target for Nodes.
 fn points_over_floor(runs: &[Run], floor: Mode, mode: Mode) -> Spread {
-    // Per round: in-tree, floor and mode of the same round; from the medians otherwise.
-    let tput = |r: &Run| r.pods_per_second;
-    let median_of = |m: Mode| median(&of(runs, m, tput));
-    let points =
-        |intree: f64, floor: f64, ext: f64| overhead(intree, ext) - overhead(intree, floor);
-    let overall = points(median_of(Mode::InTree), median_of(floor), median_of(mode));
-    let rounds = runs.iter().map(|r| r.round).max().unwrap_or(0) + 1;
-    let paired: Vec<f64> = (0..rounds)
-        .filter_map(|round| {
-            let find = |m: Mode| runs.iter().find(|r| r.round == round && r.mode == m);
-            Some(points(
-                tput(find(Mode::InTree)?),
-                tput(find(floor)?),
-                tput(find(mode)?),
-            ))
-        })
-        .collect();
-    let per_round = spread(&paired);
-    Spread {
-        median: overall,
-        min: per_round.min.min(overall),
-        max: per_round.max.max(overall),
-        n: per_round.n,
-    }
+    paired_spread(
+        runs,
+        &[Mode::InTree, floor, mode],
+        |r| r.pods_per_second,
+        |t| overhead(t[0], t[2]) - overhead(t[0], t[1]),
+    )
 }
 
 /// The floor a real extender mode is held to, when the run measured it and in-tree.
