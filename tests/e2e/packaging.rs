@@ -20,6 +20,7 @@ use crate::support::disks::Mount;
 use crate::support::eventually;
 use crate::support::nodes::create_node;
 use crate::support::proc::Component;
+use crate::support::realnode::images::{BASE_IMAGE, buildah, ensure_base_image, image_exists};
 use crate::support::sa;
 
 pub(crate) const NAMESPACE: &str = "localpv-system";
@@ -729,65 +730,6 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
     drop(mounts);
 }
 
-const BASE_IMAGE: &str = "localhost/debian:bookworm-debootstrap";
-
-fn buildah(args: &[&str]) -> String {
-    let buildah = Path::new("/usr/bin/buildah");
-    assert!(
-        buildah.is_file(),
-        "missing prerequisite: buildah (apt-get install buildah debootstrap)"
-    );
-    run_ok(buildah, args)
-}
-
-fn image_exists(name: &str) -> bool {
-    let out = run(Path::new("/usr/bin/buildah"), &["images", "-q", name]);
-    out.status.success() && !out.stdout.is_empty()
-}
-
-/// A Debian bookworm base made with debootstrap (no registry is reachable here), built once and cached.
-fn ensure_base_image() {
-    if image_exists(BASE_IMAGE) {
-        return;
-    }
-    let debootstrap = Path::new("/usr/sbin/debootstrap");
-    assert!(
-        debootstrap.is_file(),
-        "missing prerequisite: debootstrap (apt-get install debootstrap)"
-    );
-    let dir = tempfile::tempdir().expect("temp dir");
-    let rootfs = dir.path().join("rootfs");
-    run_ok(
-        debootstrap,
-        &[
-            "--variant=minbase",
-            "bookworm",
-            rootfs.to_str().expect("utf-8"),
-            "http://deb.debian.org/debian",
-        ],
-    );
-    // buildah has no `import`: an image from scratch with the root file system added as a tarball (which
-    // `buildah add` unpacks, owners and device nodes included) is the same thing.
-    let tarball = dir.path().join("rootfs.tar");
-    let (rootfs, tarball) = (
-        rootfs.to_str().expect("utf-8"),
-        tarball.to_str().expect("utf-8"),
-    );
-    run_ok(Path::new("tar"), &["-C", rootfs, "-cf", tarball, "."]);
-    let c = buildah(&["from", "scratch"]).trim().to_string();
-    buildah(&["add", &c, tarball, "/"]);
-    buildah(&[
-        "config",
-        "--env",
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "--cmd",
-        "/bin/bash",
-        &c,
-    ]);
-    buildah(&["commit", "-q", &c, BASE_IMAGE]);
-    buildah(&["rm", &c]);
-}
-
 /// The builder base: the Debian base plus this machine's Rust toolchain (the stand-in for the official rust
 /// image) and its CA bundle (egress here goes through a TLS-inspecting proxy). Cached per rustc version.
 fn ensure_builder_image() -> String {
@@ -800,7 +742,7 @@ fn ensure_builder_image() -> String {
     if image_exists(&name) {
         return name;
     }
-    ensure_base_image();
+    ensure_base_image(&std::env::temp_dir());
     let sysroot = run_ok(Path::new("rustc"), &["--print", "sysroot"]);
     let sysroot = Path::new(sysroot.trim());
     let c = buildah(&["from", BASE_IMAGE]).trim().to_string();

@@ -18,13 +18,7 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
 
 /// `scripts/demo.sh` with this build's target dir and control plane, so it reuses what `cargo test` built.
 fn demo_command() -> Command {
-    // The test binary is <target>/debug/deps/<name>.
-    let exe = std::env::current_exe().expect("current exe");
-    let target = exe
-        .ancestors()
-        .nth(3)
-        .expect("test binary lives in <target>/debug/deps")
-        .to_path_buf();
+    let target = crate::support::realnode::images::target_dir();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut cmd = Command::new(root.join("scripts/demo.sh"));
     // NB: what cargo puts in a test's environment (CARGO_PKG_NAME, CARGO_MANIFEST_DIR...) must not reach the

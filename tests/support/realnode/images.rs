@@ -16,7 +16,7 @@ use crate::support::disks::run;
 pub const PAUSE: &str = "localhost/localpv-pause:realnode";
 pub const BUSYBOX: &str = "localhost/localpv-busybox:realnode";
 pub const LOCALPV_REPOSITORY: &str = "localhost/localpv";
-/// The Debian base made with debootstrap; the packaging test builds and caches the same image.
+/// The Debian base made with debootstrap (`ensure_base_image`), for the localpv image here and in the packaging test.
 pub const BASE_IMAGE: &str = "localhost/debian:bookworm-debootstrap";
 
 /// The archives every node imports, and the localpv image's tag.
@@ -60,11 +60,11 @@ pub(crate) fn key(parts: &[&[u8]]) -> String {
     format!("{:016x}", h.finish())
 }
 
-fn buildah(args: &[&str]) -> String {
+pub fn buildah(args: &[&str]) -> String {
     run("buildah", args)
 }
 
-fn image_exists(name: &str) -> bool {
+pub fn image_exists(name: &str) -> bool {
     Command::new("buildah")
         .args(["images", "-q", name])
         .output()
@@ -169,19 +169,23 @@ fn busybox_archive(cache: &Path) -> PathBuf {
     path
 }
 
-/// The release binary of this tree, built now if it is older than the sources (`cargo build --release`).
-/// `LOCALPV_REALNODE_BINARY` names another binary instead (a development shortcut, e.g. the debug build).
+/// The cargo target directory this test binary was built in (it is `<target>/debug/deps/<name>`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.ancestors()
+        .nth(3)
+        .expect("test binary lives in <target>/debug/deps")
+        .to_path_buf()
+}
+
+/// The release binary of this tree (`<target>/release/localpv`), built now if it is older than the sources
+/// (`cargo build --release`). `LOCALPV_REALNODE_BINARY` names another binary instead (a development shortcut,
+/// e.g. the debug build).
 fn release_binary() -> PathBuf {
     if let Some(bin) = std::env::var_os("LOCALPV_REALNODE_BINARY") {
         return PathBuf::from(bin);
     }
-    // The test binary is <target>/debug/deps/<name>; the release binary is <target>/release/localpv.
-    let exe = std::env::current_exe().expect("current exe");
-    let target = exe
-        .ancestors()
-        .nth(3)
-        .expect("test binary lives in <target>/debug/deps")
-        .to_path_buf();
+    let target = target_dir();
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args([
             "build",
@@ -202,11 +206,13 @@ fn release_binary() -> PathBuf {
     target.join("release/localpv")
 }
 
-fn ensure_base_image(cache: &Path) {
+/// Builds `BASE_IMAGE` with debootstrap (no registry is reachable here) unless buildah has it already; its root
+/// file system is made in a temporary directory under `work_in`.
+pub fn ensure_base_image(work_in: &Path) {
     if image_exists(BASE_IMAGE) {
         return;
     }
-    let work = tempfile::tempdir_in(cache).expect("work dir");
+    let work = tempfile::tempdir_in(work_in).expect("work dir");
     let rootfs = work.path().join("rootfs");
     run(
         "debootstrap",
