@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::support::agent::{install_crd, localpv_bin};
-use crate::support::cluster::{ControlPlane, Extender, Options, bin_dir};
+use crate::support::cluster::{ControlPlane, Extender, Options};
 use crate::support::eventually;
 use crate::support::extender::ExtenderProcess;
 use crate::support::nodes::create_node;
@@ -252,34 +252,21 @@ impl Ctx {
             .expect("pod deleted");
     }
 
-    fn kubectl(&self, args: &[&str]) -> String {
-        let out = Command::new(bin_dir().join("kubectl"))
-            .arg(format!(
-                "--kubeconfig={}",
-                self.cp.admin_kubeconfig.display()
-            ))
-            .args(args)
-            .output()
-            .expect("kubectl runs");
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("kubectl prints UTF-8")
-    }
-
     /// `localpv explain` on a dump of the cluster, as an operator would run it for a Pending pod.
     fn explain(&self, pod: &str, output: &str) -> String {
         let dir = self.cp.dir.join("explain");
         std::fs::create_dir_all(&dir).expect("explain dir can be created");
         let snapshot = write(
             &dir.join("cluster.yaml"),
-            &self.kubectl(&["get", "pv,pvc,sc,nodes", "-A", "-o", "yaml"]),
+            &self
+                .cp
+                .kubectl(&["get", "pv,pvc,sc,nodes", "-A", "-o", "yaml"]),
         );
         let pod_file = write(
             &dir.join(format!("{pod}.yaml")),
-            &self.kubectl(&["get", "pod", pod, "-n", &self.ns, "-o", "yaml"]),
+            &self
+                .cp
+                .kubectl(&["get", "pod", pod, "-n", &self.ns, "-o", "yaml"]),
         );
         let out = Command::new(localpv_bin())
             .arg("explain")

@@ -250,6 +250,14 @@ impl ControlPlane {
         &self.reaper
     }
 
+    /// Runs the pinned kubectl as the admin; its stdout, or a panic with its output when it fails.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let kubeconfig = format!("--kubeconfig={}", self.admin_kubeconfig.display());
+        let mut all = vec![kubeconfig.as_str()];
+        all.extend(args);
+        super::disks::run(&self.bin.join("kubectl").display().to_string(), &all)
+    }
+
     pub fn log_dir(&self) -> PathBuf {
         self.dir.join("logs")
     }

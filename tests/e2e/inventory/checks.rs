@@ -8,7 +8,7 @@ use localpv::inventory::format::human_bytes;
 use localpv::inventory::{LocalDisk, LocalDiskPhase};
 use serde_json::json;
 
-use super::kit::{FsDisk, cells, fs_capacity, header, kubectl, localpv_disks, phase_of, row};
+use super::kit::{FsDisk, cells, fs_capacity, header, localpv_disks, phase_of, row};
 use crate::support::agent::Agent;
 use crate::support::cluster::ControlPlane;
 
@@ -133,7 +133,7 @@ pub fn agent_reports_what_it_sees(agent: &Agent, fs: &[&FsDisk], block: &Path) {
 }
 
 pub fn kubectl_shows_the_columns(cp: &ControlPlane, ext4: &FsDisk, xfs: &FsDisk, raw_device: &str) {
-    let table = kubectl(cp, &["get", "ldisk"]);
+    let table = cp.kubectl(&["get", "ldisk"]);
     assert_eq!(
         header(&table),
         [
@@ -154,7 +154,7 @@ pub fn kubectl_shows_the_columns(cp: &ControlPlane, ext4: &FsDisk, xfs: &FsDisk,
     assert!(row(&table, "scratch").contains("NotAMountPoint"), "{table}");
     assert!(row(&table, "blk1").contains("64.0MiB"), "{table}");
 
-    let wide = kubectl(cp, &["get", "ldisk", "-o", "wide"]);
+    let wide = cp.kubectl(&["get", "ldisk", "-o", "wide"]);
     let columns = header(&wide);
     assert_eq!(
         columns[10..],

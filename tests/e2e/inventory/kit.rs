@@ -243,16 +243,6 @@ pub fn localpv_disks(cp: &ControlPlane, home: &Path, args: &[&str]) -> String {
     success(&out, "localpv disks")
 }
 
-pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
-    let out = Command::new(cp.bin.join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(&cp.admin_kubeconfig)
-        .args(args)
-        .output()
-        .expect("kubectl runs");
-    success(&out, "kubectl")
-}
-
 pub fn success(out: &Output, what: &str) -> String {
     assert!(
         out.status.success(),
