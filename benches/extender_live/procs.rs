@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::common::process::{rss_mib, status_mib};
+use crate::support::agent::wait_answering;
 use crate::support::cluster::{ControlPlane, free_port};
-use crate::support::extender::{ExtenderProcess, wait_answering};
+use crate::support::extender::ExtenderProcess;
 use crate::support::proc::Component;
 
 /// Which extender, and so which request form it takes and where.

@@ -11,24 +11,19 @@ use std::fmt;
 use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::node_agent::{local_storage_class, obj, pvs_of, wait_pvs};
-use crate::support::agent::{http_get, install_crd, localpv_bin};
-use crate::support::cluster::{ControlPlane, Extender, Options, free_port};
+use crate::node_agent::{local_storage_class, pvs_of, wait_pvs};
+use crate::packaging::{READY, agent_args, bind_app, plane_calling_an_extender, release_app, root};
+use crate::support::agent::{http_get, install_crd, localpv_bin, wait_answering};
+use crate::support::cluster::{ControlPlane, free_port};
 use crate::support::disks::Mount;
 use crate::support::eventually;
 use crate::support::nodes::create_node;
 use crate::support::proc::Component;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// Any JSON value; fails to deserialise when an object repeats a key (serde_json would keep the last one).
 struct UniqueKeys;
@@ -84,41 +79,6 @@ fn spawn(cp: &ControlPlane, name: &str, args: &[String], env: &[(&str, &str)]) -
     let mut all = vec![("KUBECONFIG", kubeconfig), ("RUST_LOG", "info")];
     all.extend_from_slice(env);
     Component::spawn_with_env(name, &localpv_bin(), args, &all, &cp.log_dir(), cp.reaper())
-}
-
-fn agent_args(cp: &ControlPlane, node: &str, port: u16) -> (Vec<String>, PathBuf) {
-    let host = cp.dir.join("hosts").join(node);
-    let disks = host.join("disks");
-    fs::create_dir_all(&disks).expect("disks dir");
-    let config = host.join("config.yaml");
-    let text = format!(
-        "storageClassMap:\n  local-storage:\n    hostDir: {}\n",
-        disks.display()
-    );
-    fs::write(&config, text).expect("config written");
-    let args = vec![
-        "node".into(),
-        format!("--config={}", config.display()),
-        format!("--node-name={node}"),
-        format!("--listen=127.0.0.1:{port}"),
-        format!("--state-dir={}", host.join("state").display()),
-        "--config-poll=500ms".into(),
-    ];
-    (args, disks)
-}
-
-async fn wait_ready(c: &mut Component, port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !matches!(http_get(port, "/readyz"), Some((200, _))) {
-        assert!(c.running(), "{} exited:\n{}", c.name, c.tail(40));
-        assert!(
-            Instant::now() < deadline,
-            "{} not ready:\n{}",
-            c.name,
-            c.tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// A Prometheus server on loopback scraping `targets` (address, node label) every second.
@@ -277,16 +237,7 @@ fn assert_clean_text_log(log: &str, what: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn logs_and_dashboard_queries_hold_on_a_real_agent_and_extender() {
-    let extender_port = free_port();
-    let mut ext = Extender::new(&format!("http://127.0.0.1:{extender_port}"));
-    ext.node_cache_capable = true;
-    let cp = ControlPlane::start(Options {
-        controller_manager: true,
-        scheduler: true,
-        extenders: vec![ext],
-        ..Options::default()
-    })
-    .await;
+    let (cp, extender_port) = plane_calling_an_extender().await;
     let client = cp.client();
     install_crd(&cp).await;
     local_storage_class(&client, "local-storage", "Delete").await;
@@ -318,9 +269,9 @@ async fn logs_and_dashboard_queries_hold_on_a_real_agent_and_extender() {
         &[],
     );
     for (process, port, _, _) in agents.iter_mut() {
-        wait_ready(process, *port).await;
+        wait_answering(process, *port, "/readyz", READY, || true).await;
     }
-    wait_ready(&mut extender, extender_port).await;
+    wait_answering(&mut extender, extender_port, "/readyz", READY, || true).await;
     let mut targets: Vec<(String, &str)> = agents
         .iter()
         .map(|(_, port, _, node)| (format!("127.0.0.1:{port}"), *node))
@@ -334,42 +285,10 @@ async fn logs_and_dashboard_queries_hold_on_a_real_agent_and_extender() {
 
     // Bind through the extender, then release: a wipe, a new PV.
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    pvcs.create(
-        &PostParams::default(),
-        &obj(
-            json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
-            "storageClassName": "local-storage", "resources": {"requests": {"storage": "10Mi"}}}}),
-        ),
-    )
-    .await
-    .expect("claim created");
-    pods.create(
-        &PostParams::default(),
-        &obj(json!({"metadata": {"name": "app"}, "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": "node-2"},
-            "containers": [{"name": "app", "image": "nginx"}],
-            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}})),
-    )
-    .await
-    .expect("pod created");
-    eventually("the claim to bind", Duration::from_secs(60), || async {
-        let c = pvcs.get("data").await.map_err(|e| e.to_string())?;
-        let to = c.spec.and_then(|s| s.volume_name);
-        (to.as_deref() == Some(node2_pv.as_str()))
-            .then_some(())
-            .ok_or(format!("{to:?}"))
-    })
-    .await;
+    bind_app(&client, &ns, "node-2", "10Mi", &node2_pv).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
     fs::write(agents[1].2.join("vol1/data.bin"), vec![7u8; 4 << 20]).expect("pod data written");
-    pods.delete("app", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("pod deleted");
-    pvcs.delete("data", &DeleteParams::default())
-        .await
-        .expect("claim deleted");
+    release_app(&client, &ns).await;
     eventually(
         "node-2's disk to come back",
         Duration::from_secs(60),

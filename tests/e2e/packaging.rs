@@ -7,14 +7,14 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::node_agent::{obj, pvs_of, wait_pvs};
-use crate::support::agent::{http_get, localpv_bin};
+use crate::support::agent::{http_get, localpv_bin, wait_answering};
 use crate::support::cluster::{ControlPlane, Extender, Options, bin_dir, free_port, pinned};
 use crate::support::disks::Mount;
 use crate::support::eventually;
@@ -501,21 +501,9 @@ fn spawn(cp: &ControlPlane, name: &str, args: &[String], kubeconfig: &Path) -> C
     Component::spawn_with_env(name, &localpv_bin(), args, &env, &cp.log_dir(), cp.reaper())
 }
 
-async fn wait_ready(c: &mut Component, port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !matches!(http_get(port, "/readyz"), Some((200, _))) {
-        assert!(c.running(), "{} exited:\n{}", c.name, c.tail(40));
-        assert!(
-            Instant::now() < deadline,
-            "{} not ready after 60s:\n{}",
-            c.name,
-            c.tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn agent_args(cp: &ControlPlane, node: &str, port: u16) -> Vec<String> {
+/// The arguments of an agent for stand-in node `node` on `port`, with one class `local-storage` over the
+/// node's `disks` directory (returned too).
+pub(crate) fn agent_args(cp: &ControlPlane, node: &str, port: u16) -> (Vec<String>, PathBuf) {
     let host = cp.dir.join("hosts").join(node);
     let disks = host.join("disks");
     fs::create_dir_all(&disks).expect("disks dir");
@@ -528,20 +516,22 @@ fn agent_args(cp: &ControlPlane, node: &str, port: u16) -> Vec<String> {
         ),
     )
     .expect("config written");
-    vec![
+    let args = vec![
         "node".into(),
         format!("--config={}", config.display()),
         format!("--node-name={node}"),
         format!("--listen=127.0.0.1:{port}"),
         format!("--state-dir={}", host.join("state").display()),
         "--config-poll=500ms".into(),
-    ]
+    ];
+    (args, disks)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request() {
-    let extender_port = free_port();
-    let mut ext = Extender::new(&format!("http://127.0.0.1:{extender_port}"));
+/// A plane with the PV binder and a scheduler that calls an extender (nodeCacheCapable) at a free loopback port,
+/// where the test starts one; and that port.
+pub(crate) async fn plane_calling_an_extender() -> (ControlPlane, u16) {
+    let port = free_port();
+    let mut ext = Extender::new(&format!("http://127.0.0.1:{port}"));
     ext.node_cache_capable = true;
     let cp = ControlPlane::start(Options {
         controller_manager: true,
@@ -550,6 +540,64 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
         ..Options::default()
     })
     .await;
+    (cp, port)
+}
+
+/// How long a localpv process may take to turn ready.
+pub(crate) const READY: Duration = Duration::from_secs(60);
+
+/// Claim `data` of `size` (class local-storage) for a pod `app` pinned to `node`; waits until the claim is bound
+/// to the PV `pv`.
+pub(crate) async fn bind_app(client: &kube::Client, ns: &str, node: &str, size: &str, pv: &str) {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    pvcs.create(
+        &PostParams::default(),
+        &obj(
+            json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+            "storageClassName": "local-storage", "resources": {"requests": {"storage": size}}}}),
+        ),
+    )
+    .await
+    .expect("claim created");
+    pods.create(
+        &PostParams::default(),
+        &obj(json!({"metadata": {"name": "app"}, "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{"name": "app", "image": "nginx"}],
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}})),
+    )
+    .await
+    .expect("pod created");
+    eventually(
+        &format!("the claim to bind to {node}'s PV {pv}"),
+        Duration::from_secs(60),
+        || async {
+            let c = pvcs.get("data").await.map_err(|e| e.to_string())?;
+            let to = c.spec.and_then(|s| s.volume_name);
+            (to.as_deref() == Some(pv))
+                .then_some(())
+                .ok_or(format!("{to:?}"))
+        },
+    )
+    .await;
+}
+
+/// Deletes pod `app` at once, then claim `data`: the claim's PV is released.
+pub(crate) async fn release_app(client: &kube::Client, ns: &str) {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .delete("app", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("pod deleted");
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .delete("data", &DeleteParams::default())
+        .await
+        .expect("claim deleted");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request() {
+    let (cp, extender_port) = plane_calling_an_extender().await;
     let client = cp.client();
     install_crds(&cp);
     let ns: k8s_openapi::api::core::v1::Namespace = obj(json!({"metadata": {"name": NAMESPACE}}));
@@ -573,8 +621,7 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
     let mut mounts = Vec::new();
     for n in ["node-1", "node-2"] {
         let port = free_port();
-        let args = agent_args(&cp, n, port);
-        let disks = cp.dir.join("hosts").join(n).join("disks");
+        let (args, disks) = agent_args(&cp, n, port);
         mounts.push(Mount::tmpfs(&disks.join("vol1"), "1G", cp.reaper()));
         agents.push((
             spawn(&cp, &format!("localpv-node-{n}"), &args, &node_kc),
@@ -596,47 +643,16 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
         &ext_kc,
     );
     for (c, port, _) in agents.iter_mut() {
-        wait_ready(c, *port).await;
+        wait_answering(c, *port, "/readyz", READY, || true).await;
     }
-    wait_ready(&mut extender, extender_port).await;
+    wait_answering(&mut extender, extender_port, "/readyz", READY, || true).await;
     let path = |i: usize| agents[i].2.join("vol1").display().to_string();
     wait_pvs(&client, "node-1", &[path(0)], "Available").await;
     let node2 = wait_pvs(&client, "node-2", &[path(1)], "Available").await;
     let node2_pv = node2[&path(1)].metadata.name.clone().expect("named");
 
     // Bind: a pod pinned to node-2 gets node-2's PV, through the extender.
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &app_ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &app_ns);
-    pvcs.create(
-        &PostParams::default(),
-        &obj(
-            json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
-            "storageClassName": "local-storage", "resources": {"requests": {"storage": "100Mi"}}}}),
-        ),
-    )
-    .await
-    .expect("claim created");
-    pods.create(
-        &PostParams::default(),
-        &obj(json!({"metadata": {"name": "app"}, "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": "node-2"},
-            "containers": [{"name": "app", "image": "nginx"}],
-            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}})),
-    )
-    .await
-    .expect("pod created");
-    eventually(
-        "the claim to bind to node-2's PV",
-        Duration::from_secs(60),
-        || async {
-            let c = pvcs.get("data").await.map_err(|e| e.to_string())?;
-            let to = c.spec.and_then(|s| s.volume_name);
-            (to.as_deref() == Some(node2_pv.as_str()))
-                .then_some(())
-                .ok_or(format!("{to:?}"))
-        },
-    )
-    .await;
+    bind_app(&client, &app_ns, "node-2", "100Mi", &node2_pv).await;
     let (_, metrics) = http_get(extender_port, "/metrics").expect("extender serves /metrics");
     assert!(
         metrics
@@ -650,12 +666,7 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
 
     // Release and wipe: the data goes, the disk comes back as a new Available PV.
     fs::write(agents[1].2.join("vol1/index.html"), "hello").expect("pod data written");
-    pods.delete("app", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("pod deleted");
-    pvcs.delete("data", &DeleteParams::default())
-        .await
-        .expect("claim deleted");
+    release_app(&client, &app_ns).await;
     eventually(
         "node-2's disk to be wiped and republished",
         Duration::from_secs(60),

@@ -1,10 +1,11 @@
 //! Runs real `localpv node` processes against the harness's control plane, each as its own stand-in node with its
 //! own discovery directory, state directory, HTTP port and client identity (so its requests can be told apart in
-//! the API server's audit log).
+//! the API server's audit log). Also what every localpv process shares: the binary, a loopback GET and the wait
+//! until a process answers it.
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::cluster::{ControlPlane, free_port};
 use super::proc::Component;
@@ -93,22 +94,15 @@ impl Agent {
     }
 
     pub async fn wait_ready(&mut self) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(p) = self.process.as_mut() {
-                assert!(p.running(), "agent {} exited:\n{}", self.node, p.tail(40));
-            }
-            if matches!(self.get("/readyz"), Some((200, _))) {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "agent {} not ready after 60s:\n{}",
-                self.node,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let process = self.process.as_mut().expect("the agent was started");
+        wait_answering(
+            process,
+            self.port,
+            "/readyz",
+            Duration::from_secs(60),
+            || true,
+        )
+        .await;
     }
 
     pub fn log(&self) -> String {
@@ -137,6 +131,33 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     Some((status, body))
+}
+
+/// Waits until `process` answers GET `path` on loopback `port` with 200 and `synced()` holds, polling every 100 ms;
+/// fails with its log when it exits or `within` passes.
+pub async fn wait_answering(
+    process: &mut Component,
+    port: u16,
+    path: &str,
+    within: Duration,
+    synced: impl Fn() -> bool,
+) {
+    let deadline = Instant::now() + within;
+    while !matches!(http_get(port, path), Some((200, _))) || !synced() {
+        assert!(
+            process.running(),
+            "{} exited:\n{}",
+            process.name,
+            process.tail(40)
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{} does not answer {path} after {within:?}:\n{}",
+            process.name,
+            process.tail(60)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Requests by `user` in the audit log whose verb is one of `verbs`, as (verb, resource, name).

@@ -1,10 +1,10 @@
 //! A `localpv extender` process for the e2e tests and the benchmarks: on a loopback port fixed when it is made (so
 //! it can be stopped and started again at the same URL), ready once `/readyz` answers 200 (its caches synced), and
-//! read through its `/metrics`. Also the wait every extender process shares, peers' included.
+//! read through its `/metrics`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::agent::{http_get, localpv_bin};
+use super::agent::{http_get, localpv_bin, wait_answering};
 use super::cluster::{ControlPlane, free_port};
 use super::proc::Component;
 
@@ -113,32 +113,5 @@ impl Drop for ExtenderProcess {
         if std::thread::panicking() {
             eprintln!("----- {} (last lines) -----\n{}", self.name, self.log());
         }
-    }
-}
-
-/// Waits until `process` answers GET `path` on loopback `port` with 200 and `synced()` holds, polling every 100 ms;
-/// fails with its log when it exits or `within` passes.
-pub async fn wait_answering(
-    process: &mut Component,
-    port: u16,
-    path: &str,
-    within: Duration,
-    synced: impl Fn() -> bool,
-) {
-    let deadline = Instant::now() + within;
-    while !matches!(http_get(port, path), Some((200, _))) || !synced() {
-        assert!(
-            process.running(),
-            "{} exited:\n{}",
-            process.name,
-            process.tail(40)
-        );
-        assert!(
-            Instant::now() < deadline,
-            "{} does not answer {path} after {within:?}:\n{}",
-            process.name,
-            process.tail(60)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
