@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim,
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-use crate::node_agent::{local_storage_class, obj, phase, pvs_of};
+use crate::node_agent::{claim_pv, local_storage_class, obj, phase, pv_at, pvs_of, wait_claim};
 use crate::support::agent::Agent;
 use crate::support::cluster::{ControlPlane, Options};
 use crate::support::disks::Mount;
@@ -98,43 +98,31 @@ impl World {
     }
 
     async fn pv_at(&self, path: &Path, want: &str) -> PersistentVolume {
-        let path = path.display().to_string();
-        eventually(
-            &format!("a PV for {path} in phase {want}"),
+        pv_at(
+            &self.cp.client(),
+            "node-1",
+            path,
+            want,
             Duration::from_secs(60),
-            || async {
-                match pvs_of(&self.cp.client(), "node-1").await.get(&path) {
-                    Some(pv) if phase(pv) == want => Ok(pv.clone()),
-                    other => Err(format!("{:?}", other.map(phase))),
-                }
-            },
         )
         .await
     }
 
     /// Binds a claim straight to `pv` (pre-bound by volumeName), waits for Bound.
     async fn claim(&self, claim: &str, pv: &PersistentVolume) {
-        let pvc: PersistentVolumeClaim = obj(json!({"metadata": {"name": claim}, "spec": {
-            "accessModes": ["ReadWriteOnce"], "storageClassName": "local-storage",
-            "volumeName": pv.metadata.name, "resources": {"requests": {"storage": "10Mi"}}}}));
-        self.pvcs()
-            .create(&PostParams::default(), &pvc)
-            .await
-            .expect("PVC created");
-        self.wait_claim(claim, "Bound").await;
+        claim_pv(
+            &self.cp.client(),
+            &self.ns,
+            claim,
+            pv,
+            "local-storage",
+            "10Mi",
+        )
+        .await;
     }
 
     async fn wait_claim(&self, claim: &str, want: &str) {
-        eventually(
-            &format!("{claim} to be {want}"),
-            Duration::from_secs(60),
-            || async {
-                let c = self.pvcs().get(claim).await.map_err(|e| e.to_string())?;
-                let p = c.status.and_then(|s| s.phase).unwrap_or_default();
-                if p == want { Ok(()) } else { Err(p) }
-            },
-        )
-        .await;
+        wait_claim(&self.cp.client(), &self.ns, claim, want).await;
     }
 
     async fn wait_phase(&self, pv: &str, want: &str) {

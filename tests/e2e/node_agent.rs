@@ -2,11 +2,12 @@
 //! mounts coming and going, adoption of the reference provisioner's PVs, and quiet restarts.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use localpv::inventory::{LocalDisk, LocalDiskPhase};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -85,6 +86,71 @@ pub async fn wait_pvs(
         },
     )
     .await
+}
+
+/// Waits until `node`'s PV at `path` is in phase `want`, for at most `within`; returns it.
+pub async fn pv_at(
+    client: &kube::Client,
+    node: &str,
+    path: &Path,
+    want: &str,
+    within: Duration,
+) -> PersistentVolume {
+    let path = path.display().to_string();
+    eventually(
+        &format!("a PV for {path} in phase {want}"),
+        within,
+        || async {
+            match pvs_of(client, node).await.get(&path) {
+                Some(pv) if phase(pv) == want => Ok(pv.clone()),
+                other => Err(format!("{:?}", other.map(phase))),
+            }
+        },
+    )
+    .await
+}
+
+/// Binds claim `ns/name` of `class` and `size` straight to `pv` (pre-bound by volumeName: no pod needed); waits
+/// until it is Bound.
+pub async fn claim_pv(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    pv: &PersistentVolume,
+    class: &str,
+    size: &str,
+) {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let pvc: PersistentVolumeClaim = obj(json!({"metadata": {"name": name}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "storageClassName": class,
+        "volumeName": pv.metadata.name, "resources": {"requests": {"storage": size}}}}));
+    pvcs.create(&PostParams::default(), &pvc)
+        .await
+        .expect("PVC created");
+    wait_claim(client, ns, name, "Bound").await;
+}
+
+/// Waits until claim `ns/name` is in phase `want`.
+pub async fn wait_claim(client: &kube::Client, ns: &str, name: &str, want: &str) {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    eventually(
+        &format!("{name} to be {want}"),
+        Duration::from_secs(60),
+        || async {
+            let c = pvcs.get(name).await.map_err(|e| e.to_string())?;
+            let p = c.status.and_then(|s| s.phase).unwrap_or_default();
+            if p == want { Ok(()) } else { Err(p) }
+        },
+    )
+    .await;
+}
+
+/// Deletes claim `ns/name`: its PV is released.
+pub async fn release(client: &kube::Client, ns: &str, name: &str) {
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("PVC deleted");
 }
 
 /// The inventory writes a LocalDisk once the agent has seen its PV; wait until every PV is shown, so a write

@@ -6,11 +6,10 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use serde_json::json;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume};
+use kube::api::{Api, DeleteParams, ListParams};
 
-use crate::node_agent::{local_storage_class, obj, phase, pvs_of};
+use crate::node_agent::{claim_pv, local_storage_class, phase, pv_at, pvs_of, release};
 use crate::support::agent::Agent;
 use crate::support::cluster::{ControlPlane, Options};
 use crate::support::disks::{LoopDevice, Mount};
@@ -30,47 +29,23 @@ impl World {
 
     /// The PV at `path`, waiting until it is in phase `want`.
     async fn pv_at(&self, path: &Path, want: &str) -> PersistentVolume {
-        let path = path.display().to_string();
-        eventually(
-            &format!("a PV for {path} in phase {want}"),
+        pv_at(
+            &self.client(),
+            "node-1",
+            path,
+            want,
             Duration::from_secs(45),
-            || async {
-                let pvs = pvs_of(&self.client(), "node-1").await;
-                match pvs.get(&path) {
-                    Some(pv) if phase(pv) == want => Ok(pv.clone()),
-                    other => Err(format!("{:?}", other.map(phase))),
-                }
-            },
         )
         .await
     }
 
     /// Binds a claim straight to `pv` (pre-bound by volumeName: no pod needed), waits for Bound.
     async fn claim(&self, name: &str, pv: &PersistentVolume, class: &str) {
-        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.client(), &self.ns);
-        let pvc: PersistentVolumeClaim = obj(json!({"metadata": {"name": name}, "spec": {
-            "accessModes": ["ReadWriteOnce"], "storageClassName": class,
-            "volumeName": pv.metadata.name, "resources": {"requests": {"storage": "10Mi"}}}}));
-        pvcs.create(&PostParams::default(), &pvc)
-            .await
-            .expect("PVC created");
-        eventually(
-            &format!("{name} to be Bound"),
-            Duration::from_secs(45),
-            || async {
-                let c = pvcs.get(name).await.map_err(|e| e.to_string())?;
-                let p = c.status.and_then(|s| s.phase).unwrap_or_default();
-                if p == "Bound" { Ok(()) } else { Err(p) }
-            },
-        )
-        .await;
+        claim_pv(&self.client(), &self.ns, name, pv, class, "10Mi").await;
     }
 
     async fn release(&self, name: &str) {
-        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.client(), &self.ns);
-        pvcs.delete(name, &DeleteParams::default())
-            .await
-            .expect("PVC deleted");
+        release(&self.client(), &self.ns, name).await;
     }
 
     async fn events(&self, pv: &str) -> Vec<(String, String)> {
