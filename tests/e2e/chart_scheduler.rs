@@ -127,6 +127,67 @@ async fn wait_https_ok(component: &mut Component, port: u16, path: &str) {
     }
 }
 
+/// Runs kube-scheduler `name` with `config` as the user of `kubeconfig`, then creates node-1 and a pod `web` (of
+/// `scheduler_name` when given) in a new namespace and waits up to `within` until the scheduler binds it. The
+/// scheduler is returned still running.
+async fn scheduler_binds_a_pod(
+    cp: &ControlPlane,
+    name: &str,
+    config: &Value,
+    kubeconfig: &Path,
+    scheduler_name: Option<&str>,
+    within: Duration,
+) -> Component {
+    let config_path = cp.dir.join(format!("{name}.yaml"));
+    fs::write(
+        &config_path,
+        serde_yaml_ng::to_string(config).expect("serialises"),
+    )
+    .expect("written");
+    let port = free_port();
+    let mut scheduler = Component::spawn(
+        name,
+        &bin_dir().join("kube-scheduler"),
+        &[
+            format!("--config={}", config_path.display()),
+            format!("--authentication-kubeconfig={}", kubeconfig.display()),
+            format!("--authorization-kubeconfig={}", kubeconfig.display()),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            "--v=2".into(),
+        ],
+        &cp.log_dir(),
+        cp.reaper(),
+    );
+    wait_https_ok(&mut scheduler, port, "/healthz").await;
+
+    let client = cp.client();
+    create_node(&client, "node-1", &[]).await;
+    let ns = cp.namespace("app").await;
+    let mut spec = json!({"containers": [{"name": "web", "image": "nginx"}]});
+    if let Some(scheduler_name) = scheduler_name {
+        spec["schedulerName"] = json!(scheduler_name);
+    }
+    let pod: Pod = obj(json!({"metadata": {"name": "web"}, "spec": spec}));
+    let pods: Api<Pod> = Api::namespaced(client, &ns);
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("pod created");
+    eventually(
+        &format!("the pod to be bound by {name}"),
+        within,
+        || async {
+            let p = pods.get("web").await.map_err(|e| e.to_string())?;
+            match p.spec.and_then(|s| s.node_name) {
+                Some(n) => Ok(n),
+                None => Err(format!("{:?}\n{}", p.status, scheduler.tail(10))),
+            }
+        },
+    )
+    .await;
+    scheduler
+}
+
 fn write(path: &Path, bytes: &[u8]) -> String {
     fs::write(path, bytes).expect("written");
     path.display().to_string()
@@ -241,49 +302,13 @@ async fn scheduler_from_the_notes_schedules_through_the_extender(client_auth: bo
     let kubeconfig = cp.kubeconfig_for("scheduler-notes", "system:kube-scheduler", &[]);
     config["clientConnection"]["kubeconfig"] = json!(kubeconfig.display().to_string());
     config["leaderElection"]["leaderElect"] = json!(false);
-    let config_path = cp.dir.join("scheduler-from-notes.yaml");
-    fs::write(
-        &config_path,
-        serde_yaml_ng::to_string(&config).expect("serialises"),
-    )
-    .expect("written");
-    let port = free_port();
-    let mut scheduler = Component::spawn(
+    let _scheduler = scheduler_binds_a_pod(
+        &cp,
         "kube-scheduler-from-notes",
-        &bin_dir().join("kube-scheduler"),
-        &[
-            format!("--config={}", config_path.display()),
-            format!("--authentication-kubeconfig={}", kubeconfig.display()),
-            format!("--authorization-kubeconfig={}", kubeconfig.display()),
-            "--bind-address=127.0.0.1".into(),
-            format!("--secure-port={port}"),
-            "--v=2".into(),
-        ],
-        &cp.log_dir(),
-        cp.reaper(),
-    );
-    wait_https_ok(&mut scheduler, port, "/healthz").await;
-
-    create_node(&client, "node-1", &[]).await;
-    let ns = cp.namespace("app").await;
-    let pod: Pod = obj(json!({
-        "metadata": {"name": "web"},
-        "spec": {"containers": [{"name": "web", "image": "nginx"}]},
-    }));
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("pod created");
-    eventually(
-        "the pod to be bound through the extender",
+        &config,
+        &kubeconfig,
+        None,
         Duration::from_secs(60),
-        || async {
-            let p = pods.get("web").await.map_err(|e| e.to_string())?;
-            match p.spec.and_then(|s| s.node_name) {
-                Some(n) => Ok(n),
-                None => Err(format!("{:?}\n{}", p.status, scheduler.tail(10))),
-            }
-        },
     )
     .await;
     let metrics = https_get(extender_port, "/metrics")
@@ -370,49 +395,13 @@ async fn second_scheduler_runs_with_the_charts_configuration_and_service_account
     );
     entry["tlsConfig"]["caFile"] = json!(ca.display().to_string());
     entry["urlPrefix"] = json!(format!("https://127.0.0.1:{extender_port}"));
-    let config_path = cp.dir.join("second-scheduler.yaml");
-    fs::write(
-        &config_path,
-        serde_yaml_ng::to_string(&config).expect("yaml"),
-    )
-    .expect("written");
-    let port = free_port();
-    let mut scheduler = Component::spawn(
+    let _scheduler = scheduler_binds_a_pod(
+        &cp,
         "kube-scheduler-second",
-        &bin_dir().join("kube-scheduler"),
-        &[
-            format!("--config={}", config_path.display()),
-            format!("--authentication-kubeconfig={}", kubeconfig.display()),
-            format!("--authorization-kubeconfig={}", kubeconfig.display()),
-            "--bind-address=127.0.0.1".into(),
-            format!("--secure-port={port}"),
-            "--v=2".into(),
-        ],
-        &cp.log_dir(),
-        cp.reaper(),
-    );
-    wait_https_ok(&mut scheduler, port, "/healthz").await;
-
-    create_node(&client, "node-1", &[]).await;
-    let ns = cp.namespace("app").await;
-    let pod: Pod = obj(json!({
-        "metadata": {"name": "web"},
-        "spec": {"schedulerName": "localpv-scheduler", "containers": [{"name": "web", "image": "nginx"}]},
-    }));
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("pod created");
-    eventually(
-        "the pod to be bound by the second scheduler",
+        &config,
+        &kubeconfig,
+        Some("localpv-scheduler"),
         Duration::from_secs(90),
-        || async {
-            let p = pods.get("web").await.map_err(|e| e.to_string())?;
-            match p.spec.and_then(|s| s.node_name) {
-                Some(n) => Ok(n),
-                None => Err(format!("{:?}\n{}", p.status, scheduler.tail(10))),
-            }
-        },
     )
     .await;
     let forbidden = sa::answered_with(
