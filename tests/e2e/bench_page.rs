@@ -5,20 +5,17 @@
 use std::path::Path;
 use std::process::Command;
 
+use crate::support::proc::stdout_of;
+
 #[test]
 fn benchmarks_page_is_what_report_py_renders_from_the_recorded_run() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("python3")
-        .arg(root.join("bench/report.py"))
-        .arg(root.join("bench/results"))
-        .output()
-        .expect("python3 runs (scripts/prereqs.sh installs it)");
-    assert!(
-        out.status.success(),
-        "bench/report.py bench/results failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let rendered = stdout_of(
+        Command::new("python3")
+            .arg(root.join("bench/report.py"))
+            .arg(root.join("bench/results")),
+        "python3 bench/report.py bench/results (scripts/prereqs.sh installs python3)",
     );
-    let rendered = String::from_utf8(out.stdout).expect("the report is UTF-8");
     let page = std::fs::read_to_string(root.join("docs/benchmarks.md"))
         .expect("docs/benchmarks.md exists");
     assert!(

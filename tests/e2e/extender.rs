@@ -23,6 +23,7 @@ use crate::support::cluster::{ControlPlane, Extender, Options};
 use crate::support::eventually;
 use crate::support::extender::ExtenderProcess;
 use crate::support::nodes::create_node;
+use crate::support::proc::stdout_of;
 
 const SCHEDULER: &str = "localpv-scheduler";
 /// What VolumeBinding reports for a node where no free PV matches a delayed claim.
@@ -268,19 +269,14 @@ impl Ctx {
                 .cp
                 .kubectl(&["get", "pod", pod, "-n", &self.ns, "-o", "yaml"]),
         );
-        let out = Command::new(localpv_bin())
-            .arg("explain")
-            .arg(format!("--snapshot={}", snapshot.display()))
-            .arg(format!("--pod={}", pod_file.display()))
-            .arg(format!("--output={output}"))
-            .output()
-            .expect("localpv explain runs");
-        assert!(
-            out.status.success(),
-            "localpv explain failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("explain prints UTF-8")
+        stdout_of(
+            Command::new(localpv_bin())
+                .arg("explain")
+                .arg(format!("--snapshot={}", snapshot.display()))
+                .arg(format!("--pod={}", pod_file.display()))
+                .arg(format!("--output={output}")),
+            "localpv explain",
+        )
     }
 }
 

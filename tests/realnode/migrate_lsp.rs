@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::support::disks::run;
+use crate::support::proc::stdout_of;
 use crate::support::realnode::images::{cache_dir, from_rootfs, key, save};
 use crate::support::reference::{tarball, unpack};
 
@@ -125,21 +126,17 @@ pub fn lsp() -> Lsp {
         let work = tempfile::tempdir_in(&cache).expect("work dir");
         let src = unpack(&tarball, work.path(), &["*"]);
         let tmp = work.path().join("local-volume-provisioner");
-        let out = Command::new(go())
-            .args(["build", "-mod=vendor", "-trimpath", "-o"])
-            .arg(&tmp)
-            .arg("./cmd/local-volume-provisioner")
-            .current_dir(&src)
-            .env("CGO_ENABLED", "0")
-            .env("GOPROXY", "off")
-            .env("GOFLAGS", "-mod=vendor")
-            .env("GOTOOLCHAIN", "local")
-            .output()
-            .expect("go runs");
-        assert!(
-            out.status.success(),
-            "go build of the reference provisioner failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        stdout_of(
+            Command::new(go())
+                .args(["build", "-mod=vendor", "-trimpath", "-o"])
+                .arg(&tmp)
+                .arg("./cmd/local-volume-provisioner")
+                .current_dir(&src)
+                .env("CGO_ENABLED", "0")
+                .env("GOPROXY", "off")
+                .env("GOFLAGS", "-mod=vendor")
+                .env("GOTOOLCHAIN", "local"),
+            "go build of the reference provisioner",
         );
         fs::create_dir_all(&dir).expect("cache dir");
         fs::rename(&tmp, &binary).expect("binary moved into the cache");

@@ -129,6 +129,21 @@ impl Drop for Component {
     }
 }
 
+/// Runs `cmd` to its end and returns its stdout; panics naming `what`, with its exit status and stderr, when it
+/// cannot be run or fails.
+pub fn stdout_of(cmd: &mut Command, what: &str) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("missing prerequisite: cannot run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The last `n` lines of a text file ("" when it cannot be read).
 pub fn tail(path: &Path, n: usize) -> String {
     let Ok(f) = File::open(path) else {

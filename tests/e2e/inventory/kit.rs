@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use crate::support::cluster::{ControlPlane, Options};
 use crate::support::disks::blkid;
 use crate::support::eventually;
 use crate::support::nodes::create_node;
+use crate::support::proc::stdout_of;
 
 /// Generous: the machine is shared with builds and other tests.
 pub const WAIT: Duration = Duration::from_secs(90);
@@ -233,24 +234,14 @@ pub fn passes(agent: &Agent) -> u64 {
 pub fn localpv_disks(cp: &ControlPlane, home: &Path, args: &[&str]) -> String {
     let mut all = vec!["disks"];
     all.extend_from_slice(args);
-    let out = Command::new(localpv_bin())
-        .args(&all)
-        .env_clear()
-        .env("HOME", home)
-        .env("KUBECONFIG", &cp.admin_kubeconfig)
-        .output()
-        .expect("localpv runs");
-    success(&out, "localpv disks")
-}
-
-pub fn success(out: &Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    stdout_of(
+        Command::new(localpv_bin())
+            .args(&all)
+            .env_clear()
+            .env("HOME", home)
+            .env("KUBECONFIG", &cp.admin_kubeconfig),
+        "localpv disks",
+    )
 }
 
 pub fn header(text: &str) -> Vec<String> {
