@@ -12,12 +12,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume};
 use kube::api::{Api, ListParams};
 
-use crate::node_agent::{claim_pv, local_storage_class, phase, pv_at, pvs_of, release};
+use crate::node_agent::{claim_pv, phase, plane_with_agent, pv_at, pvs_of, release};
 use crate::support::agent::Agent;
 use crate::support::cluster::{ControlPlane, Options};
 use crate::support::disks::{LoopDevice, Mount, run};
 use crate::support::eventually;
-use crate::support::nodes::create_node;
 
 const CLASS: &str = "local-storage";
 
@@ -29,17 +28,17 @@ struct World {
 
 impl World {
     async fn new() -> World {
-        let cp = ControlPlane::start(Options {
-            controller_manager: true,
-            ..Default::default()
-        })
+        let (cp, ns, agent) = plane_with_agent(
+            Options {
+                controller_manager: true,
+                ..Default::default()
+            },
+            "attack-id",
+            &[(CLASS, "Delete")],
+            &["node-1"],
+            &[(CLASS, "disks", "")],
+        )
         .await;
-        let client = cp.client();
-        let ns = cp.namespace("attack-id").await;
-        crate::support::agent::install_crd(&cp).await;
-        local_storage_class(&client, CLASS, "Delete").await;
-        create_node(&client, "node-1", &[]).await;
-        let agent = Agent::with_classes(&cp, "node-1", &[(CLASS, "disks", "")]);
         World { cp, ns, agent }
     }
 

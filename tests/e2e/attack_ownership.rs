@@ -12,12 +12,11 @@ use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim,
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-use crate::node_agent::{claim_pv, local_storage_class, obj, phase, pv_at, pvs_of, wait_claim};
+use crate::node_agent::{claim_pv, obj, phase, plane_with_agent, pv_at, pvs_of, wait_claim};
 use crate::support::agent::Agent;
 use crate::support::cluster::{ControlPlane, Options};
 use crate::support::disks::Mount;
 use crate::support::eventually;
-use crate::support::nodes::create_node;
 
 const FOREIGN: &str = "ForeignPersistentVolume";
 
@@ -76,16 +75,8 @@ impl World {
         classes: &[(&str, &str, &str)],
         policies: &[(&str, &str)],
     ) -> World {
-        let cp = ControlPlane::start(opts).await;
-        let client = cp.client();
-        let ns = cp.namespace("attack").await;
-        crate::support::agent::install_crd(&cp).await;
-        for (class, policy) in policies {
-            local_storage_class(&client, class, policy).await;
-        }
-        create_node(&client, "node-1", &[]).await;
-        create_node(&client, "node-2", &[]).await;
-        let agent = Agent::with_classes(&cp, "node-1", classes);
+        let (cp, ns, agent) =
+            plane_with_agent(opts, "attack", policies, &["node-1", "node-2"], classes).await;
         World { cp, ns, agent }
     }
 

@@ -35,6 +35,29 @@ pub async fn local_storage_class(client: &kube::Client, name: &str, policy: &str
         .expect("class created");
 }
 
+/// A plane started with `opts`, the LocalDisk CRD, a StorageClass per `(name, reclaim policy)`, the stand-in
+/// Nodes `nodes` and a namespace named after `ns`; with an agent (not started) for `nodes[0]` over `classes`.
+pub async fn plane_with_agent(
+    opts: Options,
+    ns: &str,
+    policies: &[(&str, &str)],
+    nodes: &[&str],
+    classes: &[(&str, &str, &str)],
+) -> (ControlPlane, String, Agent) {
+    let cp = ControlPlane::start(opts).await;
+    let client = cp.client();
+    let ns = cp.namespace(ns).await;
+    crate::support::agent::install_crd(&cp).await;
+    for (class, policy) in policies {
+        local_storage_class(&client, class, policy).await;
+    }
+    for node in nodes {
+        create_node(&client, node, &[]).await;
+    }
+    let agent = Agent::with_classes(&cp, nodes[0], classes);
+    (cp, ns, agent)
+}
+
 /// This node's PVs by `spec.local.path`, from the `localpv.io/node` label.
 pub async fn pvs_of(client: &kube::Client, node: &str) -> BTreeMap<String, PersistentVolume> {
     let api: Api<PersistentVolume> = Api::all(client.clone());

@@ -9,12 +9,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume};
 use kube::api::{Api, DeleteParams, ListParams};
 
-use crate::node_agent::{claim_pv, local_storage_class, phase, pv_at, pvs_of, release};
+use crate::node_agent::{claim_pv, phase, plane_with_agent, pv_at, pvs_of, release};
 use crate::support::agent::Agent;
 use crate::support::cluster::{ControlPlane, Options};
 use crate::support::disks::{LoopDevice, Mount};
 use crate::support::eventually;
-use crate::support::nodes::create_node;
 
 struct World {
     cp: ControlPlane,
@@ -62,19 +61,11 @@ impl World {
 }
 
 async fn world(classes: &[(&str, &str, &str)], policies: &[(&str, &str)]) -> World {
-    let cp = ControlPlane::start(Options {
+    let opts = Options {
         controller_manager: true,
         ..Default::default()
-    })
-    .await;
-    let client = cp.client();
-    let ns = cp.namespace("reclaim").await;
-    crate::support::agent::install_crd(&cp).await;
-    for (class, policy) in policies {
-        local_storage_class(&client, class, policy).await;
-    }
-    create_node(&client, "node-1", &[]).await;
-    let agent = Agent::with_classes(&cp, "node-1", classes);
+    };
+    let (cp, ns, agent) = plane_with_agent(opts, "reclaim", policies, &["node-1"], classes).await;
     World { cp, ns, agent }
 }
 
