@@ -8,11 +8,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, ListParams};
 use rstest::rstest;
 
-use crate::node_agent::{local_storage_class, pvs_of, wait_pvs};
+use crate::node_agent::{local_storage_class, pvs_of, wait_event, wait_pvs};
 use crate::support::agent::{Agent, install_crd, localpv_bin};
 use crate::support::cluster::{ControlPlane, Options};
 use crate::support::disks::Mount;
@@ -127,23 +125,7 @@ async fn an_agent_refuses_root_at_start_and_on_reload_and_publishes_nothing_from
     let vol1 = agent.disk("vol1").display().to_string();
     wait_pvs(&client, "node-1", std::slice::from_ref(&vol1), "Pending").await;
     fs::write(&agent.config, &evil).expect("config written");
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    let message = eventually(
-        "a ConfigRejected event naming the key",
-        Duration::from_secs(30),
-        || async {
-            let list = events
-                .list(&ListParams::default().fields("involvedObject.name=node-1"))
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
-                .iter()
-                .filter(|e| e.reason.as_deref() == Some("ConfigRejected"))
-                .find_map(|e| e.message.clone())
-                .ok_or_else(|| "none yet".to_string())
-        },
-    )
-    .await;
+    let message = wait_event(&client, "node-1", "ConfigRejected", Duration::from_secs(30)).await;
     assert!(
         message.contains("storageClassMap.local-storage.hostDir:"),
         "{message}"

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, PersistentVolume};
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::api::Api;
 
-use crate::node_agent::{claim_pv, phase, plane_with_agent, pv_at, pvs_of, release};
+use crate::node_agent::{claim_pv, phase, plane_with_agent, pv_at, pvs_of, release, wait_event};
 use crate::support::agent::Agent;
 use crate::support::cluster::{ControlPlane, Options};
 use crate::support::disks::{LoopDevice, Mount, run};
@@ -93,32 +93,9 @@ impl World {
         release(&self.client(), &self.ns, name).await;
     }
 
-    async fn reasons(&self, pv: &PersistentVolume) -> Vec<String> {
-        let name = pv.metadata.name.clone().unwrap_or_default();
-        let api: Api<Event> = Api::all(self.client());
-        let list = api
-            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-            .await
-            .expect("events");
-        list.items
-            .into_iter()
-            .map(|e| e.reason.unwrap_or_default())
-            .collect()
-    }
-
     async fn wait_reason(&self, pv: &PersistentVolume, reason: &str) {
-        eventually(
-            &format!("a {reason} event on {:?}", pv.metadata.name),
-            Duration::from_secs(45),
-            || async {
-                let reasons = self.reasons(pv).await;
-                match reasons.iter().any(|r| r == reason) {
-                    true => Ok(()),
-                    false => Err(format!("{reasons:?}")),
-                }
-            },
-        )
-        .await;
+        let name = pv.metadata.name.as_deref().expect("name");
+        wait_event(&self.client(), name, reason, Duration::from_secs(45)).await;
     }
 
     async fn current(&self, pv: &PersistentVolume) -> PersistentVolume {

@@ -8,11 +8,13 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
-use crate::node_agent::{claim_pv, obj, phase, plane_with_agent, pv_at, pvs_of, wait_claim};
+use crate::node_agent::{
+    claim_pv, obj, phase, plane_with_agent, pv_at, pvs_of, wait_claim, wait_event,
+};
 use crate::support::agent::Agent;
 use crate::support::cluster::{ControlPlane, Options};
 use crate::support::disks::Mount;
@@ -132,29 +134,8 @@ impl World {
         .await;
     }
 
-    async fn reasons(&self, pv: &str) -> Vec<String> {
-        let api: Api<Event> = Api::all(self.cp.client());
-        let list = api
-            .list(&ListParams::default().fields(&format!("involvedObject.name={pv}")))
-            .await
-            .expect("events");
-        list.items.into_iter().filter_map(|e| e.reason).collect()
-    }
-
     async fn wait_event(&self, pv: &str, reason: &str) {
-        eventually(
-            &format!("a {reason} Event on {pv}"),
-            Duration::from_secs(45),
-            || async {
-                let got = self.reasons(pv).await;
-                if got.iter().any(|r| r == reason) {
-                    Ok(())
-                } else {
-                    Err(format!("{got:?}"))
-                }
-            },
-        )
-        .await;
+        wait_event(&self.cp.client(), pv, reason, Duration::from_secs(45)).await;
     }
 
     /// The PV exists with this UID and carries no wipe phase of ours.

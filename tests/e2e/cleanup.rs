@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, DeleteParams, PostParams};
 use localpv::inventory::{LocalDisk, LocalDiskSpec};
 use serde_json::json;
 
-use crate::node_agent::{local_storage_class, obj, phase};
+use crate::node_agent::{local_storage_class, obj, phase, wait_event};
 use crate::support::agent::{install_crd, localpv_bin};
 use crate::support::cluster::{ControlPlane, Options, free_port};
 use crate::support::eventually;
@@ -126,30 +126,7 @@ async fn deleted_nodes_lose_free_pvs_and_disks_after_the_grace_period_and_recrea
         },
     )
     .await;
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    eventually(
-        "a NodeDeleted event on the bound claim",
-        Duration::from_secs(30),
-        || async {
-            let list = events
-                .list(&ListParams::default().fields("involvedObject.name=data"))
-                .await
-                .map_err(|e| e.to_string())?;
-            let found = list
-                .items
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("NodeDeleted"));
-            if found {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{:?}",
-                    list.items.iter().map(|e| &e.reason).collect::<Vec<_>>()
-                ))
-            }
-        },
-    )
-    .await;
+    wait_event(&client, "data", "NodeDeleted", Duration::from_secs(30)).await;
     assert_eq!(
         phase(&pvs.get("gone-used").await.expect("bound PV kept")),
         "Bound",

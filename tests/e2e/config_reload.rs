@@ -6,10 +6,7 @@ use std::fs;
 use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, ListParams};
-
-use crate::node_agent::{local_storage_class, pvs_of, wait_pvs};
+use crate::node_agent::{local_storage_class, pvs_of, wait_event, wait_pvs};
 use crate::support::agent::{Agent, install_crd, localpv_bin};
 use crate::support::cluster::{ControlPlane, Options};
 use crate::support::disks::Mount;
@@ -77,24 +74,7 @@ async fn a_broken_config_is_rejected_and_a_valid_change_is_picked_up_while_runni
         "storageClassMap:\n  local-storage:\n    volumeMode: Blok\n",
     )
     .unwrap();
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    eventually(
-        "a ConfigRejected event on the Node",
-        Duration::from_secs(30),
-        || async {
-            let list = events
-                .list(&ListParams::default().fields("involvedObject.name=node-1"))
-                .await
-                .map_err(|e| e.to_string())?;
-            let hit = list
-                .items
-                .iter()
-                .find(|e| e.reason.as_deref() == Some("ConfigRejected"));
-            hit.and_then(|e| e.message.clone())
-                .ok_or_else(|| "none yet".to_string())
-        },
-    )
-    .await;
+    wait_event(&client, "node-1", "ConfigRejected", Duration::from_secs(30)).await;
     let (_, metrics) = agent.get("/metrics").expect("metrics served");
     assert!(
         metrics

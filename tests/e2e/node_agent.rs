@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use localpv::inventory::{LocalDisk, LocalDiskPhase};
@@ -166,6 +166,39 @@ pub async fn wait_claim(client: &kube::Client, ns: &str, name: &str, want: &str)
         },
     )
     .await;
+}
+
+/// The Events about the object named `name`, as (reason, message).
+pub async fn events_of(client: &kube::Client, name: &str) -> Vec<(String, String)> {
+    Api::<Event>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
+/// Waits up to `within` for an Event with `reason` about the object named `name`; returns its message.
+pub async fn wait_event(
+    client: &kube::Client,
+    name: &str,
+    reason: &str,
+    within: Duration,
+) -> String {
+    let api: Api<Event> = Api::all(client.clone());
+    let about = ListParams::default().fields(&format!("involvedObject.name={name}"));
+    eventually(&format!("a {reason} Event on {name}"), within, || async {
+        let events = api.list(&about).await.map_err(|e| e.to_string())?.items;
+        let reasons: Vec<_> = events.iter().map(|e| e.reason.clone()).collect();
+        events
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.message.unwrap_or_default())
+            .ok_or_else(|| format!("reasons so far: {reasons:?}"))
+    })
+    .await
 }
 
 /// Deletes claim `ns/name`: its PV is released.

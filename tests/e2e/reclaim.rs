@@ -6,10 +6,10 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, PersistentVolume};
-use kube::api::{Api, DeleteParams, ListParams};
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::api::{Api, DeleteParams};
 
-use crate::node_agent::{claim_pv, phase, plane_with_agent, pv_at, pvs_of, release};
+use crate::node_agent::{claim_pv, events_of, phase, plane_with_agent, pv_at, pvs_of, release};
 use crate::support::agent::Agent;
 use crate::support::cluster::{ControlPlane, Options};
 use crate::support::disks::{LoopDevice, Mount};
@@ -48,15 +48,7 @@ impl World {
     }
 
     async fn events(&self, pv: &str) -> Vec<(String, String)> {
-        let api: Api<Event> = Api::all(self.client());
-        let list = api
-            .list(&ListParams::default().fields(&format!("involvedObject.name={pv}")))
-            .await
-            .expect("events");
-        list.items
-            .into_iter()
-            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
-            .collect()
+        events_of(&self.client(), pv).await
     }
 }
 
