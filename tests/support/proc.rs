@@ -157,7 +157,8 @@ pub fn tail(path: &Path, n: usize) -> String {
 /// and removes the work dir once the test process is gone, whatever way it went.
 pub struct Reaper {
     state: PathBuf,
-    watchdog: Option<Child>,
+    // Dropped after `Drop::drop` ran: killed once the orderly teardown is done.
+    watchdog: OnExit,
 }
 
 impl Reaper {
@@ -168,28 +169,16 @@ impl Reaper {
             File::create(state.join(f)).expect("reaper state file can be created");
         }
         let script = format!(
-            r#"while kill -0 {pid} 2>/dev/null; do sleep 1; done
-for g in $(cat groups); do kill -9 -$g 2>/dev/null; done
+            r#"for g in $(cat groups); do kill -9 -$g 2>/dev/null; done
 tac mounts | while read -r m; do umount -l "$m" 2>/dev/null; done
 for l in $(cat loops); do losetup -d "$l" 2>/dev/null; done
 rm -rf "{work}" "{state}""#,
-            pid = std::process::id(),
             work = work_dir.display(),
             state = state.display(),
         );
-        let watchdog = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .current_dir(&state)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("sh is available for the watchdog");
         Reaper {
+            watchdog: OnExit::start(&script, &state),
             state,
-            watchdog: Some(watchdog),
         }
     }
 
@@ -219,10 +208,37 @@ impl Watchdog for Reaper {
 impl Drop for Reaper {
     fn drop(&mut self) {
         // Orderly teardown already happened; the watchdog has nothing left to do.
-        if let Some(mut w) = self.watchdog.take() {
-            let _ = w.kill();
-            let _ = w.wait();
-        }
         let _ = fs::remove_dir_all(&self.state);
+    }
+}
+
+/// A shell in a process group of its own that waits until this test process is gone, however it went, then runs
+/// `script` in `dir`. Killed when dropped: the test undid its work itself.
+pub struct OnExit(Child);
+
+impl OnExit {
+    pub fn start(script: &str, dir: &Path) -> OnExit {
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done\n{script}",
+            pid = std::process::id()
+        );
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("sh is available for the watchdog");
+        OnExit(child)
+    }
+}
+
+impl Drop for OnExit {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }

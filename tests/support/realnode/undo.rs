@@ -5,15 +5,16 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use crate::support::disks::Watchdog;
+use crate::support::proc::OnExit;
 
 pub struct Undo {
     log: PathBuf,
-    watchdog: Option<Child>,
+    // Dropped after `Drop::drop` ran the log: killed once the orderly undo is done.
+    watchdog: OnExit,
 }
 
 impl Undo {
@@ -23,23 +24,13 @@ impl Undo {
         let log = state_dir.join("undo.sh");
         File::create(&log).expect("undo log can be created");
         let script = format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 1; done\ntac {log} > {log}.rev; sh {log}.rev >/dev/null 2>&1\nrm -rf {state}",
-            pid = std::process::id(),
+            "tac {log} > {log}.rev; sh {log}.rev >/dev/null 2>&1\nrm -rf {state}",
             log = log.display(),
             state = state_dir.display(),
         );
-        let watchdog = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("sh is available for the watchdog");
         Undo {
+            watchdog: OnExit::start(&script, state_dir),
             log,
-            watchdog: Some(watchdog),
         }
     }
 
@@ -84,10 +75,6 @@ impl Watchdog for Undo {
 impl Drop for Undo {
     fn drop(&mut self) {
         self.run();
-        if let Some(mut w) = self.watchdog.take() {
-            let _ = w.kill();
-            let _ = w.wait();
-        }
         if let Some(dir) = self.log.parent() {
             let _ = fs::remove_dir_all(dir);
         }
