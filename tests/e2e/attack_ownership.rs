@@ -30,6 +30,21 @@ fn name(pv: &PersistentVolume) -> String {
     pv.metadata.name.clone().unwrap_or_default()
 }
 
+/// A PV someone made by hand (no label of ours, an annotation of nobody's) for `path`, with an affinity to `node`
+/// and no claim: the PV controller keeps it Available for any tenant.
+fn by_hand(new_name: &str, path: &str, node: &str) -> PersistentVolume {
+    obj(json!({
+        "metadata": {"name": new_name, "annotations": {"pv.kubernetes.io/provisioned-by": "example.com/by-hand"}},
+        "spec": {
+            "capacity": {"storage": "10Mi"}, "volumeMode": "Filesystem", "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "local-storage",
+            "local": {"path": path},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+        },
+    }))
+}
+
 /// A PV as someone with PV rights would copy ours: same labels and annotations, spec with `path`, affinity to
 /// `node`, and a claimRef to a claim that does not exist (the PV controller then marks it Released).
 fn copy_of(
@@ -39,28 +54,20 @@ fn copy_of(
     node: &str,
     labelled: bool,
 ) -> PersistentVolume {
-    let mut pv: PersistentVolume = obj(json!({
-        "metadata": {"name": new_name},
-        "spec": {
-            "capacity": {"storage": "10Mi"}, "volumeMode": "Filesystem", "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "local-storage",
-            "local": {"path": path},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
-            "claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": "default",
-                         "name": format!("missing-{new_name}"), "uid": "00000000-0000-4000-8000-00000000dead"},
-        },
-    }));
+    let mut pv = by_hand(new_name, path, node);
+    pv.spec.as_mut().expect("spec").claim_ref = Some(obj(json!({
+        "kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": "default",
+        "name": format!("missing-{new_name}"), "uid": "00000000-0000-4000-8000-00000000dead"})));
+    let by = pv.metadata.annotations.take().unwrap_or_default();
     pv.metadata.annotations = ours.metadata.annotations.clone();
     if labelled {
         pv.metadata.labels = ours.metadata.labels.clone();
     } else {
         // NB: without any provisioned-by the PV controller marks a released Delete PV Failed, not Released.
-        let ann = pv.metadata.annotations.get_or_insert_with(Default::default);
-        ann.insert(
-            "pv.kubernetes.io/provisioned-by".into(),
-            "example.com/by-hand".into(),
-        );
+        pv.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .extend(by);
     }
     pv
 }
@@ -72,6 +79,20 @@ struct World {
 }
 
 impl World {
+    /// The plane with the PV controller, node-1's agent with one Delete class over `disks`.
+    async fn one_class() -> World {
+        let opts = Options {
+            controller_manager: true,
+            ..Default::default()
+        };
+        World::start(
+            opts,
+            &[("local-storage", "disks", "")],
+            &[("local-storage", "Delete")],
+        )
+        .await
+    }
+
     async fn start(
         opts: Options,
         classes: &[(&str, &str, &str)],
@@ -156,16 +177,7 @@ impl World {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn forged_pvs_never_make_the_agent_patch_wipe_or_delete() {
-    let opts = Options {
-        controller_manager: true,
-        ..Default::default()
-    };
-    let mut w = World::start(
-        opts,
-        &[("local-storage", "disks", "")],
-        &[("local-storage", "Delete")],
-    )
-    .await;
+    let mut w = World::one_class().await;
     let vol1 = w.agent.disk("vol1");
     let outside = w.cp.dir.join("hosts/node-1/outside");
     let _m1 = Mount::tmpfs(&vol1, "64M", w.cp.reaper());
@@ -301,16 +313,7 @@ async fn forged_pvs_never_make_the_agent_patch_wipe_or_delete() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_copy_of_our_pv_made_while_the_agent_was_down_is_left_alone() {
-    let opts = Options {
-        controller_manager: true,
-        ..Default::default()
-    };
-    let mut w = World::start(
-        opts,
-        &[("local-storage", "disks", "")],
-        &[("local-storage", "Delete")],
-    )
-    .await;
+    let mut w = World::one_class().await;
     let vol1 = w.agent.disk("vol1");
     let _m1 = Mount::tmpfs(&vol1, "64M", w.cp.reaper());
     w.agent.start(&w.cp);
@@ -497,37 +500,13 @@ async fn a_claim_lifetime_while_the_agent_was_down_does_not_leak_into_the_next_p
     w.agent.process.take();
 }
 
-/// A PV someone made by hand (no label of ours, an annotation of nobody's) for a path under the discovery dir,
-/// with an affinity to `node` and no claim: the PV controller keeps it Available for any tenant.
-fn by_hand(new_name: &str, path: &str, node: &str) -> PersistentVolume {
-    obj(json!({
-        "metadata": {"name": new_name, "annotations": {"pv.kubernetes.io/provisioned-by": "example.com/by-hand"}},
-        "spec": {
-            "capacity": {"storage": "10Mi"}, "volumeMode": "Filesystem", "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "local-storage",
-            "local": {"path": path},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
-        },
-    }))
-}
-
 /// The agent reads other PVs through its cluster-wide PV index rather than a list before each create. A PV without
 /// our label that already exposes a path must hold the disk mounted there later: a second PV for it would hand one
 /// disk to two tenants. Ordering makes this exact: the index shows the agent's own create of `first` only after
 /// every earlier watch event, so once `first` is published the hand-made PV is in the index.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hand_made_pv_for_a_path_holds_the_disk_mounted_there_later() {
-    let opts = Options {
-        controller_manager: true,
-        ..Default::default()
-    };
-    let mut w = World::start(
-        opts,
-        &[("local-storage", "disks", "")],
-        &[("local-storage", "Delete")],
-    )
-    .await;
+    let mut w = World::one_class().await;
     w.agent.start(&w.cp);
     w.agent.wait_ready().await;
     let held = w.agent.disk("held");
