@@ -18,6 +18,8 @@ use kube::runtime::events::EventType as KubeEventType;
 use tokio::sync::{Notify, mpsc, watch as tokio_watch};
 use tracing::{debug, info, warn};
 
+#[cfg(test)]
+mod tests;
 mod wipes;
 
 use self::wipes::{Backoff, Running};

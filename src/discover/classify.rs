@@ -18,6 +18,7 @@
 //! - A block device that is mounted anywhere (whole-device mounts only: the mount table names the device number)
 //!   is `DeviceInUse`: a pod writing to it raw would corrupt a live filesystem.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::pattern;
@@ -63,7 +64,10 @@ pub struct Classified<'a> {
 pub fn classify<'a>(listings: &[Listing<'a>], table: &MountTable) -> Classified<'a> {
     let mut listings: Vec<&Listing<'a>> = listings.iter().collect();
     listings.sort_by(|a, b| a.class.name.cmp(&b.class.name));
+    let mounts = Mounts::index(table);
     let mut out = Classified::default();
+    // Candidates by the device number they expose: only candidates sharing one can overlap (see `overlaps`).
+    let mut by_dev: HashMap<DevId, Vec<usize>> = HashMap::new();
     for listing in listings {
         let mut entries: Vec<&DirEntry> = listing
             .entries
@@ -78,15 +82,21 @@ pub fn classify<'a>(listings: &[Listing<'a>], table: &MountTable) -> Classified<
             .collect();
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         for entry in entries {
-            match classify_entry(listing, entry, table) {
-                Ok(candidate) => match out
-                    .candidates
-                    .iter()
-                    .find(|earlier| overlaps(earlier, &candidate))
-                {
-                    Some(earlier) => out.unusable.push(duplicate(&candidate, earlier)),
-                    None => out.candidates.push(candidate),
-                },
+            match classify_entry(listing, entry, &mounts) {
+                Ok(candidate) => {
+                    let same_dev = by_dev.entry(candidate.kind.dev()).or_default();
+                    let earlier = same_dev
+                        .iter()
+                        .map(|&i| &out.candidates[i])
+                        .find(|earlier| overlaps(earlier, &candidate));
+                    match earlier {
+                        Some(earlier) => out.unusable.push(duplicate(&candidate, earlier)),
+                        None => {
+                            same_dev.push(out.candidates.len());
+                            out.candidates.push(candidate);
+                        }
+                    }
+                }
                 Err(unusable) => out.unusable.push(unusable),
             }
         }
@@ -94,10 +104,40 @@ pub fn classify<'a>(listings: &[Listing<'a>], table: &MountTable) -> Classified<
     out
 }
 
+/// The mount table, looked up by mount point and by device number instead of scanned once per entry.
+struct Mounts<'t> {
+    /// The mount visible at each mount point: of mounts stacked on one path, the one listed last.
+    at: HashMap<&'t Path, &'t MountEntry>,
+    /// The first mount of each device number.
+    of_dev: HashMap<DevId, &'t MountEntry>,
+}
+
+impl<'t> Mounts<'t> {
+    fn index(table: &'t MountTable) -> Mounts<'t> {
+        let mut at = HashMap::with_capacity(table.entries.len());
+        let mut of_dev = HashMap::with_capacity(table.entries.len());
+        for entry in &table.entries {
+            at.insert(entry.mount_point.as_path(), entry);
+            of_dev.entry(entry.dev).or_insert(entry);
+        }
+        Mounts { at, of_dev }
+    }
+}
+
+impl CandidateKind {
+    /// The device number this candidate exposes.
+    fn dev(&self) -> DevId {
+        match self {
+            CandidateKind::Filesystem { mount } => mount.dev,
+            CandidateKind::Block { rdev } => *rdev,
+        }
+    }
+}
+
 fn classify_entry<'a>(
     listing: &Listing<'a>,
     entry: &DirEntry,
-    table: &MountTable,
+    mounts: &Mounts<'_>,
 ) -> Result<Candidate<'a>, Unusable> {
     let class = listing.class;
     let host_path = class.host_dir.join(&entry.name);
@@ -109,7 +149,10 @@ fn classify_entry<'a>(
         message,
     };
     let shown = format!("{:?}", host_path.display().to_string());
-    let mount = table.mount_at(&listing.resolved_dir.join(&entry.name));
+    let mount = mounts
+        .at
+        .get(listing.resolved_dir.join(&entry.name).as_path())
+        .copied();
     let kind = match (class.mode, &entry.kind, mount, block_rdev(&entry.kind)) {
         (_, EntryKind::Unreadable { error }, _, _) => {
             return Err(unusable(
@@ -122,8 +165,7 @@ fn classify_entry<'a>(
                 mount: mount.clone(),
             }
         }
-        (VolumeMode::Block, _, _, Some(rdev)) => match table.entries.iter().find(|m| m.dev == rdev)
-        {
+        (VolumeMode::Block, _, _, Some(rdev)) => match mounts.of_dev.get(&rdev) {
             Some(used) => {
                 return Err(unusable(
                     UnusableReason::DeviceInUse,

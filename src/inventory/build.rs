@@ -17,7 +17,7 @@
 //! A steady state writes nothing: timestamps (`lastSeen`, condition transition times), the wipe rate, small
 //! changes of the free space and wipe progress within the same 5% step are ignored when comparing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -104,6 +104,9 @@ struct Builder<'a> {
     node: NodeFacts,
     pvs: BTreeMap<PathBuf, (PvView, &'a PersistentVolume)>,
     mine: Vec<&'a LocalDisk>,
+    /// `mine` by name (the first of a name) and by disk key (in `mine` order).
+    mine_by_name: HashMap<&'a str, &'a LocalDisk>,
+    mine_by_key: HashMap<DiskKey, Vec<&'a LocalDisk>>,
     used: BTreeSet<String>,
     changes: Vec<Change>,
     now: Time,
@@ -126,16 +129,29 @@ impl<'a> Builder<'a> {
                 pvs.insert(view.path.clone(), (view, pv));
             }
         }
-        let mine = inputs
+        let mine: Vec<&LocalDisk> = inputs
             .existing
             .iter()
             .filter(|d| d.spec.node == inputs.node && d.metadata.name.is_some())
             .collect();
+        let mut mine_by_name = HashMap::with_capacity(mine.len());
+        let mut mine_by_key: HashMap<DiskKey, Vec<&LocalDisk>> = HashMap::with_capacity(mine.len());
+        for d in &mine {
+            if let Some(name) = d.metadata.name.as_deref() {
+                mine_by_name.entry(name).or_insert(*d);
+            }
+            mine_by_key
+                .entry(DiskKey::of_spec(&d.spec))
+                .or_default()
+                .push(d);
+        }
         Builder {
             inputs,
             node,
             pvs,
             mine,
+            mine_by_name,
+            mine_by_key,
             used: BTreeSet::new(),
             changes: Vec::new(),
             now: time(inputs.now),
@@ -182,10 +198,7 @@ impl<'a> Builder<'a> {
         let mut desired = LocalDisk::new(&name, spec);
         desired.metadata.labels = Some(status::labels(&desired.spec));
         desired.status = Some(status);
-        let existing = self
-            .mine
-            .iter()
-            .find(|d| d.metadata.name.as_deref() == Some(&name));
+        let existing = self.mine_by_name.get(name.as_str());
         match existing {
             None => {
                 stamp(&mut desired, None, &self.now);
@@ -214,9 +227,10 @@ impl<'a> Builder<'a> {
                 local_disk: plain.clone(),
             });
         let held = self
-            .mine
-            .iter()
-            .filter(|d| DiskKey::of_spec(&d.spec) == *key)
+            .mine_by_key
+            .get(key)
+            .into_iter()
+            .flatten()
             .filter_map(|d| d.metadata.name.clone())
             .find(|name| !self.used.contains(name));
         let name = held.unwrap_or_else(|| match duplicate {

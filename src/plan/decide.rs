@@ -1,8 +1,8 @@
 //! The planning pass: every owned PV is judged against the disk at its path, then every found disk without a PV
 //! is published, wiped first, or held back.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::identity::{self, IdentityCheck};
@@ -25,6 +25,8 @@ mod place;
 pub(super) struct Planner<'a> {
     inputs: &'a Inputs<'a>,
     pvs: Vec<PvView>,
+    /// Where to find `pvs` by path, name and recorded identity (indices, in `pvs` order).
+    index: PvIndex,
     /// PVs that are not ours (see `own`).
     others: Vec<OtherPv>,
     needs_cluster: bool,
@@ -46,6 +48,7 @@ impl<'a> Planner<'a> {
         let found = inputs.found;
         Planner {
             inputs,
+            index: PvIndex::new(&split.pvs),
             pvs: split.pvs,
             others: split.others,
             needs_cluster: false,
@@ -527,5 +530,51 @@ fn process_path(class: &ClassFacts, host_path: &Path) -> std::path::PathBuf {
     match host_path.strip_prefix(&class.config.host_dir) {
         Ok(relative) => class.config.mount_dir.join(relative),
         Err(_) => host_path.to_path_buf(),
+    }
+}
+
+/// The pass's PVs looked up by path, by name and by the identity they record, so placing each disk is not a scan
+/// of every PV.
+#[derive(Default)]
+struct PvIndex {
+    at_path: HashMap<PathBuf, Vec<usize>>,
+    by_name: HashMap<String, usize>,
+    by_identity: HashMap<(&'static str, String), Vec<usize>>,
+}
+
+impl PvIndex {
+    fn new(pvs: &[PvView]) -> PvIndex {
+        let mut index = PvIndex::default();
+        for (i, pv) in pvs.iter().enumerate() {
+            index.at_path.entry(pv.path.clone()).or_default().push(i);
+            index.by_name.entry(pv.pv_ref.name.clone()).or_insert(i);
+            let recorded = pv.recorded.as_ref().map(|r| &r.identity);
+            for key in recorded.into_iter().flat_map(identity::match_keys) {
+                index.by_identity.entry(key).or_default().push(i);
+            }
+        }
+        index
+    }
+
+    /// Indices of the PVs at `path` (compared as paths are: component by component).
+    fn at_path(&self, path: &Path) -> &[usize] {
+        self.at_path.get(path).map_or(&[], Vec::as_slice)
+    }
+
+    fn by_name(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Indices, in order, of every PV that records one of the ids `disk` shows: the only PVs that
+    /// `identity::may_be_same` can match with it.
+    fn sharing_an_id(&self, disk: &Disk) -> Vec<usize> {
+        let mut found: Vec<usize> = identity::match_keys(&disk.identity)
+            .filter_map(|key| self.by_identity.get(&key))
+            .flatten()
+            .copied()
+            .collect();
+        found.sort_unstable();
+        found.dedup();
+        found
     }
 }

@@ -159,6 +159,23 @@ pub fn check(mode: VolumeMode, recorded: Option<&Recorded>, disk: &Disk) -> Iden
     }
 }
 
+/// The ids an identity shows that [`may_be_same`] compares, by field: two identities sharing none of these values
+/// can never be taken for the same disk.
+pub fn match_keys(identity: &DiskIdentity) -> impl Iterator<Item = (&'static str, String)> {
+    let strings = [
+        ("volume-id", &identity.volume_id),
+        ("fs-uuid", &identity.fs_uuid),
+        ("wwn", &identity.wwn),
+        ("serial", &identity.serial),
+        ("device", &identity.device),
+    ];
+    let dev_id = identity.dev_id.map(|dev| ("dev-id", dev.to_string()));
+    strings
+        .into_iter()
+        .filter_map(|(field, value)| Some((field, value.clone()?)))
+        .chain(dev_id)
+}
+
 /// Whether `disk` could be the disk a PV recorded: a strong id matches, or none can be compared and the device
 /// number (device path for block) agrees. Good enough to hold a disk back (never publish one disk twice), never to
 /// wipe it.

@@ -15,9 +15,10 @@ impl Planner<'_> {
             return;
         };
         let at_path: Vec<&PvView> = self
-            .pvs
+            .index
+            .at_path(&disk.host_path)
             .iter()
-            .filter(|pv| pv.path == disk.host_path)
+            .map(|&i| &self.pvs[i])
             .collect();
         if !at_path.is_empty() {
             if at_path
@@ -74,8 +75,10 @@ impl Planner<'_> {
     /// Whether another PV of ours already holds this very disk (it moved to a new path).
     fn held_elsewhere(&mut self, disk: &Disk) -> bool {
         let holder = self
-            .pvs
-            .iter()
+            .index
+            .sharing_an_id(disk)
+            .into_iter()
+            .map(|i| &self.pvs[i])
             .find(|pv| !pv.deleting && identity::may_be_same(pv.mode, pv.recorded.as_ref(), disk));
         let Some(holder) = holder.cloned() else {
             return false;
@@ -180,7 +183,7 @@ impl Planner<'_> {
             PvNaming::Localpv => pvname::localpv_name(&node.name, &disk.class, &disk.entry),
             PvNaming::Reference => pvname::reference_name(&disk.entry, &node.name, &disk.class),
         };
-        if let Some(taken) = self.pvs.iter().find(|pv| pv.pv_ref.name == name).cloned() {
+        if let Some(taken) = self.index.by_name(&name).map(|i| self.pvs[i].clone()) {
             let message = format!("name {name} belongs to PV for {}", taken.path.display());
             self.hold(disk, HoldReason::NameTaken, message);
             let message = format!("{path} would get this PV's name; it is not published");

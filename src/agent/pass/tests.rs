@@ -1,0 +1,473 @@
+//! The whole agent pass on a host that only counts and an API server that only remembers: what one mount event
+//! costs the agent, in work items, whatever the number of disks already on the node.
+//!
+//! ```text
+//!  Disks (Host: a growing mount table and discovery directory, every call counted)
+//!  FakeApi (tower service behind a kube::Client: creates and applies land in the agent's own stores)
+//!        └──> Agent::pass, as the loop runs it: once per wake-up, again at once while it asks (a volume id stored)
+//! ```
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use clap::Parser;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::DeserializeGuard;
+use kube::runtime::watcher::Event;
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::config::{ClassConfig, FsWipe, WipeMethod};
+use crate::contract::DevId;
+use crate::disk::VolumeMode;
+use crate::host::{
+    DirEntry, EntryKind, FsProbe, FsSize, HardwareIds, HostError, MountTable, VolumeTag,
+};
+use crate::watch::checks::object;
+use crate::watch::objects;
+
+const NODE: &str = "n1";
+const CLASS: &str = "local-storage";
+const HOST_DIR: &str = "/mnt/disks";
+const MOUNT_DIR: &str = "/host/mnt/disks";
+
+/// Host calls by kind.
+#[derive(Default)]
+struct Counts {
+    mount_table: AtomicUsize,
+    read_dir: AtomicUsize,
+    /// Calls that look at one entry: statvfs, block size, blkid, udev, device node, volume id.
+    probes: AtomicUsize,
+    tags: AtomicUsize,
+}
+
+/// Tmpfs disks mounted under `MOUNT_DIR`, one added at a time.
+#[derive(Default)]
+struct Disks {
+    state: Mutex<DiskState>,
+    counts: Counts,
+}
+
+#[derive(Default)]
+struct DiskState {
+    mountinfo: String,
+    entries: Vec<DirEntry>,
+    ids: HashMap<PathBuf, String>,
+}
+
+impl Disks {
+    fn new() -> Disks {
+        let disks = Disks::default();
+        disks.lock().mountinfo = "1 0 253:1 / / rw shared:1 - ext4 /dev/vda1 rw\n".into();
+        disks
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, DiskState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Mounts one more tmpfs, with the agent's volume id already on it when `tagged`.
+    fn mount(&self, name: &str, tagged: bool) {
+        let mut s = self.lock();
+        let id = s.entries.len() + 100;
+        let line = format!(
+            "{id} 1 0:{id} / {MOUNT_DIR}/{name} rw,relatime shared:{id} - tmpfs tmpfs rw,size=1048576k\n"
+        );
+        s.mountinfo.push_str(&line);
+        s.entries.push(DirEntry {
+            name: name.into(),
+            kind: EntryKind::Directory,
+        });
+        if tagged {
+            let path = Path::new(MOUNT_DIR).join(name);
+            s.ids.insert(path, format!("id-{name}"));
+        }
+    }
+
+    fn probes(&self) -> usize {
+        self.counts.probes.load(Ordering::Relaxed)
+    }
+
+    fn probe(&self) {
+        self.counts.probes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn enoent(path: &Path) -> HostError {
+    HostError::Statvfs {
+        path: path.into(),
+        source: std::io::Error::from_raw_os_error(nix::libc::ENOENT),
+    }
+}
+
+impl Host for Disks {
+    fn mount_table(&self) -> Result<MountTable, HostError> {
+        self.counts.mount_table.fetch_add(1, Ordering::Relaxed);
+        let text = self.lock().mountinfo.clone();
+        MountTable::parse(text.as_bytes()).map_err(|source| HostError::ParseMountTable {
+            path: "/proc/self/mountinfo".into(),
+            source,
+        })
+    }
+
+    fn canonicalize(&self, path: &Path) -> Result<PathBuf, HostError> {
+        Ok(path.into())
+    }
+
+    fn read_dir(&self, dir: &Path) -> Result<Vec<DirEntry>, HostError> {
+        self.counts.read_dir.fetch_add(1, Ordering::Relaxed);
+        match dir == Path::new(MOUNT_DIR) {
+            true => Ok(self.lock().entries.clone()),
+            false => Err(enoent(dir)),
+        }
+    }
+
+    fn statvfs(&self, _: &Path) -> Result<FsSize, HostError> {
+        self.probe();
+        Ok(FsSize {
+            total_bytes: 1 << 30,
+            available_bytes: 1 << 29,
+        })
+    }
+
+    fn block_device_size(&self, path: &Path) -> Result<u64, HostError> {
+        self.probe();
+        Err(enoent(path))
+    }
+
+    fn probe_filesystem(&self, _: &Path) -> Result<FsProbe, HostError> {
+        self.probe();
+        Ok(FsProbe::default())
+    }
+
+    fn hardware_ids(&self, _: DevId) -> Result<HardwareIds, HostError> {
+        self.probe();
+        Ok(HardwareIds::default())
+    }
+
+    fn device_node(&self, _: DevId) -> Result<Option<PathBuf>, HostError> {
+        self.probe();
+        Ok(None)
+    }
+
+    fn volume_id(&self, path: &Path) -> Result<VolumeTag, HostError> {
+        self.probe();
+        Ok(match self.lock().ids.get(path) {
+            Some(id) => VolumeTag::Present(id.clone()),
+            None => VolumeTag::Absent,
+        })
+    }
+
+    fn tag_volume(&self, path: &Path) -> Result<String, HostError> {
+        self.counts.tags.fetch_add(1, Ordering::Relaxed);
+        let mut s = self.lock();
+        let id = format!("id-{}", path.display());
+        Ok(s.ids.entry(path.into()).or_insert(id).clone())
+    }
+}
+
+/// The API server as far as the agent's pass needs it: a PV create is answered and shown to the PV index (as its
+/// watch would), a LocalDisk apply is answered and put in the LocalDisk store, Events are taken, reads of other
+/// nodes' LocalDisks find nothing.
+struct FakeApi {
+    pvs: Arc<PvIndex>,
+    disks: Arc<Store<LocalDisk>>,
+    node: plan::NodeFacts,
+    uids: AtomicU64,
+    requests: Mutex<Vec<String>>,
+}
+
+impl FakeApi {
+    fn answer(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(format!("{method} {path}"));
+        let uid = self.uids.fetch_add(1, Ordering::Relaxed);
+        match (method, path) {
+            ("POST", "/api/v1/persistentvolumes") => {
+                let mut pv = body;
+                pv["metadata"]["uid"] = json!(format!("uid-{uid}"));
+                pv["metadata"]["resourceVersion"] = json!(uid.to_string());
+                let mut watched = pv.clone();
+                watched["status"] = json!({"phase": "Available"});
+                self.pvs.apply(&self.node, Event::Apply(object(watched)));
+                (201, pv)
+            }
+            ("PATCH", p) if p.starts_with("/apis/localpv.io/") => {
+                let mut disk = body;
+                disk["metadata"]["uid"] = json!(format!("uid-{uid}"));
+                disk["metadata"]["resourceVersion"] = json!(uid.to_string());
+                let event = Event::Apply(object(disk.clone()));
+                crate::watch::apply(&self.disks, "LocalDisk", event, &objects());
+                (200, disk)
+            }
+            ("GET", p) if p.starts_with("/apis/localpv.io/") => (404, not_found()),
+            ("POST", p) if p.ends_with("/events") => (201, body),
+            _ => (404, not_found()),
+        }
+    }
+
+    fn requests(&self) -> Vec<String> {
+        std::mem::take(&mut *self.requests.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+fn not_found() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "NotFound",
+           "code": 404, "message": "not found"})
+}
+
+fn client(api: Arc<FakeApi>) -> Client {
+    let service = tower::service_fn(move |req: Request<kube::client::Body>| {
+        let api = api.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let bytes = body
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let (code, body) = api.answer(parts.method.as_str(), parts.uri.path(), body);
+            let response = Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body.to_string())))
+                .expect("a valid response");
+            Ok::<_, Infallible>(response)
+        }
+    });
+    Client::new(service, "default")
+}
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    opts: Options,
+}
+
+fn class() -> ClassConfig {
+    ClassConfig {
+        name: CLASS.into(),
+        host_dir: HOST_DIR.into(),
+        mount_dir: MOUNT_DIR.into(),
+        volume_mode: VolumeMode::Filesystem,
+        access_modes: vec!["ReadWriteOnce".into()],
+        fs_type: None,
+        name_patterns: vec!["*".into()],
+        selector: Vec::new(),
+        wipe: WipeMethod::Filesystem(FsWipe::RemoveContents),
+        wipe_on_first_discovery: false,
+    }
+}
+
+fn stored<K: kube::Resource + Clone + PartialEq>(store: &Store<K>, items: Vec<K>) {
+    crate::watch::apply(store, "", Event::Init, &objects());
+    for o in items {
+        crate::watch::apply(
+            store,
+            "",
+            Event::InitApply(DeserializeGuard(Ok(o))),
+            &objects(),
+        );
+    }
+    crate::watch::apply(store, "", Event::InitDone, &objects());
+}
+
+/// An agent on a node holding `disks`, its PV index synced and empty, its caches filled.
+struct Bed {
+    agent: Agent,
+    host: Arc<Disks>,
+    api: Arc<FakeApi>,
+    _state: tempfile::TempDir,
+}
+
+impl Bed {
+    fn new(host: Disks) -> Bed {
+        let state = tempfile::tempdir().expect("a temporary directory");
+        let node_facts = plan::NodeFacts {
+            name: NODE.into(),
+            hostname_label: Some(NODE.into()),
+            uid: "node-uid".into(),
+            labels: BTreeMap::from([("kubernetes.io/hostname".into(), NODE.into())]),
+        };
+        let pvs = PvIndex::new();
+        pvs.set_node(&node_facts);
+        pvs.apply(&node_facts, Event::Init);
+        pvs.apply(&node_facts, Event::InitDone);
+        let disks = Store::<LocalDisk>::new();
+        stored(&disks, Vec::new());
+        let nodes = Store::<Node>::new();
+        stored(
+            &nodes,
+            vec![Node {
+                metadata: ObjectMeta {
+                    name: Some(NODE.into()),
+                    uid: Some("node-uid".into()),
+                    labels: Some(node_facts.labels.clone()),
+                    ..ObjectMeta::default()
+                },
+                ..Node::default()
+            }],
+        );
+        let classes = Store::<StorageClass>::new();
+        stored(
+            &classes,
+            vec![StorageClass {
+                metadata: ObjectMeta {
+                    name: Some(CLASS.into()),
+                    ..ObjectMeta::default()
+                },
+                provisioner: "kubernetes.io/no-provisioner".into(),
+                reclaim_policy: Some("Delete".into()),
+                ..StorageClass::default()
+            }],
+        );
+        let api = Arc::new(FakeApi {
+            pvs: pvs.clone(),
+            disks: disks.clone(),
+            node: node_facts,
+            uids: AtomicU64::new(1),
+            requests: Mutex::new(Vec::new()),
+        });
+        let state_dir = state.path().display().to_string();
+        let cli =
+            Cli::try_parse_from(["localpv", "--state-dir", &state_dir]).expect("valid options");
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let host = Arc::new(host);
+        let config = Config {
+            classes: vec![class()],
+            ..Config::default()
+        };
+        let agent = Agent::new(Setup {
+            node: NODE.into(),
+            client: client(api.clone()),
+            host: host.clone(),
+            config,
+            opts: cli.opts,
+            pvs,
+            nodes,
+            classes,
+            disks,
+            changed: Arc::new(Notify::new()),
+            metrics,
+            http: HttpState::new(registry),
+        })
+        .expect("the agent starts");
+        Bed {
+            agent,
+            host,
+            api,
+            _state: state,
+        }
+    }
+
+    /// One wake-up of the loop: a pass, and again at once while the pass asks for it.
+    async fn wake(&mut self) -> usize {
+        let mut passes = 1;
+        while self.agent.pass().await == Some(Duration::ZERO) {
+            passes += 1;
+        }
+        passes
+    }
+}
+
+/// A node with `n` tagged disks, all published and in the inventory.
+async fn settled(n: usize) -> Bed {
+    let host = Disks::new();
+    for i in 0..n {
+        host.mount(&format!("pre-{i:05}"), true);
+    }
+    let mut bed = Bed::new(host);
+    bed.wake().await;
+    bed.wake().await;
+    bed.api.requests();
+    bed
+}
+
+/// What one new mount cost: host probes, and the API requests it caused.
+struct EventCost {
+    probes: usize,
+    passes: usize,
+    requests: Vec<String>,
+}
+
+async fn one_event(bed: &mut Bed, name: &str) -> EventCost {
+    let probes = bed.host.probes();
+    bed.host.mount(name, false);
+    // The mount event, then the wake-up the agent's own writes cause (PV and LocalDisk watch events).
+    let passes = bed.wake().await + bed.wake().await;
+    EventCost {
+        probes: bed.host.probes() - probes,
+        passes,
+        requests: bed.api.requests(),
+    }
+}
+
+#[tokio::test]
+async fn a_mount_event_costs_the_same_work_at_10_and_2000_disks() {
+    let mut costs = Vec::new();
+    for n in [10, 2000] {
+        let mut bed = settled(n).await;
+        let pvs = bed.agent.s.pvs.view().pvs.len();
+        assert_eq!(pvs, n, "every disk is published before the event");
+        let cost = one_event(&mut bed, "new").await;
+        let creates = cost
+            .requests
+            .iter()
+            .filter(|r| r.starts_with("POST /api/v1/persistentvolumes"));
+        assert_eq!(
+            creates.count(),
+            1,
+            "one PV for the new disk: {:?}",
+            cost.requests
+        );
+        costs.push((cost.probes, cost.passes, cost.requests.len()));
+    }
+    assert_eq!(
+        costs[0], costs[1],
+        "(probes, passes, requests) at 10 and 2000 disks"
+    );
+}
+
+/// Not a test of behaviour: prints what passes cost, for a profiler (`LOCALPV_PASS_COST=1000,5000` and
+/// `LOCALPV_PASS_EVENTS`).
+#[tokio::test]
+#[ignore = "a measurement: run by hand, under a profiler"]
+async fn measure_event_cost() {
+    let sizes = std::env::var("LOCALPV_PASS_COST").unwrap_or_else(|_| "10,1000".into());
+    let events: usize = std::env::var("LOCALPV_PASS_EVENTS")
+        .ok()
+        .and_then(|e| e.parse().ok())
+        .unwrap_or(5);
+    for n in sizes.split(',').filter_map(|n| n.parse::<usize>().ok()) {
+        let t0 = Instant::now();
+        let mut bed = settled(n).await;
+        let setup = t0.elapsed();
+        let t1 = Instant::now();
+        let mut probes = 0;
+        let mut passes = 0;
+        for e in 0..events {
+            let cost = one_event(&mut bed, &format!("new-{e}")).await;
+            probes += cost.probes;
+            passes += cost.passes;
+        }
+        let per_event = t1.elapsed() / events.max(1) as u32;
+        eprintln!(
+            "{n} disks: setup {setup:?}; per event {per_event:?}, {} probes, {} passes",
+            probes as f64 / events.max(1) as f64,
+            passes as f64 / events.max(1) as f64
+        );
+    }
+}
