@@ -38,6 +38,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -85,13 +86,13 @@ pub struct Inputs<'a> {
     pub found: &'a Discovery,
     /// PVs labelled `localpv.io/node=<node>`, plus the reference provisioner's PVs of this node. Others are
     /// ignored.
-    pub existing: &'a [PersistentVolume],
+    pub existing: &'a [Arc<PersistentVolume>],
     pub ledger: &'a DiskLedger,
     pub owners: &'a Owners,
     /// Every PV in the cluster that could reach this node (the shell's complete PV index, or a list taken afresh;
     /// PVs affine to other nodes may be left out); `None` when the shell has neither. Without it no wipe and no new
     /// PV is planned (`Plan::needs_cluster_list` asks for it): a PV without our label can reach our disks too.
-    pub cluster: Option<&'a [PersistentVolume]>,
+    pub cluster: Option<&'a [Arc<PersistentVolume>]>,
     pub memory: &'a Memory,
     pub now: SystemTime,
 }

@@ -5,6 +5,7 @@
 //! Every known label set is created at registration, at zero (`telemetry::at_zero` says why).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
@@ -219,7 +220,7 @@ impl Metrics {
         &self,
         classes: impl IntoIterator<Item = &'a str>,
         unusable: &[Unusable],
-        pvs: &[PersistentVolume],
+        pvs: &[Arc<PersistentVolume>],
     ) {
         let mut reasons: BTreeMap<&str, i64> =
             UNUSABLE_REASONS.iter().map(|r| (r.as_str(), 0)).collect();
@@ -325,7 +326,8 @@ mod tests {
             pv("fast", "Available", "10Gi"),
             pv("fast", "Available", "5Gi"),
             pv("fast", "Bound", "1Gi"),
-        ];
+        ]
+        .map(Arc::new);
         m.publish_pass(["fast", "slow"], &[], &pvs);
         let text = scrape(&reg);
         let gib: i64 = 1 << 30;

@@ -350,7 +350,7 @@ impl Agent {
         let view = self.s.pvs.view();
         // The planner's `existing`: this node's labelled PVs and the reference provisioner's; the whole index (every
         // PV that can reach this node) stands in for the list of every PV once it is complete.
-        let existing: Vec<PersistentVolume> = view
+        let existing: Vec<Arc<PersistentVolume>> = view
             .pvs
             .iter()
             .filter(|pv| {
@@ -361,7 +361,7 @@ impl Agent {
             .cloned()
             .collect();
         let mut cluster = view.complete.then_some(view.pvs);
-        let plan_with = |cluster: Option<&[PersistentVolume]>| {
+        let plan_with = |cluster: Option<&[Arc<PersistentVolume>]>| {
             plan::plan(&Inputs {
                 node: &node,
                 config: &self.s.config,
@@ -382,7 +382,7 @@ impl Agent {
             match self.list_all_pvs().await {
                 Ok(all) => {
                     self.s.pvs.listed();
-                    cluster = Some(all);
+                    cluster = Some(all.into_iter().map(Arc::new).collect());
                     plan = plan_with(cluster.as_deref());
                 }
                 Err(error) => {
@@ -481,7 +481,7 @@ impl Agent {
         &self,
         found: &Discovery,
         unpublished: &[plan::Unpublished],
-        pvs: &[PersistentVolume],
+        pvs: &[Arc<PersistentVolume>],
         retry: &mut bool,
     ) -> Option<Duration> {
         let existing = self.s.disks.all();
@@ -524,7 +524,7 @@ impl Agent {
         &self,
         found: &Discovery,
         unpublished: &[plan::Unpublished],
-        pvs: &[PersistentVolume],
+        pvs: &[Arc<PersistentVolume>],
     ) {
         let m = &self.s.metrics;
         m.disks_found.set(found.disks.len() as i64);

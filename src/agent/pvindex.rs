@@ -60,7 +60,8 @@ struct Book {
 
 /// What one pass reads from the index.
 pub struct View {
-    pub pvs: Vec<PersistentVolume>,
+    /// Shared with the store: a pass copies pointers, not PVs.
+    pub pvs: Vec<Arc<PersistentVolume>>,
     /// The index may stand in for a fresh list of every PV (see the module doc).
     pub complete: bool,
     /// A PV the agent created has been missing for longer than [`AWAIT_LIMIT`]: list every PV instead.
@@ -97,7 +98,7 @@ impl PvIndex {
         // NB: `saw` removes an awaited UID as soon as the watch shows it, so what is left is still missing.
         View {
             complete: self.pvs.synced() && b.filtered_for == *node && b.awaited.is_empty(),
-            pvs: self.pvs.all(),
+            pvs: self.pvs.shared(),
             overdue: b.awaited.values().any(|at| at.elapsed() > AWAIT_LIMIT),
         }
     }
@@ -117,8 +118,11 @@ impl PvIndex {
     }
 
     fn shows(&self, uid: &str) -> bool {
-        self.pvs
-            .read(|items| items.values().any(|pv| pv.uid().as_deref() == Some(uid)))
+        self.pvs.read(|items| {
+            items
+                .values()
+                .any(|pv| pv.metadata.uid.as_deref() == Some(uid))
+        })
     }
 
     fn book(&self) -> MutexGuard<'_, Book> {

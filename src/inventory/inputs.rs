@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -39,7 +40,7 @@ pub struct Inputs<'a> {
     /// `Plan::unpublished` of the same pass.
     pub unpublished: &'a [Unpublished],
     /// This node's PVs (ours and the reference provisioner's), as given to the planner.
-    pub pvs: &'a [PersistentVolume],
+    pub pvs: &'a [Arc<PersistentVolume>],
     pub ledger: &'a DiskLedger,
     /// Wipes running now.
     pub wipes: &'a BTreeMap<PathBuf, WipeSample>,

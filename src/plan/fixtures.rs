@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{
@@ -388,14 +389,21 @@ impl World {
     }
 
     pub fn plan(&self) -> Plan {
-        let cluster: Vec<PersistentVolume> =
-            self.existing.iter().chain(&self.others).cloned().collect();
+        let cluster: Vec<Arc<PersistentVolume>> = self
+            .existing
+            .iter()
+            .chain(&self.others)
+            .cloned()
+            .map(Arc::new)
+            .collect();
+        let existing: Vec<Arc<PersistentVolume>> =
+            self.existing.iter().cloned().map(Arc::new).collect();
         super::plan(&Inputs {
             node: &self.node,
             config: &self.config,
             classes: &self.classes,
             found: &self.found,
-            existing: &self.existing,
+            existing: &existing,
             ledger: &self.ledger,
             owners: &self.owners,
             cluster: self.listed.then_some(cluster.as_slice()),

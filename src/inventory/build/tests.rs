@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -107,11 +108,12 @@ impl World {
     }
 
     fn pass(&self, now: SystemTime) -> Changes {
+        let pvs: Vec<Arc<PersistentVolume>> = self.pvs.iter().cloned().map(Arc::new).collect();
         build(&Inputs {
             node: NODE,
             found: &self.found,
             unpublished: &self.unpublished,
-            pvs: &self.pvs,
+            pvs: &pvs,
             ledger: &self.ledger,
             wipes: &self.wipes,
             wipe_failures: &self.failures,

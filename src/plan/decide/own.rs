@@ -24,7 +24,7 @@ pub(super) struct Split {
 
 /// Every PV the pass knows: the watched ones, then those only the fresh cluster list shows.
 fn known_pvs<'a>(inputs: &Inputs<'a>) -> Vec<&'a PersistentVolume> {
-    let mut all: Vec<&PersistentVolume> = inputs.existing.iter().collect();
+    let mut all: Vec<&PersistentVolume> = inputs.existing.iter().map(|pv| &**pv).collect();
     let seen: BTreeSet<&str> = all
         .iter()
         .filter_map(|pv| pv.metadata.uid.as_deref())
@@ -33,7 +33,7 @@ fn known_pvs<'a>(inputs: &Inputs<'a>) -> Vec<&'a PersistentVolume> {
         let extra = cluster
             .iter()
             .filter(|pv| pv.metadata.uid.as_deref().is_none_or(|u| !seen.contains(u)));
-        all.extend(extra);
+        all.extend(extra.map(|pv| &**pv));
     }
     all
 }
