@@ -27,6 +27,7 @@
 
 mod decide;
 pub mod identity;
+pub mod incremental;
 pub mod owners;
 pub mod pv;
 pub mod state;
@@ -259,5 +260,5 @@ pub struct Unpublished {
 
 /// Decides one pass. Pure: same inputs, same plan.
 pub fn plan(inputs: &Inputs<'_>) -> Plan {
-    decide::Planner::new(inputs).run()
+    decide::Planner::new(inputs, decide::Scope::Whole).run()
 }

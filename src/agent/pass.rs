@@ -39,6 +39,7 @@ use crate::effects::{self, Reason, Writer};
 use crate::host::Host;
 use crate::host::watch::MountWatcher;
 use crate::inventory::{self, LocalDisk, WipeFailures};
+use crate::plan::incremental::Incremental;
 use crate::plan::pv::adoptable;
 use crate::plan::{
     self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv, Owners,
@@ -86,6 +87,8 @@ pub struct Agent {
     owners: Owners,
     ledger_file: LedgerFile,
     memory: Memory,
+    /// The planner between passes: plans again only what changed.
+    planner: Incremental,
     /// Measurements of the last discovery, reused for entries whose mount did not change.
     probed: Probed,
     /// This pass stored a volume id: plan again at once (the disk is published next pass).
@@ -120,6 +123,7 @@ impl Agent {
             owners,
             ledger_file,
             memory: Memory::default(),
+            planner: Incremental::default(),
             probed: Probed::default(),
             tagged: false,
             running: HashMap::new(),
@@ -361,21 +365,13 @@ impl Agent {
             .cloned()
             .collect();
         let mut cluster = view.complete.then_some(view.pvs);
-        let plan_with = |cluster: Option<&[Arc<PersistentVolume>]>| {
-            plan::plan(&Inputs {
-                node: &node,
-                config: &self.s.config,
-                classes: &classes,
-                found: &found,
-                existing: &existing,
-                ledger: &self.ledger,
-                owners: &self.owners,
-                cluster,
-                memory: &self.memory,
-                now: SystemTime::now(),
-            })
+        let facts = Facts {
+            node: &node,
+            classes: &classes,
+            found: &found,
+            existing: &existing,
         };
-        let mut plan = plan_with(cluster.as_deref());
+        let mut plan = self.plan(&facts, cluster.as_deref());
         let mut retry = false;
         if plan.needs_cluster_list && cluster.is_none() && view.overdue {
             // NB: planned again on a list taken just now; the actions of the plan without it are dropped.
@@ -383,7 +379,7 @@ impl Agent {
                 Ok(all) => {
                     self.s.pvs.listed();
                     cluster = Some(all.into_iter().map(Arc::new).collect());
-                    plan = plan_with(cluster.as_deref());
+                    plan = self.plan(&facts, cluster.as_deref());
                 }
                 Err(error) => {
                     warn!(error = %format!("{error:#}"), "failed to list PersistentVolumes; no wipe and no new PV this pass");
@@ -424,9 +420,13 @@ impl Agent {
                 }
             }
         }
+        let work = self.planner.work();
         debug!(
             disks = found.disks.len(),
             probed = self.probed.last_measured,
+            planned_pvs = work.pvs,
+            planned_disks = work.disks,
+            planned_whole = work.whole,
             pvs = existing.len(),
             complete,
             discover_ms = discovered_in.as_secs_f64() * 1e3,
@@ -474,6 +474,21 @@ impl Agent {
         .into_iter()
         .flatten()
         .min()
+    }
+
+    fn plan(&mut self, facts: &Facts<'_>, cluster: Option<&[Arc<PersistentVolume>]>) -> plan::Plan {
+        self.planner.plan(&Inputs {
+            node: facts.node,
+            config: &self.s.config,
+            classes: facts.classes,
+            found: facts.found,
+            existing: facts.existing,
+            ledger: &self.ledger,
+            owners: &self.owners,
+            cluster,
+            memory: &self.memory,
+            now: SystemTime::now(),
+        })
     }
 
     /// Brings this node's LocalDisks in line with the pass; returns when to look again.
@@ -707,6 +722,14 @@ fn owned_pv(pv: &PersistentVolume) -> OwnedPv {
             .map(|l| PathBuf::from(&l.path))
             .unwrap_or_default(),
     }
+}
+
+/// What one pass gathered for the planner, besides the shell's own state.
+struct Facts<'a> {
+    node: &'a NodeFacts,
+    classes: &'a [ClassFacts],
+    found: &'a Discovery,
+    existing: &'a [Arc<PersistentVolume>],
 }
 
 /// How executing one action went.

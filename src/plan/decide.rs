@@ -22,6 +22,8 @@ const SOON: Duration = Duration::from_secs(1);
 mod own;
 mod place;
 
+pub(super) use place::pv_name;
+
 pub(super) struct Planner<'a> {
     inputs: &'a Inputs<'a>,
     pvs: Vec<PvView>,
@@ -40,11 +42,26 @@ pub(super) struct Planner<'a> {
     requeue_after: Option<Duration>,
     ledger_set: BTreeSet<String>,
     deleted: BTreeSet<String>,
+    /// Calls that ask for another pass (a requeue, a wish for the cluster list): with `writes` and `events`, what
+    /// tells an item that needs planning again from one that is settled.
+    asks: usize,
+    /// Paths of the PVs and disks whose decision wrote, reported, or asked for another pass.
+    noisy: BTreeSet<PathBuf>,
+}
+
+/// How much of the world a run plans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Scope {
+    /// Every PV and disk: the general planner.
+    Whole,
+    /// Only the PVs and disks given, every other one settled (`incremental`): what concerns the ownership records
+    /// as a whole (owners gone from the cluster) is not decided.
+    Part,
 }
 
 impl<'a> Planner<'a> {
-    pub(super) fn new(inputs: &'a Inputs<'a>) -> Self {
-        let split = own::split(inputs);
+    pub(super) fn new(inputs: &'a Inputs<'a>, scope: Scope) -> Self {
+        let split = own::split(inputs, scope);
         let found = inputs.found;
         Planner {
             inputs,
@@ -75,28 +92,51 @@ impl<'a> Planner<'a> {
             requeue_after: None,
             ledger_set: BTreeSet::new(),
             deleted: BTreeSet::new(),
+            asks: 0,
+            noisy: BTreeSet::new(),
         }
     }
 
-    pub(super) fn run(mut self) -> Plan {
+    pub(super) fn run(self) -> Plan {
+        self.run_traced().0
+    }
+
+    /// The plan, and the paths of the PVs and disks whose decision wrote, reported an Event or asked for another
+    /// pass: all the others decided nothing but their standing conditions and hold reasons.
+    pub(super) fn run_traced(mut self) -> (Plan, BTreeSet<PathBuf>) {
         let pvs = std::mem::take(&mut self.pvs);
         for pv in &pvs {
+            let before = self.marks();
             self.judge_pv(pv);
+            self.trace(before, &pv.path);
         }
         self.pvs = pvs;
         let disks: Vec<&Disk> = self.disks.values().copied().collect();
         for disk in disks {
+            let before = self.marks();
             self.place_disk(disk);
+            self.trace(before, &disk.host_path);
         }
         self.report_foreign();
         let mut actions = self.writes;
         actions.append(&mut self.events);
-        Plan {
+        let plan = Plan {
             actions,
             memory: self.memory,
             unpublished: self.unpublished,
             requeue_after: self.requeue_after,
             needs_cluster_list: self.needs_cluster,
+        };
+        (plan, self.noisy)
+    }
+
+    fn marks(&self) -> (usize, usize, usize) {
+        (self.writes.len(), self.events.len(), self.asks)
+    }
+
+    fn trace(&mut self, before: (usize, usize, usize), path: &Path) {
+        if self.marks() != before {
+            self.noisy.insert(path.to_path_buf());
         }
     }
 
@@ -518,6 +558,7 @@ impl<'a> Planner<'a> {
     }
 
     fn requeue(&mut self, after: Duration) {
+        self.asks += 1;
         self.requeue_after = Some(
             self.requeue_after
                 .map_or(after, |current| current.min(after)),

@@ -389,6 +389,11 @@ impl World {
     }
 
     pub fn plan(&self) -> Plan {
+        self.with_inputs(|inputs| super::plan(inputs))
+    }
+
+    /// Runs `f` on this world's inputs of a pass.
+    pub fn with_inputs<R>(&self, f: impl FnOnce(&Inputs<'_>) -> R) -> R {
         let cluster: Vec<Arc<PersistentVolume>> = self
             .existing
             .iter()
@@ -398,7 +403,7 @@ impl World {
             .collect();
         let existing: Vec<Arc<PersistentVolume>> =
             self.existing.iter().cloned().map(Arc::new).collect();
-        super::plan(&Inputs {
+        f(&Inputs {
             node: &self.node,
             config: &self.config,
             classes: &self.classes,

@@ -289,6 +289,9 @@ struct Bed {
     agent: Agent,
     host: Arc<Disks>,
     api: Arc<FakeApi>,
+    /// PVs and disks the planner planned, and whether a pass planned all of them, since the last event.
+    planned: usize,
+    whole: bool,
     _state: tempfile::TempDir,
 }
 
@@ -369,17 +372,25 @@ impl Bed {
             agent,
             host,
             api,
+            planned: 0,
+            whole: false,
             _state: state,
         }
     }
 
     /// One wake-up of the loop: a pass, and again at once while the pass asks for it.
     async fn wake(&mut self) -> usize {
-        let mut passes = 1;
-        while self.agent.pass().await == Some(Duration::ZERO) {
+        let mut passes = 0;
+        loop {
+            let again = self.agent.pass().await == Some(Duration::ZERO);
             passes += 1;
+            let work = self.agent.planner.work();
+            self.planned += work.pvs + work.disks;
+            self.whole |= work.whole;
+            if !again {
+                return passes;
+            }
         }
-        passes
     }
 }
 
@@ -396,21 +407,27 @@ async fn settled(n: usize) -> Bed {
     bed
 }
 
-/// What one new mount cost: host probes, and the API requests it caused.
+/// What one new mount cost: host probes, PVs and disks planned, and the API requests it caused.
+#[derive(Debug)]
 struct EventCost {
     probes: usize,
     passes: usize,
+    planned: usize,
+    whole: bool,
     requests: Vec<String>,
 }
 
 async fn one_event(bed: &mut Bed, name: &str) -> EventCost {
     let probes = bed.host.probes();
+    (bed.planned, bed.whole) = (0, false);
     bed.host.mount(name, false);
     // The mount event, then the wake-up the agent's own writes cause (PV and LocalDisk watch events).
     let passes = bed.wake().await + bed.wake().await;
     EventCost {
         probes: bed.host.probes() - probes,
         passes,
+        planned: bed.planned,
+        whole: bed.whole,
         requests: bed.api.requests(),
     }
 }
@@ -433,11 +450,12 @@ async fn a_mount_event_costs_the_same_work_at_10_and_2000_disks() {
             "one PV for the new disk: {:?}",
             cost.requests
         );
-        costs.push((cost.probes, cost.passes, cost.requests.len()));
+        assert!(!cost.whole, "no pass planned every disk: {cost:?}");
+        costs.push((cost.probes, cost.passes, cost.planned, cost.requests.len()));
     }
     assert_eq!(
         costs[0], costs[1],
-        "(probes, passes, requests) at 10 and 2000 disks"
+        "(probes, passes, PVs and disks planned, requests) at 10 and 2000 disks"
     );
 }
 
@@ -456,18 +474,20 @@ async fn measure_event_cost() {
         let mut bed = settled(n).await;
         let setup = t0.elapsed();
         let t1 = Instant::now();
-        let mut probes = 0;
-        let mut passes = 0;
+        let (mut probes, mut passes, mut planned) = (0, 0, 0);
         for e in 0..events {
             let cost = one_event(&mut bed, &format!("new-{e}")).await;
             probes += cost.probes;
             passes += cost.passes;
+            planned += cost.planned;
         }
+        let per = |x: usize| x as f64 / events.max(1) as f64;
         let per_event = t1.elapsed() / events.max(1) as u32;
         eprintln!(
-            "{n} disks: setup {setup:?}; per event {per_event:?}, {} probes, {} passes",
-            probes as f64 / events.max(1) as f64,
-            passes as f64 / events.max(1) as f64
+            "{n} disks: setup {setup:?}; per event {per_event:?}, {} probes, {} passes, {} planned",
+            per(probes),
+            per(passes),
+            per(planned)
         );
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
-use super::Planner;
+use super::{Planner, Scope};
 use crate::contract::NODE_LABEL;
 use crate::disk::Disk;
 use crate::plan::owners::{self, OtherPv};
@@ -38,7 +38,7 @@ fn known_pvs<'a>(inputs: &Inputs<'a>) -> Vec<&'a PersistentVolume> {
     all
 }
 
-pub(super) fn split(inputs: &Inputs<'_>) -> Split {
+pub(super) fn split(inputs: &Inputs<'_>, scope: Scope) -> Split {
     let all = known_pvs(inputs);
     let node = inputs.node;
     let owners = inputs.owners;
@@ -77,7 +77,7 @@ pub(super) fn split(inputs: &Inputs<'_>) -> Split {
     if !owners.recorded {
         out.writes.push(Action::OwnersRecorded);
     }
-    if inputs.cluster.is_some() {
+    if inputs.cluster.is_some() && scope == Scope::Whole {
         // NB: only against a fresh list of every PV: a watch cache being rebuilt could miss a live PV of ours.
         let live: BTreeSet<&str> = all
             .iter()
@@ -125,6 +125,7 @@ impl Planner<'_> {
     pub(super) fn listed(&mut self) -> bool {
         if self.inputs.cluster.is_none() {
             self.needs_cluster = true;
+            self.asks += 1;
         }
         self.inputs.cluster.is_some()
     }

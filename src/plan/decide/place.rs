@@ -6,7 +6,7 @@ use crate::disk::{Disk, VolumeMode};
 use crate::plan::identity;
 use crate::plan::pv::{NewPv, PvView};
 use crate::plan::state::{Condition, DiskState};
-use crate::plan::{Action, ClassFacts, EventType, HoldReason, Reason, WipeOrder};
+use crate::plan::{Action, ClassFacts, EventType, HoldReason, Inputs, Reason, WipeOrder};
 use crate::pvname;
 
 impl Planner<'_> {
@@ -179,10 +179,7 @@ impl Planner<'_> {
             return;
         };
         let node = self.inputs.node;
-        let name = match self.inputs.config.pv_naming {
-            PvNaming::Localpv => pvname::localpv_name(&node.name, &disk.class, &disk.entry),
-            PvNaming::Reference => pvname::reference_name(&disk.entry, &node.name, &disk.class),
-        };
+        let name = pv_name(self.inputs, disk);
         if let Some(taken) = self.index.by_name(&name).map(|i| self.pvs[i].clone()) {
             let message = format!("name {name} belongs to PV for {}", taken.path.display());
             self.hold(disk, HoldReason::NameTaken, message);
@@ -259,5 +256,14 @@ impl Planner<'_> {
                 false
             }
         }
+    }
+}
+
+/// The name a PV for `disk` gets.
+pub(in crate::plan) fn pv_name(inputs: &Inputs<'_>, disk: &Disk) -> String {
+    let node = &inputs.node.name;
+    match inputs.config.pv_naming {
+        PvNaming::Localpv => pvname::localpv_name(node, &disk.class, &disk.entry),
+        PvNaming::Reference => pvname::reference_name(&disk.entry, node, &disk.class),
     }
 }

@@ -1,0 +1,666 @@
+//! The planner kept between passes: plans again only the PVs and disks a change can concern, and carries what it
+//! decided about every other one. Same plans as [`plan`](super::plan), in a time that follows what changed, not the
+//! number of disks on the node.
+//!
+//! ```text
+//!  Inputs ─> diff with the last pass: PVs (UID, resourceVersion), disks, ProbeFailed paths, ledger, owners
+//!         ─> dirty paths (+ the paths whose decision wrote, reported or asked for another pass last time)
+//!         ─> closed over links: a shared path, a disk id a PV records, a PV name, a ledger key
+//!         ─> the general planner on those PVs and disks (`Scope::Part`)
+//!         ─> its actions, requeue and list request as they are; hold reasons and memory merged with the rest's
+//! ```
+//!
+//! Why the rest may be carried: the general planner decides each PV (by its path) and each disk (by its path) from
+//! the item itself, the global context (node, configuration, classes, failed classes, whether the cluster list is
+//! given) and other items it finds only through the links above; memory is per PV UID. An item whose inputs and
+//! linked items did not change, and which last time neither wrote, nor reported an Event, nor asked for another
+//! pass (a requeue, the cluster list), decides the same hold reasons and conditions and nothing else.
+//!
+//! It only runs on a clean world, and plans whole otherwise: every PV is ours by its recorded UID (no PV of another
+//! owner, no reference PV to adopt, no take-over, no owner left without its PV, no create in flight), no Foreign
+//! condition is remembered, and the global context is the one of the last pass. Owners, the ledger and the memory
+//! are compared with the last pass's; a change of the global context, or a memory that is not the one the last pass
+//! returned, plans whole.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+
+use super::decide::{self, Scope};
+use super::pv::{Origin, PvView};
+use super::state::{Condition, DiskLedger, Memory, OwnedPv};
+use super::{ClassFacts, Inputs, NodeFacts, Plan, Unpublished, identity};
+use crate::config::Config;
+use crate::disk::{ClassFailure, Discovery, Disk, UnusableReason};
+
+/// What the last call planned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Work {
+    /// PVs judged.
+    pub pvs: usize,
+    /// Disks placed.
+    pub disks: usize,
+    /// Every PV and disk was planned (the first pass, a change of the global context, a world that is not clean).
+    pub whole: bool,
+}
+
+/// The planner between passes. [`Incremental::plan`] returns what [`plan`](super::plan) returns for the same inputs.
+#[derive(Default)]
+pub struct Incremental {
+    last: Option<Last>,
+    work: Work,
+}
+
+impl Incremental {
+    pub fn plan(&mut self, inputs: &Inputs<'_>) -> Plan {
+        if let Some(mut last) = self.last.take()
+            && let Some((plan, work)) = last.plan_part(inputs)
+        {
+            self.last = Some(last);
+            self.work = work;
+            return plan;
+        }
+        let (plan, noisy) = decide::Planner::new(inputs, Scope::Whole).run_traced();
+        self.work = Work {
+            pvs: inputs.existing.len(),
+            disks: inputs.found.disks.len(),
+            whole: true,
+        };
+        self.last = Last::whole(inputs, &plan, noisy);
+        plan
+    }
+
+    pub fn work(&self) -> Work {
+        self.work
+    }
+}
+
+/// What relates items at different paths in the general planner.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Link {
+    /// An id `identity::may_be_same` compares (a moved disk is held by its PV elsewhere).
+    Id(&'static str, String),
+    /// A PV's name, and the name a disk's PV would get (a name taken by a PV at another path).
+    Name(String),
+    /// A disk ledger key (one key read or written by several items).
+    Ledger(String),
+}
+
+fn disk_links(inputs: &Inputs<'_>, disk: &Disk) -> Vec<Link> {
+    let mut links: Vec<Link> = identity::match_keys(&disk.identity)
+        .map(|(field, value)| Link::Id(field, value.to_string()))
+        .collect();
+    links.push(Link::Name(decide::pv_name(inputs, disk)));
+    links.push(Link::Ledger(identity::disk_key(disk)));
+    let path_key = identity::ledger_key(disk.mode, &Default::default(), None, &disk.host_path);
+    links.push(Link::Ledger(path_key));
+    links
+}
+
+fn pv_links(view: &PvView) -> Vec<Link> {
+    let mut links = vec![Link::Name(view.pv_ref.name.clone())];
+    if let Some(rec) = &view.recorded {
+        links.extend(
+            identity::match_keys(&rec.identity)
+                .map(|(field, value)| Link::Id(field, value.to_string())),
+        );
+        let key = identity::ledger_key(
+            view.mode,
+            &rec.identity,
+            rec.mount_root.as_deref(),
+            &view.path,
+        );
+        links.push(Link::Ledger(key));
+    }
+    let path_key = identity::ledger_key(view.mode, &Default::default(), None, &view.path);
+    links.push(Link::Ledger(path_key));
+    links
+}
+
+/// What plans whole when it changes.
+struct Global {
+    node: NodeFacts,
+    config: Config,
+    classes: Vec<ClassFacts>,
+    failed: Vec<ClassFailure>,
+    listed: bool,
+}
+
+impl Global {
+    fn of(inputs: &Inputs<'_>) -> Global {
+        Global {
+            node: inputs.node.clone(),
+            config: inputs.config.clone(),
+            classes: inputs.classes.to_vec(),
+            failed: inputs.found.failed_classes.clone(),
+            listed: inputs.cluster.is_some(),
+        }
+    }
+
+    fn same(&self, inputs: &Inputs<'_>) -> bool {
+        self.node == *inputs.node
+            && self.config == *inputs.config
+            && self.classes == inputs.classes
+            && self.failed == inputs.found.failed_classes
+            && self.listed == inputs.cluster.is_some()
+    }
+}
+
+struct SeenPv {
+    pv: Arc<PersistentVolume>,
+    resource_version: String,
+    path: PathBuf,
+    links: Vec<Link>,
+}
+
+struct SeenDisk {
+    disk: Disk,
+    links: Vec<Link>,
+}
+
+/// The world as the last pass saw it, and what it decided about each path.
+struct Last {
+    global: Global,
+    pvs: HashMap<String, SeenPv>,
+    pvs_at: HashMap<PathBuf, BTreeSet<String>>,
+    disks: HashMap<PathBuf, SeenDisk>,
+    unknown: HashSet<PathBuf>,
+    ledger: DiskLedger,
+    owned: BTreeMap<String, OwnedPv>,
+    links: HashMap<Link, HashSet<PathBuf>>,
+    /// Paths whose decision wrote, reported or asked for another pass: planned again in the next pass.
+    noisy: BTreeSet<PathBuf>,
+    unpublished: BTreeMap<PathBuf, Vec<Unpublished>>,
+    memory: Memory,
+}
+
+/// Every PV the inputs know (`existing`, then what only the cluster list shows), each once.
+fn known_pvs<'i>(inputs: &Inputs<'i>) -> Vec<&'i Arc<PersistentVolume>> {
+    let mut all: Vec<&Arc<PersistentVolume>> = inputs.existing.iter().collect();
+    if let Some(cluster) = inputs.cluster {
+        let seen: HashSet<&str> = all
+            .iter()
+            .filter_map(|pv| pv.metadata.uid.as_deref())
+            .collect();
+        all.extend(
+            cluster
+                .iter()
+                .filter(|pv| pv.metadata.uid.as_deref().is_none_or(|u| !seen.contains(u))),
+        );
+    }
+    all
+}
+
+/// The PV's facts when it is ours by its recorded UID; `None` otherwise (the world is not clean).
+fn owned_view(inputs: &Inputs<'_>, pv: &PersistentVolume) -> Option<(String, PvView)> {
+    let uid = pv.metadata.uid.clone()?;
+    let view = PvView::read(pv, inputs.node)?;
+    (view.origin == Origin::Ours && inputs.owners.owns(&uid)).then_some((uid, view))
+}
+
+fn unknown_paths(found: &Discovery) -> HashSet<PathBuf> {
+    found
+        .unusable
+        .iter()
+        .filter(|u| u.reason == UnusableReason::ProbeFailed)
+        .map(|u| u.host_path.clone())
+        .collect()
+}
+
+fn remembers_foreign(memory: &Memory) -> bool {
+    memory
+        .conditions
+        .values()
+        .any(|set| set.contains(&Condition::Foreign))
+}
+
+impl Last {
+    /// The state after a whole plan, when the world is clean.
+    fn whole(inputs: &Inputs<'_>, plan: &Plan, noisy: BTreeSet<PathBuf>) -> Option<Last> {
+        let owners = inputs.owners;
+        if !owners.recorded || !owners.creating.is_empty() || remembers_foreign(&plan.memory) {
+            return None;
+        }
+        let mut last = Last {
+            global: Global::of(inputs),
+            pvs: HashMap::new(),
+            pvs_at: HashMap::new(),
+            disks: HashMap::new(),
+            unknown: unknown_paths(inputs.found),
+            ledger: inputs.ledger.clone(),
+            owned: owners.pvs.clone(),
+            links: HashMap::new(),
+            noisy,
+            unpublished: BTreeMap::new(),
+            memory: plan.memory.clone(),
+        };
+        for pv in known_pvs(inputs) {
+            let (uid, view) = owned_view(inputs, pv)?;
+            last.add_pv(uid, pv, view);
+        }
+        if owners.pvs.len() != last.pvs.len() {
+            return None;
+        }
+        for disk in &inputs.found.disks {
+            if last.disks.contains_key(&disk.host_path) {
+                return None;
+            }
+            last.add_disk(inputs, disk);
+        }
+        for u in &plan.unpublished {
+            last.unpublished
+                .entry(u.host_path.clone())
+                .or_default()
+                .push(u.clone());
+        }
+        Some(last)
+    }
+
+    fn add_pv(&mut self, uid: String, pv: &Arc<PersistentVolume>, view: PvView) {
+        let links = pv_links(&view);
+        self.link(&view.path, &links);
+        self.pvs_at
+            .entry(view.path.clone())
+            .or_default()
+            .insert(uid.clone());
+        let seen = SeenPv {
+            pv: pv.clone(),
+            resource_version: view.pv_ref.resource_version,
+            path: view.path,
+            links,
+        };
+        self.pvs.insert(uid, seen);
+    }
+
+    fn remove_pv(&mut self, uid: &str) {
+        if let Some(seen) = self.pvs.remove(uid) {
+            self.unlink(&seen.path, &seen.links);
+            if let Some(at) = self.pvs_at.get_mut(&seen.path) {
+                at.remove(uid);
+                if at.is_empty() {
+                    self.pvs_at.remove(&seen.path);
+                }
+            }
+        }
+    }
+
+    fn add_disk(&mut self, inputs: &Inputs<'_>, disk: &Disk) {
+        let links = disk_links(inputs, disk);
+        self.link(&disk.host_path, &links);
+        let seen = SeenDisk {
+            disk: disk.clone(),
+            links,
+        };
+        self.disks.insert(disk.host_path.clone(), seen);
+    }
+
+    fn remove_disk(&mut self, path: &Path) {
+        if let Some(seen) = self.disks.remove(path) {
+            self.unlink(path, &seen.links);
+        }
+    }
+
+    fn link(&mut self, path: &Path, links: &[Link]) {
+        for link in links {
+            self.links
+                .entry(link.clone())
+                .or_default()
+                .insert(path.to_path_buf());
+        }
+    }
+
+    /// NB: a path stays linked while another item at it carries the same link; `relink` re-adds those.
+    fn unlink(&mut self, path: &Path, links: &[Link]) {
+        for link in links {
+            if let Some(paths) = self.links.get_mut(link) {
+                paths.remove(path);
+                if paths.is_empty() {
+                    self.links.remove(link);
+                }
+            }
+        }
+    }
+
+    /// Links every item still at `path` again (after one of them was removed).
+    fn relink(&mut self, path: &Path) {
+        let mut links: Vec<Link> = Vec::new();
+        if let Some(d) = self.disks.get(path) {
+            links.extend(d.links.iter().cloned());
+        }
+        for uid in self.pvs_at.get(path).into_iter().flatten() {
+            links.extend(self.pvs[uid].links.iter().cloned());
+        }
+        self.link(path, &links);
+    }
+
+    /// Plans the part of the world a change can concern; `None` when the pass must plan whole.
+    fn plan_part(&mut self, inputs: &Inputs<'_>) -> Option<(Plan, Work)> {
+        let owners = inputs.owners;
+        if !self.global.same(inputs)
+            || *inputs.memory != self.memory
+            || !owners.recorded
+            || !owners.creating.is_empty()
+        {
+            return None;
+        }
+        let changes = self.diff(inputs)?;
+        let dirty = self.close(changes.dirty, &changes.links);
+        // The world from here on is the new one: the part is read from it.
+        self.apply(
+            inputs,
+            changes.pvs,
+            changes.gone_pvs,
+            changes.disks,
+            changes.gone_disks,
+        );
+        self.unknown = changes.unknown;
+        if changes.ledger_changed {
+            self.ledger = inputs.ledger.clone();
+        }
+        if changes.owners_changed {
+            self.owned = owners.pvs.clone();
+        }
+        let part_pvs: Vec<Arc<PersistentVolume>> = dirty
+            .iter()
+            .filter_map(|p| self.pvs_at.get(p))
+            .flatten()
+            .map(|uid| self.pvs[uid].pv.clone())
+            .collect();
+        let found = Discovery {
+            disks: dirty
+                .iter()
+                .filter_map(|p| self.disks.get(p))
+                .map(|d| d.disk.clone())
+                .collect(),
+            unusable: inputs
+                .found
+                .unusable
+                .iter()
+                .filter(|u| dirty.contains(&u.host_path))
+                .cloned()
+                .collect(),
+            failed_classes: inputs.found.failed_classes.clone(),
+        };
+        let part = Inputs {
+            found: &found,
+            existing: &part_pvs,
+            cluster: inputs.cluster.map(|_| part_pvs.as_slice()),
+            ..*inputs
+        };
+        let (plan, noisy) = decide::Planner::new(&part, Scope::Part).run_traced();
+        let work = Work {
+            pvs: part_pvs.len(),
+            disks: found.disks.len(),
+            whole: false,
+        };
+        Some((self.merge(plan, noisy, &dirty, &changes.gone_uids), work))
+    }
+
+    /// What changed since the last pass, as paths, and the new state of what changed.
+    fn diff<'i>(&self, inputs: &Inputs<'i>) -> Option<Changes<'i>> {
+        let mut c = Changes::default();
+        let known = known_pvs(inputs);
+        if inputs.owners.pvs.len() != known.len() {
+            // An owner without its PV (ForgetOwner is decided whole), or a PV not recorded as ours.
+            return None;
+        }
+        let mut kept = 0;
+        for pv in known {
+            let uid = pv.metadata.uid.as_deref()?;
+            let rv = pv.metadata.resource_version.as_deref().unwrap_or_default();
+            match self.pvs.get(uid) {
+                Some(seen) if seen.resource_version == rv => kept += 1,
+                seen => {
+                    let (uid, view) = owned_view(inputs, pv)?;
+                    kept += usize::from(seen.is_some());
+                    if let Some(seen) = seen {
+                        c.dirty.insert(seen.path.clone());
+                    }
+                    c.dirty.insert(view.path.clone());
+                    c.links
+                        .extend(pv_links(&view).into_iter().map(|l| (l, view.path.clone())));
+                    c.pvs.push((uid, pv, view));
+                }
+            }
+        }
+        if kept < self.pvs.len() {
+            let present: HashSet<&str> = inputs
+                .existing
+                .iter()
+                .chain(inputs.cluster.into_iter().flatten())
+                .filter_map(|pv| pv.metadata.uid.as_deref())
+                .collect();
+            for (uid, seen) in &self.pvs {
+                if !present.contains(uid.as_str()) {
+                    c.dirty.insert(seen.path.clone());
+                    c.gone_pvs.push(uid.clone());
+                }
+            }
+        }
+        if inputs.owners.pvs != self.owned {
+            c.owners_changed = true;
+            // Every PV is ours by UID (checked above for the changed ones; the counts match): a UID that left the
+            // owners while its PV stayed makes the world unclean.
+            for uid in self.owned.keys() {
+                if !inputs.owners.pvs.contains_key(uid) && self.pvs.contains_key(uid) {
+                    return None;
+                }
+            }
+        }
+        c.gone_uids = c.gone_pvs.clone();
+        c.gone_uids
+            .extend(c.pvs.iter().map(|(uid, ..)| uid.clone()));
+        self.diff_disks(inputs, &mut c)?;
+        c.unknown = unknown_paths(inputs.found);
+        c.dirty
+            .extend(c.unknown.symmetric_difference(&self.unknown).cloned());
+        if *inputs.ledger != self.ledger {
+            c.ledger_changed = true;
+            for key in changed_keys(&self.ledger.disks, &inputs.ledger.disks) {
+                let link = Link::Ledger(key.clone());
+                c.dirty
+                    .extend(self.links.get(&link).into_iter().flatten().cloned());
+                c.dirty.extend(
+                    c.links
+                        .iter()
+                        .filter(|(l, _)| *l == link)
+                        .map(|(_, p)| p.clone()),
+                );
+            }
+        }
+        c.dirty.extend(self.noisy.iter().cloned());
+        Some(c)
+    }
+
+    fn diff_disks<'i>(&self, inputs: &Inputs<'i>, c: &mut Changes<'i>) -> Option<()> {
+        let mut kept = 0;
+        for disk in &inputs.found.disks {
+            match self.disks.get(&disk.host_path) {
+                Some(seen) if seen.disk == *disk => kept += 1,
+                seen => {
+                    kept += usize::from(seen.is_some());
+                    c.dirty.insert(disk.host_path.clone());
+                    let links = disk_links(inputs, disk);
+                    c.links
+                        .extend(links.into_iter().map(|l| (l, disk.host_path.clone())));
+                    c.disks.push(disk);
+                }
+            }
+        }
+        let paths: HashSet<&Path> = inputs
+            .found
+            .disks
+            .iter()
+            .map(|d| d.host_path.as_path())
+            .collect();
+        if paths.len() != inputs.found.disks.len() {
+            // Two disks at one path: the general planner keeps one of them; plan whole.
+            return None;
+        }
+        if kept < self.disks.len() {
+            for path in self.disks.keys() {
+                if !paths.contains(path.as_path()) {
+                    c.dirty.insert(path.clone());
+                    c.gone_disks.push(path.clone());
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// The dirty paths and every path linked to one of them, old links and new.
+    fn close(&self, dirty: BTreeSet<PathBuf>, new: &[(Link, PathBuf)]) -> BTreeSet<PathBuf> {
+        let mut by_link: HashMap<&Link, Vec<&PathBuf>> = HashMap::new();
+        let mut links_at: HashMap<&Path, Vec<&Link>> = HashMap::new();
+        for (link, path) in new {
+            by_link.entry(link).or_default().push(path);
+            links_at.entry(path.as_path()).or_default().push(link);
+        }
+        let mut closed = dirty.clone();
+        let mut queue: Vec<PathBuf> = dirty.into_iter().collect();
+        while let Some(path) = queue.pop() {
+            let old = self
+                .disks
+                .get(&path)
+                .map(|d| d.links.as_slice())
+                .into_iter()
+                .flatten()
+                .chain(
+                    self.pvs_at
+                        .get(&path)
+                        .into_iter()
+                        .flatten()
+                        .flat_map(|uid| self.pvs[uid].links.iter()),
+                );
+            let new = links_at.get(path.as_path()).into_iter().flatten().copied();
+            let links: Vec<&Link> = old.chain(new).collect();
+            for link in links {
+                let linked = self
+                    .links
+                    .get(link)
+                    .into_iter()
+                    .flatten()
+                    .chain(by_link.get(link).into_iter().flatten().copied());
+                for other in linked {
+                    if closed.insert(other.clone()) {
+                        queue.push(other.clone());
+                    }
+                }
+            }
+        }
+        closed
+    }
+
+    fn apply(
+        &mut self,
+        inputs: &Inputs<'_>,
+        pvs: Vec<(String, &Arc<PersistentVolume>, PvView)>,
+        gone_pvs: Vec<String>,
+        disks: Vec<&Disk>,
+        gone_disks: Vec<PathBuf>,
+    ) {
+        let mut touched: BTreeSet<PathBuf> = BTreeSet::new();
+        for uid in gone_pvs.iter().chain(pvs.iter().map(|(uid, ..)| uid)) {
+            if let Some(seen) = self.pvs.get(uid) {
+                touched.insert(seen.path.clone());
+            }
+            self.remove_pv(uid);
+        }
+        for path in gone_disks.iter().chain(disks.iter().map(|d| &d.host_path)) {
+            touched.insert(path.clone());
+            self.remove_disk(path);
+        }
+        for path in &touched {
+            self.relink(path);
+        }
+        for (uid, pv, view) in pvs {
+            self.add_pv(uid, pv, view);
+        }
+        for disk in disks {
+            self.add_disk(inputs, disk);
+        }
+    }
+
+    /// The part's plan with the holds and memory of everything outside `dirty`.
+    fn merge(
+        &mut self,
+        part: Plan,
+        noisy: BTreeSet<PathBuf>,
+        dirty: &BTreeSet<PathBuf>,
+        gone_uids: &[String],
+    ) -> Plan {
+        for path in dirty {
+            self.unpublished.remove(path);
+            self.noisy.remove(path);
+        }
+        for u in &part.unpublished {
+            self.unpublished
+                .entry(u.host_path.clone())
+                .or_default()
+                .push(u.clone());
+        }
+        self.noisy.extend(noisy);
+        let planned: Vec<&String> = dirty
+            .iter()
+            .filter_map(|p| self.pvs_at.get(p))
+            .flatten()
+            .chain(gone_uids)
+            .collect();
+        for uid in planned {
+            self.memory.conditions.remove(uid);
+            self.memory.missing_since.remove(uid);
+        }
+        let mut memory = std::mem::take(&mut self.memory);
+        memory.conditions.extend(part.memory.conditions);
+        memory.missing_since.extend(part.memory.missing_since);
+        self.memory = memory.clone();
+        Plan {
+            actions: part.actions,
+            memory,
+            unpublished: self.unpublished.values().flatten().cloned().collect(),
+            requeue_after: part.requeue_after,
+            needs_cluster_list: part.needs_cluster_list,
+        }
+    }
+}
+
+/// What [`Last::diff`] found.
+#[derive(Default)]
+struct Changes<'i> {
+    dirty: BTreeSet<PathBuf>,
+    /// Links of the changed items, with their paths.
+    links: Vec<(Link, PathBuf)>,
+    pvs: Vec<(String, &'i Arc<PersistentVolume>, PvView)>,
+    gone_pvs: Vec<String>,
+    /// UIDs whose memory is decided again: PVs gone or changed.
+    gone_uids: Vec<String>,
+    disks: Vec<&'i Disk>,
+    gone_disks: Vec<PathBuf>,
+    unknown: HashSet<PathBuf>,
+    ledger_changed: bool,
+    owners_changed: bool,
+}
+
+/// Keys whose state differs between two ledgers (present in one only, or with another state).
+fn changed_keys<'a, V: PartialEq>(
+    old: &'a BTreeMap<String, V>,
+    new: &'a BTreeMap<String, V>,
+) -> BTreeSet<&'a String> {
+    let mut changed = BTreeSet::new();
+    for (key, value) in old {
+        if new.get(key) != Some(value) {
+            changed.insert(key);
+        }
+    }
+    for (key, value) in new {
+        if old.get(key) != Some(value) {
+            changed.insert(key);
+        }
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests;

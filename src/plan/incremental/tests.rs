@@ -1,0 +1,324 @@
+//! The incremental planner against the general one: the same plan at every pass of random worlds, and work that
+//! follows the change, not the number of disks.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::*;
+use crate::config::PvNaming;
+use crate::contract::DevId;
+use crate::disk::{DiskIdentity, Unusable, UnusableReason, VolumeMode};
+use crate::plan::fixtures::{self, Pv, World, at_entry, disk, with_uuid};
+use crate::plan::{Action, DiskState};
+
+/// A small deterministic generator (xorshift64*), so a failing seed can be run again.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+fn bump(pv: &mut PersistentVolume) {
+    let rv: u64 = pv
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap_or("0")
+        .parse()
+        .unwrap_or(0);
+    pv.metadata.resource_version = Some((rv + 1).to_string());
+}
+
+fn set_phase(pv: &mut PersistentVolume, phase: &str, claim: Option<&str>) {
+    pv.status = Some(PersistentVolumeStatus {
+        phase: Some(phase.into()),
+        ..Default::default()
+    });
+    if let Some(claim) = claim {
+        let spec = pv.spec.get_or_insert_with(Default::default);
+        spec.claim_ref = Some(ObjectReference {
+            uid: Some(claim.into()),
+            ..Default::default()
+        });
+    }
+    bump(pv);
+}
+
+fn phase(pv: &PersistentVolume) -> &str {
+    pv.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+/// A raw device without hardware ids: only its device path tells it from another (`/dev/loop0` to `3`).
+fn raw(entry: &str, device: usize) -> Disk {
+    let mut d = disk(entry);
+    d.mode = VolumeMode::Block;
+    d.identity = DiskIdentity {
+        device: Some(format!("/dev/loop{device}")),
+        dev_id: Some(DevId::new(7, device as u32)),
+        ..DiskIdentity::default()
+    };
+    d
+}
+
+fn is_block(world: &World) -> bool {
+    world.classes[0].config.volume_mode == VolumeMode::Block
+}
+
+/// A new disk: with a UUID of its own, one another disk has (a clone), none (tagged by the agent), or the
+/// identity of a disk that leaves (a move). Raw devices in a Block world.
+fn new_disk(rng: &mut Rng, world: &mut World, n: &mut u32) -> Disk {
+    *n += 1;
+    let entry = format!("d{n}");
+    if is_block(world) {
+        return raw(&entry, rng.below(4));
+    }
+    let fresh = disk(&entry);
+    match rng.below(5) {
+        0 if !world.found.disks.is_empty() => {
+            let i = rng.below(world.found.disks.len());
+            let uuid = world.found.disks[i].identity.fs_uuid.clone();
+            with_uuid(fresh, uuid.as_deref().unwrap_or("shared"))
+        }
+        1 => {
+            let mut d = fresh;
+            d.identity.fs_uuid = None;
+            d.identity.device = None;
+            d.identity.dev_id = Some(DevId::new(0, *n));
+            d
+        }
+        2 if !world.found.disks.is_empty() => {
+            let i = rng.below(world.found.disks.len());
+            let moved = world.found.disks.remove(i);
+            at_entry(moved, &entry)
+        }
+        _ => fresh,
+    }
+}
+
+/// One random change of the world between two passes.
+fn change(rng: &mut Rng, world: &mut World, n: &mut u32) {
+    let pvs = world.existing.len();
+    let disks = world.found.disks.len();
+    match rng.below(17) {
+        0..=2 => {
+            let d = new_disk(rng, world, n);
+            world.found.disks.push(d);
+        }
+        3 if disks > 0 => {
+            world.found.disks.remove(rng.below(disks));
+        }
+        4 if disks > 0 => {
+            let i = rng.below(disks);
+            *n += 1;
+            let block = is_block(world);
+            let id = &mut world.found.disks[i].identity;
+            match block {
+                true => id.device = Some(format!("/dev/loop{}", rng.below(4))),
+                false => id.fs_uuid = Some(format!("changed-{n}")),
+            }
+        }
+        5 if pvs > 0 => {
+            let pv = &mut world.existing[rng.below(pvs)];
+            if phase(pv) == "Available" {
+                set_phase(pv, "Bound", Some(&format!("claim-{n}")));
+            }
+        }
+        6 if pvs > 0 => {
+            let pv = &mut world.existing[rng.below(pvs)];
+            if phase(pv) == "Bound" {
+                set_phase(pv, "Released", None);
+            }
+        }
+        7 if pvs > 0 => {
+            world.existing.remove(rng.below(pvs));
+        }
+        8 => world.now += Duration::from_secs(rng.below(1200) as u64),
+        9 if disks > 0 => {
+            let d = world.found.disks.remove(rng.below(disks));
+            world.found.unusable.push(Unusable {
+                class: d.class,
+                entry: d.entry,
+                host_path: d.host_path,
+                reason: UnusableReason::ProbeFailed,
+                message: "failed to inspect".into(),
+            });
+        }
+        10 if !world.found.unusable.is_empty() => {
+            let u = world
+                .found
+                .unusable
+                .remove(rng.below(world.found.unusable.len()));
+            let back = match is_block(world) {
+                true => raw(&u.entry, rng.below(4)),
+                false => disk(&u.entry),
+            };
+            world.found.disks.push(back);
+        }
+        11 if rng.chance(30) => world.listed = !world.listed,
+        12 if rng.chance(30) && disks > 0 => {
+            let at = &world.found.disks[rng.below(disks)];
+            let foreign = Pv::test()
+                .for_disk(at)
+                .unlabelled()
+                .uid("foreign")
+                .name("foreign");
+            world.others = vec![foreign.build()];
+        }
+        13 if !world.others.is_empty() => world.others.clear(),
+        14 if rng.chance(20) => {
+            world.config.pv_naming = match world.config.pv_naming {
+                PvNaming::Localpv => PvNaming::Reference,
+                PvNaming::Reference => PvNaming::Localpv,
+            };
+        }
+        16 if pvs > 0 => {
+            // A PV renamed to the name the next new disk's PV would get: that disk's name is taken.
+            // NB: names are unique in a cluster; the planners may pick different ones of two equal names.
+            let next = format!("d{}", *n + 1);
+            let name = crate::pvname::localpv_name(fixtures::NODE, fixtures::CLASS, &next);
+            let taken = world
+                .existing
+                .iter()
+                .any(|pv| pv.metadata.name.as_ref() == Some(&name));
+            if !taken {
+                let pv = &mut world.existing[rng.below(pvs)];
+                pv.metadata.name = Some(name);
+                bump(pv);
+            }
+        }
+        15 if !world.ledger.disks.is_empty() => {
+            let keys: Vec<String> = world.ledger.disks.keys().cloned().collect();
+            let key = &keys[rng.below(keys.len())];
+            world.ledger.set(key, DiskState::Clean);
+        }
+        _ => {}
+    }
+    let pvs = world.existing.len();
+    if rng.chance(5) && pvs > 0 {
+        let pv = &mut world.existing[rng.below(pvs)];
+        pv.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        bump(pv);
+    }
+}
+
+fn world(rng: &mut Rng, n: &mut u32) -> World {
+    let count = 3 + rng.below(12);
+    let block = rng.chance(30);
+    let mut disks = Vec::new();
+    let mut pvs = Vec::new();
+    for _ in 0..count {
+        *n += 1;
+        let d = match block {
+            true => raw(&format!("d{n}"), rng.below(4)),
+            false => disk(&format!("d{n}")),
+        };
+        if rng.chance(60) {
+            let pv = match rng.below(3) {
+                0 => Pv::test().for_disk(&d).uid(&format!("uid-d{n}")).bound(),
+                1 => Pv::test().for_disk(&d).uid(&format!("uid-d{n}")).released(),
+                _ => Pv::test().for_disk(&d).uid(&format!("uid-d{n}")),
+            };
+            pvs.push(pv.build());
+        }
+        disks.push(d);
+    }
+    let mut world = World::new(disks, pvs);
+    if block {
+        let config = fixtures::class_config(fixtures::CLASS, fixtures::DIR, VolumeMode::Block);
+        world.classes = vec![fixtures::class_facts(config)];
+    }
+    world
+}
+
+#[test]
+fn the_incremental_planner_plans_what_the_general_one_plans_at_every_pass() {
+    let mut parts = 0;
+    for seed in 1..=300u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut n = 0;
+        let mut world = world(&mut rng, &mut n);
+        let mut incremental = Incremental::default();
+        for step in 0..40 {
+            if step > 0 {
+                change(&mut rng, &mut world, &mut n);
+            }
+            let whole = world.plan();
+            let part = world.with_inputs(|inputs| incremental.plan(inputs));
+            assert_eq!(part, whole, "seed {seed}, step {step}");
+            parts += usize::from(!incremental.work().whole);
+            world.apply(&whole);
+        }
+    }
+    // NB: a comparison only means something if the incremental path ran.
+    assert!(parts > 3000, "only {parts} passes planned a part");
+}
+
+#[test]
+fn one_new_disk_is_planned_alone_whatever_the_disks_already_published() {
+    let mut works = Vec::new();
+    for count in [10, 2000] {
+        let disks: Vec<Disk> = (0..count).map(|i| disk(&format!("d{i:05}"))).collect();
+        let pvs = disks
+            .iter()
+            .map(|d| Pv::test().for_disk(d).build())
+            .collect();
+        let mut world = World::new(disks, pvs);
+        let mut incremental = Incremental::default();
+        world.with_inputs(|inputs| incremental.plan(inputs));
+        assert!(incremental.work().whole, "the first pass plans whole");
+        world.found.disks.push(disk("new"));
+        let plan = world.with_inputs(|inputs| incremental.plan(inputs));
+        assert_eq!(plan, world.plan());
+        assert!(
+            plan.actions
+                .iter()
+                .any(|a| matches!(a, Action::CreatePv(_)))
+        );
+        let created = incremental.work();
+        world.apply(&plan);
+        world.with_inputs(|inputs| incremental.plan(inputs));
+        works.push((created, incremental.work()));
+    }
+    assert_eq!(works[0], works[1], "work at 10 and 2,000 disks");
+    let (created, settled) = works[0];
+    assert_eq!((created.pvs, created.disks, created.whole), (0, 1, false));
+    assert_eq!((settled.pvs, settled.disks, settled.whole), (1, 1, false));
+}
+
+#[test]
+fn a_world_with_a_pv_of_another_owner_is_planned_whole() {
+    let d = disk("vol1");
+    let mut world = World::new(vec![d.clone()], vec![]);
+    world.others = vec![
+        fixtures::Pv::test()
+            .for_disk(&d)
+            .unlabelled()
+            .uid("x")
+            .build(),
+    ];
+    let mut incremental = Incremental::default();
+    for _ in 0..2 {
+        let plan = world.with_inputs(|inputs| incremental.plan(inputs));
+        assert_eq!(plan, world.plan());
+        assert!(incremental.work().whole);
+        world.apply(&plan);
+    }
+}
