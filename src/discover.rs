@@ -18,6 +18,10 @@
 //! reused by another device, e.g. a loop device re-attached to another file); the agent forgets an entry after it
 //! changed it itself (volume id stored, wipe) and empties the cache on each periodic resync, which refreshes
 //! free space and catches what no mount event shows (an xattr changed by hand).
+//!
+//! The cache also keeps what the last pass listed and classified: [`discover_again`] reuses it instead of reading
+//! the mount table and the directories, for a pass the agent knows nothing on the host changed since (no mount or
+//! directory event, no resync): it measures only entries forgotten since, and block entries.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -36,31 +40,54 @@ pub mod pattern;
 
 use classify::{Candidate, CandidateKind, Listing};
 
-/// Filesystem measurements of earlier passes, by what identifies the mount they were taken on.
+/// Filesystem measurements of earlier passes, by host path with the mount they were taken on, and what the last
+/// pass listed and classified.
 #[derive(Debug, Default)]
 pub struct Probed {
-    disks: HashMap<ProbeKey, Disk>,
+    disks: HashMap<PathBuf, (ProbeKey, Disk)>,
+    gathered: Option<Gathered>,
     /// Candidates measured by the last pass (cache misses and block entries).
     pub last_measured: usize,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// What identifies the mount a measurement was taken on.
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct ProbeKey {
     class: String,
     probe_path: PathBuf,
-    host_path: PathBuf,
     mount: MountEntry,
+}
+
+/// The last pass's classification, kept for a pass that need not look at the host again.
+#[derive(Debug)]
+struct Gathered {
+    classes: Vec<DiscoveryClass>,
+    candidates: Vec<KeptCandidate>,
+    /// Rejected entries and failed classes (probe failures are decided again with each measurement).
+    unusable: Vec<Unusable>,
+    failed_classes: Vec<ClassFailure>,
+}
+
+/// A [`Candidate`] without the borrow of its class.
+#[derive(Debug)]
+struct KeptCandidate {
+    class: String,
+    entry: String,
+    host_path: PathBuf,
+    probe_path: PathBuf,
+    kind: CandidateKind,
 }
 
 impl Probed {
     /// Measure the entry at `host_path` again in the next pass (the agent changed it).
     pub fn forget(&mut self, host_path: &Path) {
-        self.disks.retain(|k, _| k.host_path != host_path);
+        self.disks.remove(host_path);
     }
 
-    /// Measure everything again in the next pass.
+    /// Measure everything again in the next pass, after listing it again.
     pub fn clear(&mut self) {
         self.disks.clear();
+        self.gathered = None;
     }
 
     pub fn len(&self) -> usize {
@@ -75,6 +102,40 @@ impl Probed {
 /// Look at every class's discovery directory and report each matching entry as a disk or as unusable.
 pub fn discover(host: &dyn Host, classes: &[DiscoveryClass]) -> Discovery {
     discover_with(host, classes, &mut Probed::default())
+}
+
+/// [`discover_with`] on what the last pass listed and classified, when the classes are the same: measures only
+/// entries forgotten since (and block entries, always), never reads the mount table or a directory. For a pass
+/// nothing on the host can have changed before, except what the agent changed itself and forgot.
+pub fn discover_again(
+    host: &dyn Host,
+    classes: &[DiscoveryClass],
+    probed: &mut Probed,
+) -> Discovery {
+    let Some(gathered) = probed.gathered.take().filter(|g| g.classes == classes) else {
+        return discover_with(host, classes, probed);
+    };
+    let candidates: Vec<Candidate<'_>> = gathered
+        .candidates
+        .iter()
+        .filter_map(|c| {
+            Some(Candidate {
+                class: classes.iter().find(|class| class.name == c.class)?,
+                entry: c.entry.clone(),
+                host_path: c.host_path.clone(),
+                probe_path: c.probe_path.clone(),
+                kind: c.kind.clone(),
+            })
+        })
+        .collect();
+    let discovery = Discovery {
+        disks: Vec::new(),
+        unusable: gathered.unusable.clone(),
+        failed_classes: gathered.failed_classes.clone(),
+    };
+    let discovery = measure_all(host, &candidates, discovery, probed);
+    probed.gathered = Some(gathered);
+    discovery
 }
 
 /// [`discover`], reusing the measurements in `probed` for filesystem entries whose mount did not change. Keeps
@@ -104,24 +165,55 @@ pub fn discover_with(
     }
     let empty = MountTable::default();
     let classified = classify::classify(&listings, table.as_ref().unwrap_or(&empty));
-    let mut discovery = Discovery {
+    let discovery = Discovery {
         disks: Vec::new(),
+        unusable: classified.unusable.clone(),
+        failed_classes: failed_classes.clone(),
+    };
+    let discovery = measure_all(host, &classified.candidates, discovery, probed);
+    probed.gathered = Some(Gathered {
+        classes: classes.to_vec(),
+        candidates: classified
+            .candidates
+            .into_iter()
+            .map(|c| KeptCandidate {
+                class: c.class.name.clone(),
+                entry: c.entry,
+                host_path: c.host_path,
+                probe_path: c.probe_path,
+                kind: c.kind,
+            })
+            .collect(),
         unusable: classified.unusable,
         failed_classes,
-    };
+    });
+    discovery
+}
+
+/// Measures each candidate into `discovery`, reusing what `probed` measured on the same mount; keeps only this
+/// pass's measurements.
+fn measure_all(
+    host: &dyn Host,
+    candidates: &[Candidate<'_>],
+    mut discovery: Discovery,
+    probed: &mut Probed,
+) -> Discovery {
     let mut kept = HashMap::with_capacity(probed.disks.len());
     let mut measured = 0;
-    for candidate in &classified.candidates {
+    for candidate in candidates {
         let key = match &candidate.kind {
             CandidateKind::Filesystem { mount } => Some(ProbeKey {
                 class: candidate.class.name.clone(),
                 probe_path: candidate.probe_path.clone(),
-                host_path: candidate.host_path.clone(),
                 mount: mount.clone(),
             }),
             CandidateKind::Block { .. } => None,
         };
-        let result = match key.as_ref().and_then(|k| probed.disks.remove(k)) {
+        let cached = key.as_ref().and_then(|key| {
+            let (seen, disk) = probed.disks.remove(&candidate.host_path)?;
+            (seen == *key).then_some(disk)
+        });
+        let result = match cached {
             Some(disk) => Ok(disk),
             None => {
                 measured += 1;
@@ -131,7 +223,7 @@ pub fn discover_with(
         match result {
             Ok(disk) => {
                 if let Some(key) = key {
-                    kept.insert(key, disk.clone());
+                    kept.insert(candidate.host_path.clone(), (key, disk.clone()));
                 }
                 discovery.disks.push(disk);
             }

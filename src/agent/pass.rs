@@ -33,8 +33,8 @@ use super::wiper::{Done, Failed};
 use super::{Options, load_config};
 use crate::config::Config;
 use crate::contract::NODE_LABEL;
-use crate::discover::{Probed, discover_with};
-use crate::disk::Discovery;
+use crate::discover::{Probed, discover_again, discover_with};
+use crate::disk::{Discovery, VolumeMode};
 use crate::effects::{self, Reason, Writer};
 use crate::host::Host;
 use crate::host::watch::MountWatcher;
@@ -91,6 +91,9 @@ pub struct Agent {
     planner: Incremental,
     /// Measurements of the last discovery, reused for entries whose mount did not change.
     probed: Probed,
+    /// The host may have changed since the last discovery looked (a mount or directory event, no watcher, a
+    /// directory the watcher could not watch): the next pass lists it again.
+    host_changed: bool,
     /// This pass stored a volume id: plan again at once (the disk is published next pass).
     tagged: bool,
     running: HashMap<String, Running>,
@@ -125,6 +128,7 @@ impl Agent {
             memory: Memory::default(),
             planner: Incremental::default(),
             probed: Probed::default(),
+            host_changed: true,
             tagged: false,
             running: HashMap::new(),
             backoff: HashMap::new(),
@@ -140,6 +144,9 @@ impl Agent {
             return;
         }
         let mut watcher = self.mount_watcher();
+        let mut watched = watcher
+            .as_ref()
+            .is_some_and(MountWatcher::watches_every_dir);
         let mut config_tick = tokio::time::interval(self.s.opts.config_poll);
         let mut resync_at = Instant::now() + self.s.config.min_resync_period;
         let mut requeue = self.pass().await;
@@ -149,16 +156,20 @@ impl Agent {
             let wake_at = requeue.map_or(resync_at, |r| (Instant::now() + r).min(resync_at));
             let mut settle = false;
             tokio::select! {
-                _ = async { match watcher.as_mut() { Some(w) => w.changed().await, None => std::future::pending().await } } => {}
+                _ = async { match watcher.as_mut() { Some(w) => w.changed().await, None => std::future::pending().await } } => self.host_changed = true,
                 _ = self.s.changed.notified() => settle = true,
                 Some(done) = self.done_rx.recv() => self.finish_wipe(done).await,
                 _ = tokio::time::sleep_until(wake_at.into()) => {}
                 _ = config_tick.tick() => {
                     if !self.reload_config().await { continue; }
                     watcher = self.mount_watcher();
+                    watched = watcher.as_ref().is_some_and(MountWatcher::watches_every_dir);
+                    self.host_changed = true;
                 }
                 _ = shutdown.changed() => break,
             }
+            // NB: without a watcher on every directory nothing says when the host changed: list it every pass.
+            self.host_changed |= !watched;
             if settle {
                 tokio::time::sleep(SETTLE).await;
             }
@@ -329,8 +340,15 @@ impl Agent {
         let classes = self.s.config.discovery_classes();
         let host = self.host.clone();
         let mut probed = std::mem::take(&mut self.probed);
+        // NB: block entries may change with no event in their directory (a symlink's target device appearing):
+        // a configuration with a Block class lists the host in every pass.
+        let fresh = std::mem::take(&mut self.host_changed)
+            || classes.iter().any(|c| c.mode == VolumeMode::Block);
         let discovered = tokio::task::spawn_blocking(move || {
-            let found = discover_with(host.as_ref(), &classes, &mut probed);
+            let found = match fresh {
+                true => discover_with(host.as_ref(), &classes, &mut probed),
+                false => discover_again(host.as_ref(), &classes, &mut probed),
+            };
             (found, probed)
         })
         .await;
@@ -341,6 +359,7 @@ impl Agent {
             }
             Err(error) => {
                 warn!(%error, "discovery task failed");
+                self.host_changed = true;
                 return Some(FIRST_BACKOFF);
             }
         };

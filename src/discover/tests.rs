@@ -770,3 +770,39 @@ fn block_entries_are_measured_on_every_pass() {
             .any(|c| matches!(c, Call::BlockDeviceSize(_)))
     );
 }
+
+#[test]
+fn a_pass_on_an_unchanged_host_measures_only_forgotten_entries_and_reads_no_listing() {
+    let mut probed = Probed::default();
+    let host = tmpfs_host(&[(30, "vol1"), (31, "vol2")]);
+    let first = discover_with(&host, &[fs_class()], &mut probed);
+    probed.forget(&PathBuf::from(HOST_DIR).join("vol2"));
+    let again = tmpfs_host(&[(30, "vol1"), (31, "vol2")]);
+    let discovery = discover_again(&again, &[fs_class()], &mut probed);
+    assert_eq!(discovery, first);
+    assert_eq!(
+        again.calls(),
+        [
+            Call::Statvfs(probe_path("vol2")),
+            Call::VolumeId(probe_path("vol2"))
+        ]
+    );
+    assert_eq!(probed.last_measured, 1);
+}
+
+#[test]
+fn a_pass_after_a_resync_or_with_other_classes_lists_the_host_again() {
+    let mut probed = Probed::default();
+    discover_with(&tmpfs_host(&[(30, "vol1")]), &[fs_class()], &mut probed);
+    probed.clear();
+    let resync = tmpfs_host(&[(30, "vol1"), (31, "vol2")]);
+    assert_eq!(
+        published(&discover_again(&resync, &[fs_class()], &mut probed)),
+        ["vol1", "vol2"]
+    );
+    let mut other = fs_class();
+    other.name = "other".into();
+    let reconfigured = tmpfs_host(&[(30, "vol1")]);
+    discover_again(&reconfigured, &[other], &mut probed);
+    assert!(reconfigured.calls().contains(&Call::MountTable));
+}

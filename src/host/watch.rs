@@ -48,6 +48,8 @@ pub enum WatchError {
 /// accumulate, which already coalesces events that arrive while nobody waits.
 pub struct MountWatcher {
     events: Arc<Notify>,
+    /// Every discovery directory is watched: no change to one goes unseen (short of a dropped event).
+    every_dir: bool,
     /// Dropping this closes the pipe, which the thread sees as POLLHUP and exits on.
     stop: Option<OwnedFd>,
     thread: Option<JoinHandle<()>>,
@@ -75,9 +77,11 @@ impl MountWatcher {
             | AddWatchFlags::IN_DELETE_SELF
             | AddWatchFlags::IN_MOVE_SELF
             | AddWatchFlags::IN_ONLYDIR;
+        let mut every_dir = true;
         for dir in dirs {
             if let Err(errno) = inotify.add_watch(dir.as_path(), mask) {
                 warn!(dir = %dir.display(), error = %errno, "cannot watch discovery directory; relying on resync");
+                every_dir = false;
             }
         }
         let (stopped, stop) =
@@ -90,9 +94,15 @@ impl MountWatcher {
             .map_err(WatchError::Spawn)?;
         Ok(MountWatcher {
             events,
+            every_dir,
             stop: Some(stop),
             thread: Some(thread),
         })
+    }
+
+    /// Whether every discovery directory given is watched.
+    pub fn watches_every_dir(&self) -> bool {
+        self.every_dir
     }
 
     /// Wait until the mount table or a watched directory changed. Cancel-safe: [`Notify::notified`] takes the

@@ -97,6 +97,11 @@ impl Disks {
         self.counts.probes.load(Ordering::Relaxed)
     }
 
+    fn reads(&self) -> usize {
+        self.counts.mount_table.load(Ordering::Relaxed)
+            + self.counts.read_dir.load(Ordering::Relaxed)
+    }
+
     fn probe(&self) {
         self.counts.probes.fetch_add(1, Ordering::Relaxed);
     }
@@ -407,10 +412,12 @@ async fn settled(n: usize) -> Bed {
     bed
 }
 
-/// What one new mount cost: host probes, PVs and disks planned, and the API requests it caused.
+/// What one new mount cost: host probes, reads of the mount table and directories, PVs and disks planned, and the
+/// API requests it caused.
 #[derive(Debug)]
 struct EventCost {
     probes: usize,
+    reads: usize,
     passes: usize,
     planned: usize,
     whole: bool,
@@ -419,12 +426,16 @@ struct EventCost {
 
 async fn one_event(bed: &mut Bed, name: &str) -> EventCost {
     let probes = bed.host.probes();
+    let reads = bed.host.reads();
     (bed.planned, bed.whole) = (0, false);
     bed.host.mount(name, false);
+    // As the mount watcher says when the mount table changes.
+    bed.agent.host_changed = true;
     // The mount event, then the wake-up the agent's own writes cause (PV and LocalDisk watch events).
     let passes = bed.wake().await + bed.wake().await;
     EventCost {
         probes: bed.host.probes() - probes,
+        reads: bed.host.reads() - reads,
         passes,
         planned: bed.planned,
         whole: bed.whole,
@@ -451,6 +462,10 @@ async fn a_mount_event_costs_the_same_work_at_10_and_2000_disks() {
             cost.requests
         );
         assert!(!cost.whole, "no pass planned every disk: {cost:?}");
+        assert_eq!(
+            cost.reads, 2,
+            "one mount table and one directory read, by the first pass"
+        );
         costs.push((cost.probes, cost.passes, cost.planned, cost.requests.len()));
     }
     assert_eq!(
