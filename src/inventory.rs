@@ -18,6 +18,7 @@ pub mod build;
 pub mod cli;
 pub mod crd;
 pub mod format;
+pub mod incremental;
 pub mod inputs;
 pub mod naming;
 pub mod notices;

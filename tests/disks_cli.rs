@@ -11,6 +11,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use kube::Api;
@@ -161,6 +162,7 @@ async fn pass(api: &Api<LocalDisk>, node: &str, found: &Discovery) -> Changes {
     let all = api.list(&ListParams::default()).await.expect("list");
     let (mine, others): (Vec<LocalDisk>, Vec<LocalDisk>) =
         all.items.into_iter().partition(|d| d.spec.node == node);
+    let mine: Vec<Arc<LocalDisk>> = mine.into_iter().map(Arc::new).collect();
     let (ledger, wipes, failures) = (DiskLedger::default(), BTreeMap::new(), BTreeMap::new());
     build(&Inputs {
         node,

@@ -12,13 +12,15 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use crate::disk::Discovery;
+use crate::plan::{DiskLedger, Unpublished};
 use crate::serve::{Limits, listen};
 
 #[derive(Clone)]
 pub struct State {
     ready: Arc<AtomicBool>,
     registry: Arc<Registry>,
-    disks: Arc<RwLock<serde_json::Value>>,
+    disks: Arc<RwLock<Option<Disks>>>,
     /// A line `/readyz` adds while something optional is off (the inventory without its CRD).
     note: Arc<RwLock<Option<String>>>,
 }
@@ -28,7 +30,7 @@ impl State {
         State {
             ready: Arc::new(AtomicBool::new(false)),
             registry: Arc::new(registry),
-            disks: Arc::new(RwLock::new(serde_json::json!({"ready": false}))),
+            disks: Arc::new(RwLock::new(None)),
             note: Arc::new(RwLock::new(None)),
         }
     }
@@ -41,8 +43,32 @@ impl State {
         *self.note.write().unwrap_or_else(|e| e.into_inner()) = note;
     }
 
-    pub fn set_disks(&self, value: serde_json::Value) {
-        *self.disks.write().unwrap_or_else(|e| e.into_inner()) = value;
+    pub fn set_disks(&self, disks: Disks) {
+        *self.disks.write().unwrap_or_else(|e| e.into_inner()) = Some(disks);
+    }
+}
+
+/// What the last pass saw, as `/disks` shows it. Kept as the pass left it (shared, not copied) and put into JSON
+/// only when asked: a pass over thousands of disks does not encode them for nobody.
+pub struct Disks {
+    pub node: String,
+    pub found: Arc<Discovery>,
+    pub unpublished: Vec<Unpublished>,
+    pub wiping: Vec<String>,
+    pub ledger: Arc<DiskLedger>,
+}
+
+impl Disks {
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "node": self.node,
+            "disks": self.found.disks,
+            "unusable": self.found.unusable,
+            "failedClasses": self.found.failed_classes,
+            "unpublished": self.unpublished,
+            "wiping": self.wiping,
+            "ledger": *self.ledger,
+        })
     }
 }
 
@@ -73,11 +99,10 @@ async fn metrics(Extract(state): Extract<State>) -> Response {
 }
 
 async fn disks(Extract(state): Extract<State>) -> Response {
-    let value = state
-        .disks
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let value = match &*state.disks.read().unwrap_or_else(|e| e.into_inner()) {
+        Some(disks) => disks.json(),
+        None => serde_json::json!({"ready": false}),
+    };
     axum::Json(value).into_response()
 }
 

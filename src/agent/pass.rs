@@ -24,7 +24,7 @@ mod wipes;
 
 use self::wipes::{Backoff, Running};
 use super::exec::PvWriter;
-use super::http::State as HttpState;
+use super::http::{Disks as HttpDisks, State as HttpState};
 use super::inventory::{self as inv, InventoryWriter};
 use super::ledger::LedgerFile;
 use super::metrics::{Metrics, Outcome, OutcomeLabels};
@@ -86,9 +86,13 @@ pub struct Agent {
     ledger: DiskLedger,
     owners: Owners,
     ledger_file: LedgerFile,
+    /// Writes of the ledger file so far: the ledger changes only with one.
+    stored: u64,
     memory: Memory,
     /// The planner between passes: plans again only what changed.
     planner: Incremental,
+    /// The inventory between passes: builds again only what changed.
+    inventory_builder: inventory::incremental::Incremental,
     /// Measurements of the last discovery, reused for entries whose mount did not change.
     probed: Probed,
     /// The host may have changed since the last discovery looked (a mount or directory event, no watcher, a
@@ -103,6 +107,16 @@ pub struct Agent {
     last_config_error: Option<String>,
     /// Unusable entries already logged (one warning per entry and reason).
     notices: inventory::notices::Notices,
+    /// What the last pass published to the metrics and `/disks`, to do it again only on a change.
+    published: Published,
+}
+
+#[derive(Default)]
+struct Published {
+    pvs: Vec<Arc<PersistentVolume>>,
+    unusable: Vec<crate::disk::Unusable>,
+    /// The ledger as of the `stored`-th write.
+    ledger: Option<(u64, Arc<DiskLedger>)>,
 }
 
 impl Agent {
@@ -125,14 +139,17 @@ impl Agent {
             ledger,
             owners,
             ledger_file,
+            stored: 0,
             memory: Memory::default(),
             planner: Incremental::default(),
+            inventory_builder: Default::default(),
             probed: Probed::default(),
             host_changed: true,
             tagged: false,
             running: HashMap::new(),
             backoff: HashMap::new(),
             notices: Default::default(),
+            published: Published::default(),
             done_tx,
             done_rx,
             last_config_error: None,
@@ -470,7 +487,7 @@ impl Agent {
             let (path, reason) = (u.host_path.display(), u.reason.as_str());
             warn!(class = %u.class, %path, reason, note = %u.message, "entry not usable");
         }
-        self.publish_state(&found, &plan.unpublished, &existing);
+        self.publish_state(found, plan.unpublished, &existing);
         self.s.metrics.discovery_passes.inc();
         self.s
             .metrics
@@ -512,14 +529,16 @@ impl Agent {
 
     /// Brings this node's LocalDisks in line with the pass; returns when to look again.
     async fn sync_inventory(
-        &self,
+        &mut self,
         found: &Discovery,
         unpublished: &[plan::Unpublished],
         pvs: &[Arc<PersistentVolume>],
         retry: &mut bool,
     ) -> Option<Duration> {
-        let existing = self.s.disks.all();
-        let wanted = inventory::names_to_look_up(&self.s.node, found, &existing);
+        let existing = self.s.disks.shared();
+        let wanted = self
+            .inventory_builder
+            .names_to_look_up(&self.s.node, found, &existing);
         let others = self.inventory.fetch(&wanted).await;
         let mut wipes = inv::WipeFacts::default();
         for r in self.running.values() {
@@ -534,7 +553,7 @@ impl Agent {
             };
             wipes.failures.insert(b.host_path.clone(), f);
         }
-        let changes = inventory::build(&inventory::Inputs {
+        let changes = self.inventory_builder.build(&inventory::Inputs {
             node: &self.s.node,
             found,
             unpublished,
@@ -555,25 +574,40 @@ impl Agent {
     }
 
     fn publish_state(
-        &self,
-        found: &Discovery,
-        unpublished: &[plan::Unpublished],
+        &mut self,
+        found: Discovery,
+        unpublished: Vec<plan::Unpublished>,
         pvs: &[Arc<PersistentVolume>],
     ) {
         let m = &self.s.metrics;
         m.disks_found.set(found.disks.len() as i64);
-        let classes = self.s.config.classes.iter().map(|c| c.name.as_str());
-        m.publish_pass(classes, &found.unusable, pvs);
-        let wiping: Vec<&String> = self.running.keys().collect();
-        self.s.http.set_disks(serde_json::json!({
-            "node": self.s.node,
-            "disks": found.disks,
-            "unusable": found.unusable,
-            "failedClasses": found.failed_classes,
-            "unpublished": unpublished,
-            "wiping": wiping,
-            "ledger": self.ledger,
-        }));
+        // NB: PVs unchanged since the last pass are the same pointers in the index: compared, not read again.
+        let same_pvs = pvs.len() == self.published.pvs.len()
+            && pvs
+                .iter()
+                .zip(&self.published.pvs)
+                .all(|(a, b)| Arc::ptr_eq(a, b));
+        if !same_pvs || found.unusable != self.published.unusable {
+            let classes = self.s.config.classes.iter().map(|c| c.name.as_str());
+            m.publish_pass(classes, &found.unusable, pvs);
+            self.published.pvs = pvs.to_vec();
+            self.published.unusable = found.unusable.clone();
+        }
+        let ledger = match &self.published.ledger {
+            Some((stored, ledger)) if *stored == self.stored => ledger.clone(),
+            _ => {
+                let ledger = Arc::new(self.ledger.clone());
+                self.published.ledger = Some((self.stored, ledger.clone()));
+                ledger
+            }
+        };
+        self.s.http.set_disks(HttpDisks {
+            node: self.s.node.clone(),
+            found: Arc::new(found),
+            unpublished,
+            wiping: self.running.keys().cloned().collect(),
+            ledger,
+        });
     }
 
     /// Applies one action.
@@ -718,7 +752,9 @@ impl Agent {
         true
     }
 
-    fn persist(&self) -> bool {
+    fn persist(&mut self) -> bool {
+        // NB: counted before the write: a failed one restores the ledger, which is a change too.
+        self.stored += 1;
         match self.ledger_file.store(&self.ledger, &self.owners) {
             Ok(()) => true,
             Err(error) => {

@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -29,8 +30,8 @@ use super::inputs::{Inputs, time};
 use super::naming::{self, DiskKey};
 use super::status;
 use crate::disk::{Discovery, Disk, Unusable};
-use crate::plan::NodeFacts;
 use crate::plan::pv::PvView;
+use crate::plan::{NodeFacts, Unpublished};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Change {
@@ -53,7 +54,7 @@ pub struct Changes {
 
 /// The `fs-<uuid>` names this node wants but does not hold: the agent fetches these (other nodes' objects are not
 /// in its label-scoped watch) and passes the ones that exist as `Inputs::others`.
-pub fn names_to_look_up(node: &str, found: &Discovery, existing: &[LocalDisk]) -> Vec<String> {
+pub fn names_to_look_up(node: &str, found: &Discovery, existing: &[Arc<LocalDisk>]) -> Vec<String> {
     let held: BTreeMap<DiskKey, &str> = existing
         .iter()
         .filter(|d| d.spec.node == node)
@@ -73,7 +74,23 @@ pub fn names_to_look_up(node: &str, found: &Discovery, existing: &[LocalDisk]) -
 
 /// Decides one pass. Pure: same inputs, same changes.
 pub fn build(inputs: &Inputs<'_>) -> Changes {
-    Builder::new(inputs).run()
+    Builder::new(inputs).run(Scope::Whole).0
+}
+
+/// How much of the inventory a run builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Scope {
+    /// Every found entry, then every object of this node that no entry uses.
+    Whole,
+    /// Only the found entries given (`incremental`): objects no entry uses are decided by the caller.
+    Part,
+}
+
+/// What a run decided per found entry: the object name it uses, and the entries that wrote.
+#[derive(Default)]
+pub(super) struct Trace {
+    pub(super) names: Vec<(PathBuf, String)>,
+    pub(super) noisy: BTreeSet<PathBuf>,
 }
 
 /// One found entry: a usable disk or a rejected one.
@@ -99,10 +116,11 @@ impl Found<'_> {
     }
 }
 
-struct Builder<'a> {
+pub(super) struct Builder<'a> {
     inputs: &'a Inputs<'a>,
-    node: NodeFacts,
     pvs: BTreeMap<PathBuf, (PvView, &'a PersistentVolume)>,
+    /// The first hold reason of each path.
+    held: HashMap<&'a Path, &'a Unpublished>,
     mine: Vec<&'a LocalDisk>,
     /// `mine` by name (the first of a name) and by disk key (in `mine` order).
     mine_by_name: HashMap<&'a str, &'a LocalDisk>,
@@ -113,7 +131,7 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
-    fn new(inputs: &'a Inputs<'a>) -> Self {
+    pub(super) fn new(inputs: &'a Inputs<'a>) -> Self {
         let node = NodeFacts {
             name: inputs.node.to_string(),
             ..NodeFacts::default()
@@ -129,9 +147,14 @@ impl<'a> Builder<'a> {
                 pvs.insert(view.path.clone(), (view, pv));
             }
         }
+        let mut held = HashMap::with_capacity(inputs.unpublished.len());
+        for u in inputs.unpublished {
+            held.entry(u.host_path.as_path()).or_insert(u);
+        }
         let mine: Vec<&LocalDisk> = inputs
             .existing
             .iter()
+            .map(|d| &**d)
             .filter(|d| d.spec.node == inputs.node && d.metadata.name.is_some())
             .collect();
         let mut mine_by_name = HashMap::with_capacity(mine.len());
@@ -147,8 +170,8 @@ impl<'a> Builder<'a> {
         }
         Builder {
             inputs,
-            node,
             pvs,
+            held,
             mine,
             mine_by_name,
             mine_by_key,
@@ -158,7 +181,7 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn run(mut self) -> Changes {
+    pub(super) fn run(mut self, scope: Scope) -> (Changes, Trace) {
         let found: Vec<Found<'a>> = self
             .inputs
             .found
@@ -167,25 +190,51 @@ impl<'a> Builder<'a> {
             .map(Found::Disk)
             .chain(self.inputs.found.unusable.iter().map(Found::Unusable))
             .collect();
+        let mut trace = Trace::default();
         for item in &found {
-            self.one(*item);
+            let before = self.changes.len();
+            let name = self.one(*item);
+            if self.changes.len() != before {
+                trace.noisy.insert(item.host_path().to_path_buf());
+            }
+            trace.names.push((item.host_path().to_path_buf(), name));
         }
-        let occupied: BTreeSet<&Path> = found.iter().map(Found::host_path).collect();
-        let requeue_after = self.vanished(&occupied);
-        Changes {
+        let mut requeue_after = None;
+        if scope == Scope::Whole {
+            let occupied: BTreeSet<&Path> = found.iter().map(Found::host_path).collect();
+            // NB: in name order, as the incremental inventory decides them.
+            let mut unused: Vec<&LocalDisk> = self
+                .mine
+                .iter()
+                .copied()
+                .filter(|d| {
+                    d.metadata
+                        .name
+                        .as_ref()
+                        .is_some_and(|n| !self.used.contains(n))
+                })
+                .collect();
+            unused.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+            let gone = vanished(self.inputs, &unused, |p| occupied.contains(p));
+            self.changes.extend(gone.changes);
+            requeue_after = gone.requeue_after;
+        }
+        let changes = Changes {
             changes: self.changes,
             requeue_after,
-        }
+        };
+        (changes, trace)
     }
 
-    /// The desired object for one found entry, and the write (if any) that gets it there.
-    fn one(&mut self, item: Found<'_>) {
+    /// The desired object for one found entry, and the write (if any) that gets it there; returns its name.
+    fn one(&mut self, item: Found<'_>) -> String {
         let key = item.key();
         let (name, duplicate) = self.name_for(&key, item.host_path());
         self.used.insert(name.clone());
         let pv = self.pvs.get(item.host_path());
+        let held = self.held.get(item.host_path()).copied();
         let mut status = match item {
-            Found::Disk(disk) => status::of_disk(self.inputs, disk, pv),
+            Found::Disk(disk) => status::of_disk(self.inputs, disk, pv, held),
             Found::Unusable(u) => status::of_unusable(u, pv),
         };
         if let Some(duplicate) = duplicate {
@@ -210,6 +259,7 @@ impl<'a> Builder<'a> {
             }
             Some(_) => {}
         }
+        name
     }
 
     /// The object name for `key`: the one this node already holds for it, else the plain name unless another node
@@ -245,54 +295,57 @@ impl<'a> Builder<'a> {
         }
         (name, duplicate)
     }
+}
 
-    /// Objects of this node not found in this pass: missing, then deleted after the grace period. Returns when to
-    /// look again.
-    fn vanished(&mut self, occupied: &BTreeSet<&Path>) -> Option<Duration> {
-        let failed: BTreeSet<&str> = self
-            .inputs
-            .found
-            .failed_classes
-            .iter()
-            .map(|f| f.class.as_str())
-            .collect();
-        let mut requeue: Option<Duration> = None;
-        for existing in self.mine.clone() {
-            let Some(name) = existing.metadata.name.clone() else {
-                continue;
-            };
-            if self.used.contains(&name) || failed.contains(existing.spec.storage_class.as_str()) {
-                continue;
-            }
-            let key = DiskKey::of_spec(&existing.spec);
-            if matches!(key, DiskKey::Path(_)) && occupied.contains(Path::new(&existing.spec.path))
-            {
-                // Another object now describes this path (the entry became a filesystem with a UUID).
-                self.changes.push(Change::Delete(name));
-                continue;
-            }
-            let status = existing.status.clone().unwrap_or_default();
-            let since = status
-                .missing_since
-                .as_ref()
-                .filter(|_| status.phase == LocalDiskPhase::Missing);
-            let Some(since) = since else {
-                let grace = self.inputs.settings.missing_grace;
-                requeue = Some(requeue.map_or(grace, |r| r.min(grace)));
-                let missing = status::missing(existing, &self.node.name, &self.now);
-                self.changes.push(Change::MarkMissing(Box::new(missing)));
-                continue;
-            };
-            let gone_for = elapsed(since, self.inputs.now);
-            match self.inputs.settings.missing_grace.checked_sub(gone_for) {
-                Some(left) if !left.is_zero() => {
-                    requeue = Some(requeue.map_or(left, |r| r.min(left)));
-                }
-                _ => self.changes.push(Change::Delete(name)),
-            }
+/// Objects of this node that no found entry uses (`unused`, in this order): missing, then deleted after the grace
+/// period; with when to look again.
+pub(super) fn vanished(
+    inputs: &Inputs<'_>,
+    unused: &[&LocalDisk],
+    occupied: impl Fn(&Path) -> bool,
+) -> Changes {
+    let failed: BTreeSet<&str> = inputs
+        .found
+        .failed_classes
+        .iter()
+        .map(|f| f.class.as_str())
+        .collect();
+    let now = time(inputs.now);
+    let mut out = Changes::default();
+    let requeue = |after: Duration, out: &mut Changes| {
+        out.requeue_after = Some(out.requeue_after.map_or(after, |r| r.min(after)));
+    };
+    for existing in unused {
+        let Some(name) = existing.metadata.name.clone() else {
+            continue;
+        };
+        if failed.contains(existing.spec.storage_class.as_str()) {
+            continue;
         }
-        requeue
+        let key = DiskKey::of_spec(&existing.spec);
+        if matches!(key, DiskKey::Path(_)) && occupied(Path::new(&existing.spec.path)) {
+            // Another object now describes this path (the entry became a filesystem with a UUID).
+            out.changes.push(Change::Delete(name));
+            continue;
+        }
+        let status = existing.status.clone().unwrap_or_default();
+        let since = status
+            .missing_since
+            .as_ref()
+            .filter(|_| status.phase == LocalDiskPhase::Missing);
+        let Some(since) = since else {
+            requeue(inputs.settings.missing_grace, &mut out);
+            let missing = status::missing(existing, inputs.node, &now);
+            out.changes.push(Change::MarkMissing(Box::new(missing)));
+            continue;
+        };
+        let gone_for = elapsed(since, inputs.now);
+        match inputs.settings.missing_grace.checked_sub(gone_for) {
+            Some(left) if !left.is_zero() => requeue(left, &mut out),
+            _ => out.changes.push(Change::Delete(name)),
+        }
     }
+    out
 }
 
 /// Sets `lastSeen` to now and the condition transition times: kept from `existing` for a condition whose status

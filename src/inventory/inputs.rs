@@ -47,7 +47,7 @@ pub struct Inputs<'a> {
     /// Consecutive failed wipes (reset by a successful one).
     pub wipe_failures: &'a BTreeMap<PathBuf, WipeFailures>,
     /// This node's LocalDisks (label `localpv.io/node=<node>`).
-    pub existing: &'a [LocalDisk],
+    pub existing: &'a [Arc<LocalDisk>],
     /// Other nodes' LocalDisks fetched by `build::names_to_look_up`.
     pub others: &'a [LocalDisk],
     pub settings: &'a Settings,

@@ -95,10 +95,16 @@ fn verdict(phase: LocalDiskPhase, reason: Reason, message: String) -> Verdict {
     }
 }
 
-pub fn of_disk(inputs: &Inputs<'_>, disk: &Disk, pv: Option<&PvAt<'_>>) -> LocalDiskStatus {
+/// The status of a found disk, with the PV at its path and the planner's first hold reason for it.
+pub fn of_disk(
+    inputs: &Inputs<'_>,
+    disk: &Disk,
+    pv: Option<&PvAt<'_>>,
+    held: Option<&Unpublished>,
+) -> LocalDiskStatus {
     let wipe = inputs.wipes.get(&disk.host_path);
     let failures = inputs.wipe_failures.get(&disk.host_path);
-    let verdict = disk_verdict(inputs, disk, pv, wipe.is_some(), failures);
+    let verdict = disk_verdict(inputs, disk, pv, (wipe.is_some(), held), failures);
     let mut status = LocalDiskStatus {
         phase: verdict.phase,
         reason: verdict.reason.map(|r| r.as_str().to_string()),
@@ -126,7 +132,7 @@ fn disk_verdict(
     inputs: &Inputs<'_>,
     disk: &Disk,
     pv: Option<&PvAt<'_>>,
-    wiping: bool,
+    (wiping, held): (bool, Option<&Unpublished>),
     failures: Option<&WipeFailures>,
 ) -> Verdict {
     let failing =
@@ -164,11 +170,7 @@ fn disk_verdict(
             "the disk is being wiped".into(),
         );
     }
-    if let Some(held) = inputs
-        .unpublished
-        .iter()
-        .find(|u| u.host_path == disk.host_path)
-    {
+    if let Some(held) = held {
         return hold_verdict(held);
     }
     match inputs.ledger.get(&identity::disk_key(disk)) {

@@ -109,6 +109,7 @@ impl World {
 
     fn pass(&self, now: SystemTime) -> Changes {
         let pvs: Vec<Arc<PersistentVolume>> = self.pvs.iter().cloned().map(Arc::new).collect();
+        let existing = self.shared();
         build(&Inputs {
             node: NODE,
             found: &self.found,
@@ -117,7 +118,7 @@ impl World {
             ledger: &self.ledger,
             wipes: &self.wipes,
             wipe_failures: &self.failures,
-            existing: &self.existing,
+            existing: &existing,
             others: &self.others,
             settings: &self.settings,
             now,
@@ -140,6 +141,10 @@ impl World {
             }
         }
         changes
+    }
+
+    fn shared(&self) -> Vec<Arc<LocalDisk>> {
+        self.existing.iter().cloned().map(Arc::new).collect()
     }
 
     fn object(&self, name: &str) -> &LocalDisk {
@@ -509,7 +514,7 @@ fn on_node(node: &str, name: &str) -> LocalDisk {
 fn a_uuid_another_node_holds_gets_a_node_qualified_name_and_a_flag() {
     let mut world = World::with_disks(vec![fs_disk("vol1", UUID)]);
     assert_eq!(
-        names_to_look_up(NODE, &world.found, &world.existing),
+        names_to_look_up(NODE, &world.found, &world.shared()),
         [uuid_name()]
     );
     world.others = vec![on_node("n0", &uuid_name())];
@@ -531,7 +536,7 @@ fn a_uuid_another_node_holds_gets_a_node_qualified_name_and_a_flag() {
     );
     // Steady: the qualified name stays, the flag stays, nothing is written.
     assert_eq!(
-        names_to_look_up(NODE, &world.found, &world.existing),
+        names_to_look_up(NODE, &world.found, &world.shared()),
         [uuid_name()]
     );
     assert_eq!(world.pass(t0()), Changes::default());
@@ -549,7 +554,7 @@ fn status_of(world: &World, name: &str) -> LocalDiskStatus {
 fn a_uuid_this_node_already_holds_is_not_looked_up() {
     let mut world = World::with_disks(vec![fs_disk("vol1", UUID)]);
     world.step(t0());
-    assert!(names_to_look_up(NODE, &world.found, &world.existing).is_empty());
+    assert!(names_to_look_up(NODE, &world.found, &world.shared()).is_empty());
 }
 
 #[test]

@@ -1,0 +1,806 @@
+//! The inventory kept between passes: builds again only the found entries a change can concern, and decides
+//! objects no entry uses from a set it keeps. Same changes as [`build`](super::build) (and the same names to look
+//! up as [`names_to_look_up`](super::names_to_look_up)), in a time that follows what changed.
+//!
+//! ```text
+//!  Discovery, this node's LocalDisks ─> names_to_look_up: diff with the last pass (entries, objects) ─┐
+//!  + PVs, ledger, wipes, holds, others ─> build: diff the rest ─> dirty paths, closed over links ─────┴─>
+//!      the general builder on those entries (`Scope::Part`) + `vanished` over the objects no entry uses
+//! ```
+//!
+//! An entry's object depends on the entry, the PV at its path, the wipe running or failing there, the planner's
+//! hold reason for the path, the ledger state of its disk key, and the objects under its disk key or its names
+//! (this node's, and other nodes' by the plain name). Entries with none of these changed, whose last build wrote
+//! nothing, need nothing now (timestamps aside, which no comparison reads; a running wipe's path is always built).
+//! The node, the settings, the failed classes and other nodes' objects build whole when they change, and so does
+//! a list of this node's objects out of name order (the watch store gives them by name).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+
+use super::build::{Builder, Scope, vanished};
+use super::crd::LocalDisk;
+use super::inputs::{Inputs, Settings, WipeFailures};
+use super::naming::{self, DiskKey};
+use super::{Changes, names_to_look_up};
+use crate::disk::{ClassFailure, Discovery, Disk, Unusable};
+use crate::plan::identity;
+use crate::plan::pv::PvView;
+use crate::plan::{DiskLedger, NodeFacts, Unpublished};
+
+/// What the last build built.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Found entries built.
+    pub entries: usize,
+    /// Every entry was built.
+    pub whole: bool,
+}
+
+#[derive(Default)]
+pub struct Incremental {
+    last: Option<Last>,
+    work: Work,
+    /// Entries built by every build so far.
+    built: usize,
+}
+
+/// What relates entries at different paths, and entries to objects.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Link {
+    Key(DiskKey),
+    Name(String),
+    Ledger(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Entry {
+    Disk(Disk),
+    Unusable(Unusable),
+}
+
+struct SeenEntry {
+    entry: Entry,
+    links: Vec<Link>,
+    /// The object name the last build gave it.
+    name: Option<String>,
+}
+
+struct SeenObject {
+    object: Arc<LocalDisk>,
+    key: DiskKey,
+}
+
+struct Global {
+    node: String,
+    settings: Settings,
+    failed: Vec<ClassFailure>,
+    others: Vec<LocalDisk>,
+}
+
+struct Last {
+    global: Global,
+    entries: HashMap<PathBuf, SeenEntry>,
+    /// This node's objects by name, and their names by disk key.
+    objects: BTreeMap<String, SeenObject>,
+    by_key: HashMap<DiskKey, BTreeSet<String>>,
+    pvs: HashMap<String, (Arc<PersistentVolume>, Option<PathBuf>)>,
+    pvs_at: HashMap<PathBuf, BTreeSet<String>>,
+    running: BTreeSet<PathBuf>,
+    failures: BTreeMap<PathBuf, WipeFailures>,
+    held: HashMap<PathBuf, Unpublished>,
+    ledger: DiskLedger,
+    links: HashMap<Link, HashSet<PathBuf>>,
+    /// Entries whose last build wrote: built again.
+    noisy: BTreeSet<PathBuf>,
+    /// Object name -> the path of the entry using it.
+    used: HashMap<String, PathBuf>,
+    /// This node's objects no entry uses, decided in every build (they write or wait for their grace period).
+    unused: BTreeSet<String>,
+    /// Filesystem entries whose plain name this node does not hold, by path.
+    wanted: BTreeMap<PathBuf, String>,
+}
+
+fn entry_key(entry: &Entry) -> DiskKey {
+    match entry {
+        Entry::Disk(disk) => DiskKey::of_disk(disk),
+        Entry::Unusable(u) => DiskKey::Path(u.host_path.clone()),
+    }
+}
+
+fn entry_links(node: &str, entry: &Entry) -> Vec<Link> {
+    let key = entry_key(entry);
+    let mut links = vec![Link::Name(naming::name(node, &key))];
+    if let DiskKey::Filesystem { .. } = key {
+        links.push(Link::Name(naming::node_qualified_name(node, &key)));
+    }
+    if let Entry::Disk(disk) = entry {
+        links.push(Link::Ledger(identity::disk_key(disk)));
+    }
+    links.push(Link::Key(key));
+    links
+}
+
+fn object_links(name: &str, key: &DiskKey) -> [Link; 2] {
+    [Link::Name(name.to_string()), Link::Key(key.clone())]
+}
+
+/// The path of the PV as the builder reads it (`None`: not one it reads).
+fn pv_path(node: &str, pv: &PersistentVolume) -> Option<PathBuf> {
+    let node = NodeFacts {
+        name: node.to_string(),
+        ..NodeFacts::default()
+    };
+    PvView::read(pv, &node).map(|v| v.path)
+}
+
+fn same_object(a: &Arc<LocalDisk>, b: &Arc<LocalDisk>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
+/// This node's objects, in the order given; `None` when they are not in name order.
+fn mine<'e>(
+    node: &str,
+    existing: &'e [Arc<LocalDisk>],
+) -> Option<Vec<(&'e str, &'e Arc<LocalDisk>)>> {
+    let mine: Vec<(&str, &Arc<LocalDisk>)> = existing
+        .iter()
+        .filter(|d| d.spec.node == node)
+        .filter_map(|d| Some((d.metadata.name.as_deref()?, d)))
+        .collect();
+    mine.windows(2).all(|w| w[0].0 < w[1].0).then_some(mine)
+}
+
+impl Incremental {
+    /// [`names_to_look_up`], from what changed since the last build: entries whose disk, or whose key's objects,
+    /// changed are asked again; the others ask what they asked.
+    pub fn names_to_look_up(
+        &mut self,
+        node: &str,
+        found: &Discovery,
+        existing: &[Arc<LocalDisk>],
+    ) -> Vec<String> {
+        let last = self.last.as_ref().filter(|l| l.global.node == node);
+        let (Some(last), Some(mine)) = (last, mine(node, existing)) else {
+            return names_to_look_up(node, found, existing);
+        };
+        // Objects changed or new (with their key now), and the keys whose objects changed.
+        let mut changed: HashMap<&str, DiskKey> = HashMap::new();
+        let mut keys: HashSet<DiskKey> = HashSet::new();
+        for (name, object) in &mine {
+            match last.objects.get(*name) {
+                Some(seen) if same_object(&seen.object, object) => {}
+                seen => {
+                    let key = DiskKey::of_spec(&object.spec);
+                    keys.extend(seen.map(|s| s.key.clone()));
+                    keys.insert(key.clone());
+                    changed.insert(name, key);
+                }
+            }
+        }
+        let is_mine = |name: &str| mine.binary_search_by(|(n, _)| (*n).cmp(name)).is_ok();
+        keys.extend(
+            last.objects
+                .iter()
+                .filter(|(name, _)| !is_mine(name))
+                .map(|(_, seen)| seen.key.clone()),
+        );
+        // NB: `names_to_look_up` keeps, of several objects with one key, the last in order: the greatest name.
+        let held = |key: &DiskKey| -> Option<&str> {
+            let stale = last
+                .by_key
+                .get(key)
+                .into_iter()
+                .flatten()
+                .map(String::as_str);
+            let new = changed.iter().filter(|(_, k)| *k == key).map(|(n, _)| *n);
+            stale
+                .chain(new)
+                .filter(|n| is_mine(n))
+                .filter(|n| changed.get(n).unwrap_or_else(|| &last.objects[*n].key) == key)
+                .max()
+        };
+        let mut names = BTreeSet::new();
+        for disk in &found.disks {
+            let key = DiskKey::of_disk(disk);
+            let same = matches!(last.entries.get(&disk.host_path),
+                Some(SeenEntry { entry: Entry::Disk(d), .. }) if d == disk);
+            if same && !keys.contains(&key) {
+                names.extend(last.wanted.get(&disk.host_path).cloned());
+                continue;
+            }
+            if let DiskKey::Filesystem { .. } = key {
+                let plain = naming::name(node, &key);
+                if held(&key) != Some(plain.as_str()) {
+                    names.insert(plain);
+                }
+            }
+        }
+        names.into_iter().collect()
+    }
+
+    pub fn build(&mut self, inputs: &Inputs<'_>) -> Changes {
+        if let Some(mut last) = self.last.take()
+            && let Some((changes, work)) = last.build_part(inputs)
+        {
+            self.last = Some(last);
+            self.work = work;
+            self.built += work.entries;
+            return changes;
+        }
+        let (changes, trace) = Builder::new(inputs).run(Scope::Whole);
+        let entries = inputs.found.disks.len() + inputs.found.unusable.len();
+        self.work = Work {
+            entries,
+            whole: true,
+        };
+        self.built += entries;
+        self.last = Last::whole(inputs, trace.names, trace.noisy);
+        changes
+    }
+
+    pub fn work(&self) -> Work {
+        self.work
+    }
+
+    /// Entries built by every build so far.
+    pub fn built(&self) -> usize {
+        self.built
+    }
+}
+
+impl Last {
+    fn whole(
+        inputs: &Inputs<'_>,
+        names: Vec<(PathBuf, String)>,
+        noisy: BTreeSet<PathBuf>,
+    ) -> Option<Last> {
+        let mine = mine(inputs.node, inputs.existing)?;
+        let mut last = Last {
+            global: Global {
+                node: inputs.node.to_string(),
+                settings: inputs.settings.clone(),
+                failed: inputs.found.failed_classes.clone(),
+                others: inputs.others.to_vec(),
+            },
+            entries: HashMap::new(),
+            objects: BTreeMap::new(),
+            by_key: HashMap::new(),
+            pvs: HashMap::new(),
+            pvs_at: HashMap::new(),
+            running: inputs.wipes.keys().cloned().collect(),
+            failures: inputs.wipe_failures.clone(),
+            held: HashMap::new(),
+            ledger: inputs.ledger.clone(),
+            links: HashMap::new(),
+            noisy,
+            used: HashMap::new(),
+            unused: BTreeSet::new(),
+            wanted: BTreeMap::new(),
+        };
+        for u in inputs.unpublished {
+            last.held
+                .entry(u.host_path.clone())
+                .or_insert_with(|| u.clone());
+        }
+        for pv in inputs.pvs {
+            let uid = pv.metadata.uid.clone()?;
+            last.add_pv(inputs.node, uid, pv);
+        }
+        for (name, object) in mine {
+            last.add_object(name, object);
+        }
+        for entry in entries(inputs.found) {
+            if last.entries.contains_key(host_path(&entry)) {
+                return None;
+            }
+            last.add_entry(inputs.node, entry);
+        }
+        for (path, name) in names {
+            last.use_name(&path, name);
+        }
+        let unused: Vec<String> = last
+            .objects
+            .keys()
+            .filter(|n| !last.used.contains_key(*n))
+            .cloned()
+            .collect();
+        last.unused.extend(unused);
+        let paths: Vec<PathBuf> = inputs
+            .found
+            .disks
+            .iter()
+            .map(|d| d.host_path.clone())
+            .collect();
+        last.want(inputs.node, &paths);
+        Some(last)
+    }
+
+    fn add_pv(&mut self, node: &str, uid: String, pv: &Arc<PersistentVolume>) {
+        let path = pv_path(node, pv);
+        if let Some(path) = &path {
+            self.pvs_at
+                .entry(path.clone())
+                .or_default()
+                .insert(uid.clone());
+        }
+        self.pvs.insert(uid, (pv.clone(), path));
+    }
+
+    fn remove_pv(&mut self, uid: &str) -> Option<PathBuf> {
+        let (_, path) = self.pvs.remove(uid)?;
+        let path = path?;
+        if let Some(at) = self.pvs_at.get_mut(&path) {
+            at.remove(uid);
+            if at.is_empty() {
+                self.pvs_at.remove(&path);
+            }
+        }
+        Some(path)
+    }
+
+    fn add_object(&mut self, name: &str, object: &Arc<LocalDisk>) {
+        let key = DiskKey::of_spec(&object.spec);
+        self.by_key
+            .entry(key.clone())
+            .or_default()
+            .insert(name.to_string());
+        let seen = SeenObject {
+            object: object.clone(),
+            key,
+        };
+        self.objects.insert(name.to_string(), seen);
+    }
+
+    fn remove_object(&mut self, name: &str) {
+        if let Some(seen) = self.objects.remove(name)
+            && let Some(names) = self.by_key.get_mut(&seen.key)
+        {
+            names.remove(name);
+            if names.is_empty() {
+                self.by_key.remove(&seen.key);
+            }
+        }
+    }
+
+    fn add_entry(&mut self, node: &str, entry: Entry) {
+        let links = entry_links(node, &entry);
+        let path = host_path(&entry).to_path_buf();
+        for link in &links {
+            self.links
+                .entry(link.clone())
+                .or_default()
+                .insert(path.clone());
+        }
+        let seen = SeenEntry {
+            entry,
+            links,
+            name: None,
+        };
+        self.entries.insert(path, seen);
+    }
+
+    /// Removes the entry at `path`; returns the object name it used.
+    fn remove_entry(&mut self, path: &Path) -> Option<String> {
+        let seen = self.entries.remove(path)?;
+        for link in &seen.links {
+            if let Some(paths) = self.links.get_mut(link) {
+                paths.remove(path);
+                if paths.is_empty() {
+                    self.links.remove(link);
+                }
+            }
+        }
+        let name = seen.name?;
+        self.used.remove(&name);
+        Some(name)
+    }
+
+    fn use_name(&mut self, path: &Path, name: String) {
+        self.used.insert(name.clone(), path.to_path_buf());
+        if let Some(seen) = self.entries.get_mut(path) {
+            seen.name = Some(name);
+        }
+    }
+
+    /// What the entries at `paths` ask other nodes about now: their plain name, when this node's greatest-named
+    /// object under their key is not under that name.
+    fn want(&mut self, node: &str, paths: &[PathBuf]) {
+        for path in paths {
+            self.wanted.remove(path);
+            let Some(SeenEntry {
+                entry: Entry::Disk(disk),
+                ..
+            }) = self.entries.get(path)
+            else {
+                continue;
+            };
+            let key = DiskKey::of_disk(disk);
+            if let DiskKey::Filesystem { .. } = key {
+                let plain = naming::name(node, &key);
+                let held = self.by_key.get(&key).and_then(|names| names.last());
+                if held != Some(&plain) {
+                    self.wanted.insert(path.clone(), plain);
+                }
+            }
+        }
+    }
+
+    fn same_global(&self, inputs: &Inputs<'_>) -> bool {
+        let g = &self.global;
+        g.node == inputs.node
+            && g.settings == *inputs.settings
+            && g.failed == inputs.found.failed_classes
+            && g.others == inputs.others
+    }
+
+    /// Builds the entries a change can concern; `None` when the inventory must be built whole.
+    fn build_part(&mut self, inputs: &Inputs<'_>) -> Option<(Changes, Work)> {
+        if !self.same_global(inputs) {
+            return None;
+        }
+        let mine = mine(inputs.node, inputs.existing)?;
+        let mut dirty: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut links: Vec<Link> = Vec::new();
+        let mut names: BTreeSet<String> = BTreeSet::new();
+        // This node's objects.
+        let mut changed_objects: Vec<(&str, &Arc<LocalDisk>)> = Vec::new();
+        let mut gone_objects: Vec<String> = Vec::new();
+        let mut kept = 0;
+        for (name, object) in &mine {
+            match self.objects.get(*name) {
+                Some(seen) if same_object(&seen.object, object) => kept += 1,
+                seen => {
+                    kept += usize::from(seen.is_some());
+                    if let Some(seen) = seen {
+                        links.extend(object_links(name, &seen.key));
+                    }
+                    links.extend(object_links(name, &DiskKey::of_spec(&object.spec)));
+                    names.insert(name.to_string());
+                    changed_objects.push((name, object));
+                }
+            }
+        }
+        if kept < self.objects.len() {
+            let present: HashSet<&str> = mine.iter().map(|(n, _)| *n).collect();
+            for (name, seen) in &self.objects {
+                if !present.contains(name.as_str()) {
+                    links.extend(object_links(name, &seen.key));
+                    names.insert(name.clone());
+                    gone_objects.push(name.clone());
+                }
+            }
+        }
+        // Entries using a changed object's name.
+        dirty.extend(names.iter().filter_map(|n| self.used.get(n)).cloned());
+        // Found entries.
+        let mut changed_entries: Vec<Entry> = Vec::new();
+        let mut gone_entries: Vec<PathBuf> = Vec::new();
+        let mut paths: HashSet<&Path> = HashSet::new();
+        let mut kept = 0;
+        for entry in borrowed_entries(inputs.found) {
+            let path = entry.host_path();
+            if !paths.insert(path) {
+                return None;
+            }
+            match self.entries.get(path) {
+                Some(seen) if entry.is(&seen.entry) => kept += 1,
+                seen => {
+                    kept += usize::from(seen.is_some());
+                    dirty.insert(path.to_path_buf());
+                    let owned = entry.owned();
+                    links.extend(entry_links(inputs.node, &owned));
+                    changed_entries.push(owned);
+                }
+            }
+        }
+        if kept < self.entries.len() {
+            for path in self.entries.keys() {
+                if !paths.contains(path.as_path()) {
+                    dirty.insert(path.clone());
+                    gone_entries.push(path.clone());
+                }
+            }
+        }
+        // PVs.
+        let mut changed_pvs: Vec<(String, &Arc<PersistentVolume>)> = Vec::new();
+        let mut gone_pvs: Vec<String> = Vec::new();
+        let mut kept = 0;
+        for pv in inputs.pvs {
+            let uid = pv.metadata.uid.as_deref()?;
+            match self.pvs.get(uid) {
+                Some((seen, _)) if Arc::ptr_eq(seen, pv) || seen == pv => kept += 1,
+                seen => {
+                    kept += usize::from(seen.is_some());
+                    dirty.extend(seen.and_then(|(_, p)| p.clone()));
+                    dirty.extend(pv_path(inputs.node, pv));
+                    changed_pvs.push((uid.to_string(), pv));
+                }
+            }
+        }
+        if kept < self.pvs.len() {
+            let present: HashSet<&str> = inputs
+                .pvs
+                .iter()
+                .filter_map(|pv| pv.metadata.uid.as_deref())
+                .collect();
+            for (uid, (_, path)) in &self.pvs {
+                if !present.contains(uid.as_str()) {
+                    dirty.extend(path.clone());
+                    gone_pvs.push(uid.clone());
+                }
+            }
+        }
+        // Wipes, holds, the ledger, and what wrote last time.
+        let running: BTreeSet<PathBuf> = inputs.wipes.keys().cloned().collect();
+        dirty.extend(running.iter().cloned());
+        dirty.extend(self.running.difference(&running).cloned());
+        dirty.extend(
+            changed_keys(&self.failures, inputs.wipe_failures)
+                .into_iter()
+                .cloned(),
+        );
+        let mut held: HashMap<PathBuf, Unpublished> = HashMap::new();
+        for u in inputs.unpublished {
+            held.entry(u.host_path.clone()).or_insert_with(|| u.clone());
+        }
+        for (path, u) in &held {
+            if self.held.get(path) != Some(u) {
+                dirty.insert(path.clone());
+            }
+        }
+        dirty.extend(self.held.keys().filter(|p| !held.contains_key(*p)).cloned());
+        let ledger_changed = *inputs.ledger != self.ledger;
+        if ledger_changed {
+            let keys = changed_keys(&self.ledger.disks, &inputs.ledger.disks);
+            links.extend(keys.into_iter().map(|k| Link::Ledger(k.clone())));
+        }
+        dirty.extend(self.noisy.iter().cloned());
+        // The new world from here on.
+        for name in &gone_objects {
+            self.remove_object(name);
+        }
+        for (name, object) in &changed_objects {
+            self.remove_object(name);
+            self.add_object(name, object);
+        }
+        for uid in gone_pvs
+            .iter()
+            .chain(changed_pvs.iter().map(|(uid, _)| uid))
+        {
+            self.remove_pv(uid);
+        }
+        for (uid, pv) in changed_pvs {
+            self.add_pv(inputs.node, uid, pv);
+        }
+        let mut old_links: Vec<Link> = Vec::new();
+        let replaced: Vec<PathBuf> = changed_entries
+            .iter()
+            .map(|e| host_path(e).to_path_buf())
+            .collect();
+        for path in gone_entries.iter().chain(&replaced) {
+            if let Some(seen) = self.entries.get(path) {
+                old_links.extend(seen.links.iter().cloned());
+            }
+            names.extend(self.remove_entry(path));
+        }
+        for entry in changed_entries {
+            self.add_entry(inputs.node, entry);
+        }
+        self.running = running;
+        self.failures = inputs.wipe_failures.clone();
+        self.held = held;
+        if ledger_changed {
+            self.ledger = inputs.ledger.clone();
+        }
+        links.extend(old_links);
+        let dirty = self.close(dirty, links);
+        self.build_dirty(inputs, &dirty, names)
+    }
+
+    /// `dirty` and every path linked to a dirty one or to one of `links`, through the current links.
+    fn close(&self, dirty: BTreeSet<PathBuf>, links: Vec<Link>) -> BTreeSet<PathBuf> {
+        let mut closed = dirty;
+        for link in &links {
+            closed.extend(self.links.get(link).into_iter().flatten().cloned());
+        }
+        let mut queue: Vec<PathBuf> = closed.iter().cloned().collect();
+        while let Some(path) = queue.pop() {
+            let Some(seen) = self.entries.get(&path) else {
+                continue;
+            };
+            let mut linked: Vec<Link> = seen.links.clone();
+            linked.extend(seen.name.iter().map(|n| Link::Name(n.clone())));
+            for link in &linked {
+                for other in self.links.get(link).into_iter().flatten() {
+                    if closed.insert(other.clone()) {
+                        queue.push(other.clone());
+                    }
+                }
+            }
+        }
+        closed
+    }
+
+    fn build_dirty(
+        &mut self,
+        inputs: &Inputs<'_>,
+        dirty: &BTreeSet<PathBuf>,
+        mut names: BTreeSet<String>,
+    ) -> Option<(Changes, Work)> {
+        let found = Discovery {
+            disks: inputs
+                .found
+                .disks
+                .iter()
+                .filter(|d| dirty.contains(&d.host_path))
+                .cloned()
+                .collect(),
+            unusable: inputs
+                .found
+                .unusable
+                .iter()
+                .filter(|u| dirty.contains(&u.host_path))
+                .cloned()
+                .collect(),
+            failed_classes: inputs.found.failed_classes.clone(),
+        };
+        // NB: of several PVs at one path the builder keeps one by input order, which the part does not keep.
+        if dirty
+            .iter()
+            .any(|p| self.pvs_at.get(p).is_some_and(|at| at.len() > 1))
+        {
+            return None;
+        }
+        let pvs: Vec<Arc<PersistentVolume>> = dirty
+            .iter()
+            .filter_map(|p| self.pvs_at.get(p))
+            .flatten()
+            .map(|uid| self.pvs[uid].0.clone())
+            .collect();
+        // The objects the part's entries can use: under their keys, and under their names (old and new).
+        let mut wanted_names: BTreeSet<String> = BTreeSet::new();
+        for path in dirty {
+            if let Some(seen) = self.entries.get(path) {
+                let key = entry_key(&seen.entry);
+                wanted_names.extend(self.by_key.get(&key).into_iter().flatten().cloned());
+                wanted_names.insert(naming::name(inputs.node, &key));
+                wanted_names.insert(naming::node_qualified_name(inputs.node, &key));
+                let by_path = DiskKey::Path(path.clone());
+                wanted_names.insert(naming::name(inputs.node, &by_path));
+                wanted_names.extend(seen.name.clone());
+            }
+        }
+        let existing: Vec<Arc<LocalDisk>> = wanted_names
+            .iter()
+            .filter_map(|n| self.objects.get(n))
+            .map(|o| o.object.clone())
+            .collect();
+        let part = Inputs {
+            found: &found,
+            pvs: &pvs,
+            existing: &existing,
+            ..*inputs
+        };
+        let (mut changes, trace) = Builder::new(&part).run(Scope::Part);
+        // Names the part no longer uses, and the part's: which objects are unused now.
+        for path in dirty {
+            if let Some(name) = self.entries.get_mut(path).and_then(|s| s.name.take()) {
+                self.used.remove(&name);
+                names.insert(name);
+            }
+        }
+        for path in dirty {
+            self.noisy.remove(path);
+        }
+        self.noisy.extend(trace.noisy);
+        for (path, name) in trace.names {
+            names.insert(name.clone());
+            self.use_name(&path, name);
+        }
+        for name in names {
+            if self.objects.contains_key(&name) && !self.used.contains_key(&name) {
+                self.unused.insert(name);
+            } else {
+                self.unused.remove(&name);
+            }
+        }
+        let unused: Vec<&LocalDisk> = self
+            .unused
+            .iter()
+            .filter_map(|n| self.objects.get(n))
+            .map(|o| &*o.object)
+            .collect();
+        let gone = vanished(inputs, &unused, |p| self.entries.contains_key(p));
+        changes.changes.extend(gone.changes);
+        changes.requeue_after = gone.requeue_after;
+        let paths: Vec<PathBuf> = dirty.iter().cloned().collect();
+        self.want(inputs.node, &paths);
+        let work = Work {
+            entries: found.disks.len() + found.unusable.len(),
+            whole: false,
+        };
+        Some((changes, work))
+    }
+}
+
+/// Found entries, disks first, as the builder takes them.
+fn entries(found: &Discovery) -> Vec<Entry> {
+    found
+        .disks
+        .iter()
+        .cloned()
+        .map(Entry::Disk)
+        .chain(found.unusable.iter().cloned().map(Entry::Unusable))
+        .collect()
+}
+
+fn host_path(entry: &Entry) -> &Path {
+    match entry {
+        Entry::Disk(d) => &d.host_path,
+        Entry::Unusable(u) => &u.host_path,
+    }
+}
+
+#[derive(Clone, Copy)]
+enum EntryRef<'a> {
+    Disk(&'a Disk),
+    Unusable(&'a Unusable),
+}
+
+impl<'a> EntryRef<'a> {
+    fn host_path(&self) -> &'a Path {
+        match self {
+            EntryRef::Disk(d) => &d.host_path,
+            EntryRef::Unusable(u) => &u.host_path,
+        }
+    }
+
+    fn is(&self, entry: &Entry) -> bool {
+        match (self, entry) {
+            (EntryRef::Disk(a), Entry::Disk(b)) => *a == b,
+            (EntryRef::Unusable(a), Entry::Unusable(b)) => *a == b,
+            _ => false,
+        }
+    }
+
+    fn owned(&self) -> Entry {
+        match self {
+            EntryRef::Disk(d) => Entry::Disk((*d).clone()),
+            EntryRef::Unusable(u) => Entry::Unusable((*u).clone()),
+        }
+    }
+}
+
+fn borrowed_entries(found: &Discovery) -> impl Iterator<Item = EntryRef<'_>> {
+    found
+        .disks
+        .iter()
+        .map(EntryRef::Disk)
+        .chain(found.unusable.iter().map(EntryRef::Unusable))
+}
+
+/// Keys whose value differs between two maps (present in one only, or with another value).
+fn changed_keys<'a, K: Ord, V: PartialEq>(
+    old: &'a BTreeMap<K, V>,
+    new: &'a BTreeMap<K, V>,
+) -> BTreeSet<&'a K> {
+    let mut changed = BTreeSet::new();
+    for (key, value) in old {
+        if new.get(key) != Some(value) {
+            changed.insert(key);
+        }
+    }
+    for (key, value) in new {
+        if old.get(key) != Some(value) {
+            changed.insert(key);
+        }
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests;
