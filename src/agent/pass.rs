@@ -18,10 +18,12 @@ use kube::runtime::events::EventType as KubeEventType;
 use tokio::sync::{Notify, mpsc, watch as tokio_watch};
 use tracing::{debug, info, warn};
 
+mod record;
 #[cfg(test)]
 mod tests;
 mod wipes;
 
+use self::record::OwnerChange;
 use self::wipes::{Backoff, Running};
 use super::exec::PvWriter;
 use super::http::{Disks as HttpDisks, State as HttpState};
@@ -626,14 +628,13 @@ impl Agent {
                 retry(self.writer.patch(&name, &patch).await.is_ok())
             }
             Action::SetDiskState { key, state } => halt(self.set_disk_state(&key, state)),
-            Action::RecordOwner { uid, pv } => halt(self.update_owners(|o| {
-                o.creating.remove(&pv.name);
-                o.pvs.insert(uid, pv);
-            })),
-            Action::ForgetOwner { uid } => halt(self.update_owners(|o| {
-                o.pvs.remove(&uid);
-            })),
-            Action::OwnersRecorded => halt(self.update_owners(|o| o.recorded = true)),
+            Action::RecordOwner { uid, pv } => {
+                halt(self.update_owners(vec![OwnerChange::Record { uid, pv }]))
+            }
+            Action::ForgetOwner { uid } => {
+                halt(self.update_owners(vec![OwnerChange::Forget { uid }]))
+            }
+            Action::OwnersRecorded => halt(self.update_owners(vec![OwnerChange::Recorded])),
             Action::Wipe(order) => retry(self.start_wipe(*order).await),
             Action::TagVolume { host_path, path } => match self.host.tag_volume(&path) {
                 Ok(id) => {
@@ -688,81 +689,19 @@ impl Agent {
                 Err(effects::Failed) => step = Step::Retry,
             }
         }
-        let recorded = self.update_owners(|o| {
-            for (uid, pv) in &created {
-                o.creating.remove(&pv.name);
-                o.pvs.insert(uid.clone(), pv.clone());
-            }
-        });
+        let recorded = self.update_owners(
+            created
+                .iter()
+                .map(|(uid, pv)| OwnerChange::Record {
+                    uid: uid.clone(),
+                    pv: pv.clone(),
+                })
+                .collect(),
+        );
         for (uid, _) in &created {
             self.s.pvs.created(uid);
         }
         if recorded { step } else { Step::Halt }
-    }
-
-    /// Sets the ledger states and records every name as being created, with one write; false (and nothing
-    /// changed) when it could not be stored.
-    fn remember_before_create(
-        &mut self,
-        states: &[(String, DiskState)],
-        names: &[OwnedPv],
-    ) -> bool {
-        let (ledger, owners) = (self.ledger.clone(), self.owners.clone());
-        for (key, state) in states {
-            self.ledger.set(key, *state);
-        }
-        for pv in names {
-            self.owners.creating.insert(pv.name.clone(), pv.clone());
-        }
-        if self.ledger == ledger && self.owners == owners {
-            return true;
-        }
-        if !self.persist() {
-            self.ledger = ledger;
-            self.owners = owners;
-            return false;
-        }
-        true
-    }
-
-    fn set_disk_state(&mut self, key: &str, state: DiskState) -> bool {
-        if self.ledger.get(key) == Some(state) {
-            return true;
-        }
-        let before = self.ledger.clone();
-        self.ledger.set(key, state);
-        if !self.persist() {
-            self.ledger = before;
-            return false;
-        }
-        true
-    }
-
-    /// Changes the recorded owners and persists them; false (and nothing changed) when they could not be stored.
-    fn update_owners(&mut self, change: impl FnOnce(&mut Owners)) -> bool {
-        let before = self.owners.clone();
-        change(&mut self.owners);
-        if self.owners == before {
-            return true;
-        }
-        if !self.persist() {
-            self.owners = before;
-            return false;
-        }
-        true
-    }
-
-    fn persist(&mut self) -> bool {
-        // NB: counted before the write: a failed one restores the ledger, which is a change too.
-        self.stored += 1;
-        match self.ledger_file.store(&self.ledger, &self.owners) {
-            Ok(()) => true,
-            Err(error) => {
-                // NB: an unpersisted ledger change must not be acted on (a dirty disk could be forgotten on restart).
-                warn!(error = %crate::host::error_chain(&error), "failed to persist the disk ledger");
-                false
-            }
-        }
     }
 }
 

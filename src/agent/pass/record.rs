@@ -1,0 +1,128 @@
+//! The agent's changes of its disk ledger and recorded owners: each persisted before anything acts on it, and
+//! undone in memory when it could not be stored.
+//!
+//! A change touches a few keys of maps that hold every disk and every PV of the node; what it changed is kept
+//! to undo (not a copy of the maps), so recording one new PV does not copy thousands.
+
+use super::Agent;
+use crate::plan::{DiskState, OwnedPv};
+use tracing::warn;
+
+/// One change of the recorded owners.
+pub(super) enum OwnerChange {
+    /// The PV with this UID is ours (and no longer being created under its name).
+    Record { uid: String, pv: OwnedPv },
+    /// The PV with this UID is gone.
+    Forget { uid: String },
+    /// Owners are recorded on this node from now on.
+    Recorded,
+}
+
+/// What a change replaced, to put back.
+enum Undo {
+    Disk(String, Option<DiskState>),
+    Creating(String, Option<OwnedPv>),
+    Owned(String, Option<OwnedPv>),
+    Recorded(bool),
+}
+
+impl Agent {
+    /// Sets the ledger states and records every name as being created, with one write; false (and nothing
+    /// changed) when it could not be stored.
+    pub(super) fn remember_before_create(
+        &mut self,
+        states: &[(String, DiskState)],
+        names: &[OwnedPv],
+    ) -> bool {
+        let mut undo = Vec::new();
+        for (key, state) in states {
+            let before = self.ledger.get(key);
+            if before != Some(*state) {
+                self.ledger.set(key, *state);
+                undo.push(Undo::Disk(key.clone(), before));
+            }
+        }
+        for pv in names {
+            let before = self.owners.creating.insert(pv.name.clone(), pv.clone());
+            if before.as_ref() != Some(pv) {
+                undo.push(Undo::Creating(pv.name.clone(), before));
+            }
+        }
+        self.store(undo)
+    }
+
+    pub(super) fn set_disk_state(&mut self, key: &str, state: DiskState) -> bool {
+        self.remember_before_create(&[(key.to_string(), state)], &[])
+    }
+
+    /// Changes the recorded owners and persists them; false (and nothing changed) when they could not be stored.
+    pub(super) fn update_owners(&mut self, changes: Vec<OwnerChange>) -> bool {
+        let mut undo = Vec::new();
+        for change in changes {
+            match change {
+                OwnerChange::Record { uid, pv } => {
+                    if let Some(before) = self.owners.creating.remove(&pv.name) {
+                        undo.push(Undo::Creating(pv.name.clone(), Some(before)));
+                    }
+                    let before = self.owners.pvs.insert(uid.clone(), pv.clone());
+                    if before.as_ref() != Some(&pv) {
+                        undo.push(Undo::Owned(uid, before));
+                    }
+                }
+                OwnerChange::Forget { uid } => {
+                    if let Some(before) = self.owners.pvs.remove(&uid) {
+                        undo.push(Undo::Owned(uid, Some(before)));
+                    }
+                }
+                OwnerChange::Recorded if !self.owners.recorded => {
+                    self.owners.recorded = true;
+                    undo.push(Undo::Recorded(false));
+                }
+                OwnerChange::Recorded => {}
+            }
+        }
+        self.store(undo)
+    }
+
+    /// Persists what `undo` says changed; puts it back when that fails. True when nothing changed.
+    fn store(&mut self, undo: Vec<Undo>) -> bool {
+        if undo.is_empty() || self.persist() {
+            return true;
+        }
+        for step in undo.into_iter().rev() {
+            match step {
+                Undo::Disk(key, Some(state)) => self.ledger.set(&key, state),
+                Undo::Disk(key, None) => {
+                    self.ledger.disks.remove(&key);
+                }
+                Undo::Creating(name, Some(pv)) => {
+                    self.owners.creating.insert(name, pv);
+                }
+                Undo::Creating(name, None) => {
+                    self.owners.creating.remove(&name);
+                }
+                Undo::Owned(uid, Some(pv)) => {
+                    self.owners.pvs.insert(uid, pv);
+                }
+                Undo::Owned(uid, None) => {
+                    self.owners.pvs.remove(&uid);
+                }
+                Undo::Recorded(recorded) => self.owners.recorded = recorded,
+            }
+        }
+        false
+    }
+
+    fn persist(&mut self) -> bool {
+        // NB: counted before the write: a failed one restores the ledger, which is a change too.
+        self.stored += 1;
+        match self.ledger_file.store(&self.ledger, &self.owners) {
+            Ok(()) => true,
+            Err(error) => {
+                // NB: an unpersisted ledger change must not be acted on (a dirty disk could be forgotten on restart).
+                warn!(error = %crate::host::error_chain(&error), "failed to persist the disk ledger");
+                false
+            }
+        }
+    }
+}
