@@ -23,7 +23,7 @@
 //! the mount table and the directories, for a pass the agent knows nothing on the host changed since (no mount or
 //! directory event, no resync): it measures only entries forgotten since, and block entries.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use tracing::debug;
@@ -191,46 +191,60 @@ pub fn discover_with(
 }
 
 /// Measures each candidate into `discovery`, reusing what `probed` measured on the same mount; keeps only this
-/// pass's measurements.
+/// pass's measurements. The cache is updated in place: an unchanged entry costs a lookup and a copy.
 fn measure_all(
     host: &dyn Host,
     candidates: &[Candidate<'_>],
     mut discovery: Discovery,
     probed: &mut Probed,
 ) -> Discovery {
-    let mut kept = HashMap::with_capacity(probed.disks.len());
     let mut measured = 0;
+    let mut cached_now = 0;
     for candidate in candidates {
-        let key = match &candidate.kind {
-            CandidateKind::Filesystem { mount } => Some(ProbeKey {
-                class: candidate.class.name.clone(),
-                probe_path: candidate.probe_path.clone(),
-                mount: mount.clone(),
-            }),
+        let mount = match &candidate.kind {
+            CandidateKind::Filesystem { mount } => Some(mount),
             CandidateKind::Block { .. } => None,
         };
-        let cached = key.as_ref().and_then(|key| {
-            let (seen, disk) = probed.disks.remove(&candidate.host_path)?;
-            (seen == *key).then_some(disk)
+        let hit = mount.and_then(|mount| {
+            let (seen, disk) = probed.disks.get(&candidate.host_path)?;
+            let same = seen.class == candidate.class.name
+                && seen.probe_path == candidate.probe_path
+                && seen.mount == *mount;
+            same.then(|| disk.clone())
         });
-        let result = match cached {
-            Some(disk) => Ok(disk),
-            None => {
-                measured += 1;
-                measure(host, candidate)
-            }
-        };
-        match result {
+        if let Some(disk) = hit {
+            cached_now += 1;
+            discovery.disks.push(disk);
+            continue;
+        }
+        measured += 1;
+        // NB: a measurement that failed or is a block entry's leaves nothing cached at the path.
+        probed.disks.remove(&candidate.host_path);
+        match measure(host, candidate) {
             Ok(disk) => {
-                if let Some(key) = key {
-                    kept.insert(candidate.host_path.clone(), (key, disk.clone()));
+                if let Some(mount) = mount {
+                    let key = ProbeKey {
+                        class: candidate.class.name.clone(),
+                        probe_path: candidate.probe_path.clone(),
+                        mount: mount.clone(),
+                    };
+                    probed
+                        .disks
+                        .insert(candidate.host_path.clone(), (key, disk.clone()));
+                    cached_now += 1;
                 }
                 discovery.disks.push(disk);
             }
             Err(error) => discovery.unusable.push(probe_failed(candidate, &error)),
         }
     }
-    probed.disks = kept;
+    if probed.disks.len() > cached_now {
+        // Entries gone since the last pass.
+        let present: HashSet<&Path> = candidates.iter().map(|c| c.host_path.as_path()).collect();
+        probed
+            .disks
+            .retain(|path, _| present.contains(path.as_path()));
+    }
     probed.last_measured = measured;
     discovery
 }
