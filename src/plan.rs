@@ -36,7 +36,7 @@ pub mod pv;
 pub mod state;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
 

@@ -196,8 +196,15 @@ pub fn client(steps: Vec<Step>) -> (Client, Verifier) {
     let verifier = Verifier {
         state: state.clone(),
     };
+    let client = serve(move |seen| answer(&state, seen));
+    (client, verifier)
+}
+
+/// A client whose every request is answered by `answer` (status and JSON body).
+pub fn serve(answer: impl Fn(Seen) -> (u16, Value) + Send + Sync + 'static) -> Client {
+    let answer = Arc::new(answer);
     let service = tower::service_fn(move |req: Request<kube::client::Body>| {
-        let state = state.clone();
+        let answer = answer.clone();
         async move {
             let (parts, body) = req.into_parts();
             let bytes = body
@@ -211,7 +218,7 @@ pub fn client(steps: Vec<Step>) -> (Client, Verifier) {
                 query: parts.uri.query().unwrap_or_default().to_owned(),
                 body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
             };
-            let (code, body) = answer(&state, seen);
+            let (code, body) = answer(seen);
             let response = Response::builder()
                 .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
                 .header("content-type", "application/json")
@@ -220,7 +227,7 @@ pub fn client(steps: Vec<Step>) -> (Client, Verifier) {
             Ok::<_, Infallible>(response)
         }
     });
-    (Client::new(service, "default"), verifier)
+    Client::new(service, "default")
 }
 
 fn answer(state: &Mutex<State>, seen: Seen) -> (u16, Value) {

@@ -28,6 +28,7 @@ use super::naming::{self, DiskKey};
 use super::{Changes, names_to_look_up};
 use crate::disk::{ClassFailure, Discovery, Disk, Unusable};
 use crate::plan::identity;
+use crate::plan::incremental::changed_keys;
 use crate::plan::pv::PvView;
 use crate::plan::{DiskLedger, NodeFacts, Unpublished};
 
@@ -781,25 +782,6 @@ fn borrowed_entries(found: &Discovery) -> impl Iterator<Item = EntryRef<'_>> {
         .iter()
         .map(EntryRef::Disk)
         .chain(found.unusable.iter().map(EntryRef::Unusable))
-}
-
-/// Keys whose value differs between two maps (present in one only, or with another value).
-fn changed_keys<'a, K: Ord, V: PartialEq>(
-    old: &'a BTreeMap<K, V>,
-    new: &'a BTreeMap<K, V>,
-) -> BTreeSet<&'a K> {
-    let mut changed = BTreeSet::new();
-    for (key, value) in old {
-        if new.get(key) != Some(value) {
-            changed.insert(key);
-        }
-    }
-    for (key, value) in new {
-        if old.get(key) != Some(value) {
-            changed.insert(key);
-        }
-    }
-    changed
 }
 
 #[cfg(test)]

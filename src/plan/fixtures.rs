@@ -547,3 +547,28 @@ impl World {
         meta.resource_version = Some((rv + 1).to_string());
     }
 }
+
+/// A small deterministic generator (xorshift64*) for tests over random worlds, so a failing seed can be run again.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A generator for `seed` (any value, zero too).
+    pub fn seeded(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}

@@ -643,11 +643,11 @@ struct Changes<'i> {
     owners_changed: bool,
 }
 
-/// Keys whose state differs between two ledgers (present in one only, or with another state).
-fn changed_keys<'a, V: PartialEq>(
-    old: &'a BTreeMap<String, V>,
-    new: &'a BTreeMap<String, V>,
-) -> BTreeSet<&'a String> {
+/// Keys whose value differs between two maps (present in one only, or with another value).
+pub fn changed_keys<'a, K: Ord, V: PartialEq>(
+    old: &'a BTreeMap<K, V>,
+    new: &'a BTreeMap<K, V>,
+) -> BTreeSet<&'a K> {
     let mut changed = BTreeSet::new();
     for (key, value) in old {
         if new.get(key) != Some(value) {

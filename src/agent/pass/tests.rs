@@ -8,15 +8,11 @@
 //! ```
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use clap::Parser;
-use http::{Request, Response};
-use http_body_util::{BodyExt, Full};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -29,6 +25,7 @@ use super::*;
 use crate::config::{ClassConfig, FsWipe, WipeMethod};
 use crate::contract::DevId;
 use crate::disk::VolumeMode;
+use crate::effects::scripted;
 use crate::host::{
     DirEntry, EntryKind, FsProbe, FsSize, HardwareIds, HostError, MountTable, VolumeTag,
 };
@@ -233,26 +230,7 @@ fn not_found() -> Value {
 }
 
 fn client(api: Arc<FakeApi>) -> Client {
-    let service = tower::service_fn(move |req: Request<kube::client::Body>| {
-        let api = api.clone();
-        async move {
-            let (parts, body) = req.into_parts();
-            let bytes = body
-                .collect()
-                .await
-                .map(|c| c.to_bytes())
-                .unwrap_or_default();
-            let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let (code, body) = api.answer(parts.method.as_str(), parts.uri.path(), body);
-            let response = Response::builder()
-                .status(code)
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(body.to_string())))
-                .expect("a valid response");
-            Ok::<_, Infallible>(response)
-        }
-    });
-    Client::new(service, "default")
+    scripted::serve(move |seen| api.answer(&seen.method, &seen.path, seen.body))
 }
 
 #[derive(Parser)]

@@ -12,29 +12,10 @@ use super::*;
 use crate::disk::{DiskIdentity, UnusableReason, VolumeMode};
 use crate::inventory::inputs::WipeSample;
 use crate::inventory::{Change, build};
+use crate::plan::fixtures::Rng;
 use crate::plan::{DiskState, HoldReason};
 
 const NODE: &str = "n1";
-
-/// A small deterministic generator (xorshift64*), so a failing seed can be run again.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
 
 fn disk(entry: &str, uuid: Option<&str>) -> Disk {
     Disk {
@@ -83,6 +64,20 @@ struct World {
 }
 
 impl World {
+    fn empty() -> World {
+        World {
+            found: Discovery::default(),
+            unpublished: Vec::new(),
+            pvs: Vec::new(),
+            ledger: DiskLedger::default(),
+            wipes: BTreeMap::new(),
+            failures: BTreeMap::new(),
+            objects: BTreeMap::new(),
+            settings: Settings::default(),
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        }
+    }
+
     fn existing(&self) -> Vec<Arc<LocalDisk>> {
         self.objects.values().cloned().collect()
     }
@@ -241,22 +236,10 @@ fn status_spec(d: &Disk) -> crate::inventory::LocalDiskSpec {
 fn the_incremental_inventory_builds_what_the_general_one_builds_at_every_pass() {
     let mut parts = 0;
     for seed in 1..=300u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = Rng::seeded(seed);
         let mut n = 0;
-        let mut w = World {
-            found: Discovery::default(),
-            unpublished: Vec::new(),
-            pvs: Vec::new(),
-            ledger: DiskLedger::default(),
-            wipes: BTreeMap::new(),
-            failures: BTreeMap::new(),
-            objects: BTreeMap::new(),
-            settings: Settings {
-                missing_grace: Duration::from_secs(6 * 3600),
-                ..Settings::default()
-            },
-            now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
-        };
+        let mut w = World::empty();
+        w.settings.missing_grace = Duration::from_secs(6 * 3600);
         for _ in 0..(2 + rng.below(10)) {
             n += 1;
             w.found
@@ -287,17 +270,7 @@ fn the_incremental_inventory_builds_what_the_general_one_builds_at_every_pass() 
 fn one_new_disk_is_built_alone_whatever_the_disks_already_known() {
     let mut works = Vec::new();
     for count in [10, 2000] {
-        let mut w = World {
-            found: Discovery::default(),
-            unpublished: Vec::new(),
-            pvs: Vec::new(),
-            ledger: DiskLedger::default(),
-            wipes: BTreeMap::new(),
-            failures: BTreeMap::new(),
-            objects: BTreeMap::new(),
-            settings: Settings::default(),
-            now: SystemTime::UNIX_EPOCH,
-        };
+        let mut w = World::empty();
         for i in 0..count {
             w.found
                 .disks

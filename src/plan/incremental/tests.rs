@@ -10,28 +10,8 @@ use super::*;
 use crate::config::PvNaming;
 use crate::contract::DevId;
 use crate::disk::{DiskIdentity, Unusable, UnusableReason, VolumeMode};
-use crate::plan::fixtures::{self, Pv, World, at_entry, disk, with_uuid};
+use crate::plan::fixtures::{self, Pv, Rng, World, at_entry, disk, with_uuid};
 use crate::plan::{Action, DiskState};
-
-/// A small deterministic generator (xorshift64*), so a failing seed can be run again.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
 
 fn bump(pv: &mut PersistentVolume) {
     let rv: u64 = pv
@@ -252,7 +232,7 @@ fn world(rng: &mut Rng, n: &mut u32) -> World {
 fn the_incremental_planner_plans_what_the_general_one_plans_at_every_pass() {
     let mut parts = 0;
     for seed in 1..=300u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = Rng::seeded(seed);
         let mut n = 0;
         let mut world = world(&mut rng, &mut n);
         let mut incremental = Incremental::default();
