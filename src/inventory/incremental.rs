@@ -28,7 +28,7 @@ use super::naming::{self, DiskKey};
 use super::{Changes, names_to_look_up};
 use crate::disk::{ClassFailure, Discovery, Disk, Unusable};
 use crate::plan::identity;
-use crate::plan::incremental::changed_keys;
+use crate::plan::incremental::{changed_keys, closure};
 use crate::plan::pv::PvView;
 use crate::plan::{DiskLedger, NodeFacts, Unpublished};
 
@@ -608,22 +608,17 @@ impl Last {
         for link in &links {
             closed.extend(self.links.get(link).into_iter().flatten().cloned());
         }
-        let mut queue: Vec<PathBuf> = closed.iter().cloned().collect();
-        while let Some(path) = queue.pop() {
-            let Some(seen) = self.entries.get(&path) else {
-                continue;
+        closure(closed, |path| {
+            let Some(seen) = self.entries.get(path) else {
+                return Vec::new();
             };
-            let mut linked: Vec<Link> = seen.links.clone();
-            linked.extend(seen.name.iter().map(|n| Link::Name(n.clone())));
-            for link in &linked {
-                for other in self.links.get(link).into_iter().flatten() {
-                    if closed.insert(other.clone()) {
-                        queue.push(other.clone());
-                    }
-                }
-            }
-        }
-        closed
+            let named = seen.name.iter().map(|n| Link::Name(n.clone()));
+            let links: Vec<Link> = seen.links.iter().cloned().chain(named).collect();
+            links
+                .iter()
+                .flat_map(|link| self.links.get(link).into_iter().flatten().cloned())
+                .collect()
+        })
     }
 
     fn build_dirty(

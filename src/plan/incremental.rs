@@ -518,39 +518,29 @@ impl Last {
             by_link.entry(link).or_default().push(path);
             links_at.entry(path.as_path()).or_default().push(link);
         }
-        let mut closed = dirty.clone();
-        let mut queue: Vec<PathBuf> = dirty.into_iter().collect();
-        while let Some(path) = queue.pop() {
+        closure(dirty, |path| {
             let old = self
                 .disks
-                .get(&path)
+                .get(path)
                 .map(|d| d.links.as_slice())
                 .into_iter()
                 .flatten()
                 .chain(
                     self.pvs_at
-                        .get(&path)
+                        .get(path)
                         .into_iter()
                         .flatten()
                         .flat_map(|uid| self.pvs[uid].links.iter()),
                 );
             let new = links_at.get(path.as_path()).into_iter().flatten().copied();
-            let links: Vec<&Link> = old.chain(new).collect();
-            for link in links {
-                let linked = self
-                    .links
-                    .get(link)
-                    .into_iter()
-                    .flatten()
-                    .chain(by_link.get(link).into_iter().flatten().copied());
-                for other in linked {
-                    if closed.insert(other.clone()) {
-                        queue.push(other.clone());
-                    }
-                }
-            }
-        }
-        closed
+            old.chain(new)
+                .flat_map(|link| {
+                    let linked = self.links.get(link).into_iter().flatten();
+                    linked.chain(by_link.get(link).into_iter().flatten().copied())
+                })
+                .cloned()
+                .collect()
+        })
     }
 
     fn apply(
@@ -641,6 +631,23 @@ struct Changes<'i> {
     unknown: HashSet<PathBuf>,
     ledger_changed: bool,
     owners_changed: bool,
+}
+
+/// `start` and every path `next` reaches from one in it, transitively.
+pub fn closure(
+    start: BTreeSet<PathBuf>,
+    next: impl Fn(&PathBuf) -> Vec<PathBuf>,
+) -> BTreeSet<PathBuf> {
+    let mut closed = start.clone();
+    let mut queue: Vec<PathBuf> = start.into_iter().collect();
+    while let Some(path) = queue.pop() {
+        for other in next(&path) {
+            if closed.insert(other.clone()) {
+                queue.push(other);
+            }
+        }
+    }
+    closed
 }
 
 /// Keys whose value differs between two maps (present in one only, or with another value).
