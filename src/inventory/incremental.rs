@@ -59,7 +59,7 @@ enum Link {
 
 #[derive(Clone, Debug, PartialEq)]
 enum Entry {
-    Disk(Disk),
+    Disk(Box<Disk>),
     Unusable(Unusable),
 }
 
@@ -208,7 +208,7 @@ impl Incremental {
         for disk in &found.disks {
             let key = DiskKey::of_disk(disk);
             let same = matches!(last.entries.get(&disk.host_path),
-                Some(SeenEntry { entry: Entry::Disk(d), .. }) if d == disk);
+                Some(SeenEntry { entry: Entry::Disk(d), .. }) if **d == *disk);
             if same && !keys.contains(&key) {
                 names.extend(last.wanted.get(&disk.host_path).cloned());
                 continue;
@@ -729,7 +729,7 @@ fn entries(found: &Discovery) -> Vec<Entry> {
         .disks
         .iter()
         .cloned()
-        .map(Entry::Disk)
+        .map(|d| Entry::Disk(Box::new(d)))
         .chain(found.unusable.iter().cloned().map(Entry::Unusable))
         .collect()
 }
@@ -757,7 +757,7 @@ impl<'a> EntryRef<'a> {
 
     fn is(&self, entry: &Entry) -> bool {
         match (self, entry) {
-            (EntryRef::Disk(a), Entry::Disk(b)) => *a == b,
+            (EntryRef::Disk(a), Entry::Disk(b)) => *a == &**b,
             (EntryRef::Unusable(a), Entry::Unusable(b)) => *a == b,
             _ => false,
         }
@@ -765,7 +765,7 @@ impl<'a> EntryRef<'a> {
 
     fn owned(&self) -> Entry {
         match self {
-            EntryRef::Disk(d) => Entry::Disk((*d).clone()),
+            EntryRef::Disk(d) => Entry::Disk(Box::new((*d).clone())),
             EntryRef::Unusable(u) => Entry::Unusable((*u).clone()),
         }
     }

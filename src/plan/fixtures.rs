@@ -389,7 +389,7 @@ impl World {
     }
 
     pub fn plan(&self) -> Plan {
-        self.with_inputs(|inputs| super::plan(inputs))
+        self.with_inputs(super::plan)
     }
 
     /// Runs `f` on this world's inputs of a pass.
