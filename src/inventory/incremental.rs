@@ -28,7 +28,7 @@ use super::naming::{self, DiskKey};
 use super::{Changes, names_to_look_up};
 use crate::disk::{ClassFailure, Discovery, Disk, Unusable};
 use crate::plan::identity;
-use crate::plan::incremental::{changed_keys, closure};
+use crate::plan::incremental::{changed_keys, closure, unusable_at};
 use crate::plan::pv::PvView;
 use crate::plan::{DiskLedger, NodeFacts, Unpublished};
 
@@ -635,13 +635,7 @@ impl Last {
                 .filter(|d| dirty.contains(&d.host_path))
                 .cloned()
                 .collect(),
-            unusable: inputs
-                .found
-                .unusable
-                .iter()
-                .filter(|u| dirty.contains(&u.host_path))
-                .cloned()
-                .collect(),
+            unusable: unusable_at(inputs.found, dirty),
             failed_classes: inputs.found.failed_classes.clone(),
         };
         // NB: of several PVs at one path the builder keeps one by input order, which the part does not keep.

@@ -572,3 +572,18 @@ impl Rng {
         self.next() % 100 < percent
     }
 }
+
+/// `disk`'s entry, rejected for `reason`.
+pub fn unusable(
+    disk: Disk,
+    reason: crate::disk::UnusableReason,
+    message: &str,
+) -> crate::disk::Unusable {
+    crate::disk::Unusable {
+        class: disk.class,
+        entry: disk.entry,
+        host_path: disk.host_path,
+        reason,
+        message: message.into(),
+    }
+}

@@ -33,7 +33,7 @@ use super::pv::{Origin, PvView};
 use super::state::{Condition, DiskLedger, Memory, OwnedPv};
 use super::{ClassFacts, Inputs, NodeFacts, Plan, Unpublished, identity};
 use crate::config::Config;
-use crate::disk::{ClassFailure, Discovery, Disk, UnusableReason};
+use crate::disk::{ClassFailure, Discovery, Disk, Unusable, UnusableReason};
 
 /// What the last call planned.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -374,13 +374,7 @@ impl Last {
                 .filter_map(|p| self.disks.get(p))
                 .map(|d| d.disk.clone())
                 .collect(),
-            unusable: inputs
-                .found
-                .unusable
-                .iter()
-                .filter(|u| dirty.contains(&u.host_path))
-                .cloned()
-                .collect(),
+            unusable: unusable_at(inputs.found, &dirty),
             failed_classes: inputs.found.failed_classes.clone(),
         };
         let part = Inputs {
@@ -631,6 +625,16 @@ struct Changes<'i> {
     unknown: HashSet<PathBuf>,
     ledger_changed: bool,
     owners_changed: bool,
+}
+
+/// The unusable entries found at `paths`.
+pub fn unusable_at(found: &Discovery, paths: &BTreeSet<PathBuf>) -> Vec<Unusable> {
+    found
+        .unusable
+        .iter()
+        .filter(|u| paths.contains(&u.host_path))
+        .cloned()
+        .collect()
 }
 
 /// `start` and every path `next` reaches from one in it, transitively.

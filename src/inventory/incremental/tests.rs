@@ -12,7 +12,7 @@ use super::*;
 use crate::disk::{DiskIdentity, UnusableReason, VolumeMode};
 use crate::inventory::inputs::WipeSample;
 use crate::inventory::{Change, build};
-use crate::plan::fixtures::Rng;
+use crate::plan::fixtures::{Rng, unusable};
 use crate::plan::{DiskState, HoldReason};
 
 const NODE: &str = "n1";
@@ -200,13 +200,8 @@ fn change(rng: &mut Rng, w: &mut World, n: &mut u32) {
         }
         12 if disks > 0 => {
             let d = w.found.disks.remove(rng.below(disks));
-            w.found.unusable.push(Unusable {
-                class: d.class,
-                entry: d.entry,
-                host_path: d.host_path,
-                reason: UnusableReason::NotAMountPoint,
-                message: "not a mount point".into(),
-            });
+            let stray = unusable(d, UnusableReason::NotAMountPoint, "not a mount point");
+            w.found.unusable.push(stray);
         }
         13 => {
             // Another node takes a name this node wants, or lets it go.

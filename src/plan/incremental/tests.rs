@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::*;
 use crate::config::PvNaming;
 use crate::contract::DevId;
-use crate::disk::{DiskIdentity, Unusable, UnusableReason, VolumeMode};
+use crate::disk::{DiskIdentity, UnusableReason, VolumeMode};
 use crate::plan::fixtures::{self, Pv, Rng, World, at_entry, disk, with_uuid};
 use crate::plan::{Action, DiskState};
 
@@ -133,13 +133,8 @@ fn change(rng: &mut Rng, world: &mut World, n: &mut u32) {
         8 => world.now += Duration::from_secs(rng.below(1200) as u64),
         9 if disks > 0 => {
             let d = world.found.disks.remove(rng.below(disks));
-            world.found.unusable.push(Unusable {
-                class: d.class,
-                entry: d.entry,
-                host_path: d.host_path,
-                reason: UnusableReason::ProbeFailed,
-                message: "failed to inspect".into(),
-            });
+            let failed = fixtures::unusable(d, UnusableReason::ProbeFailed, "failed to inspect");
+            world.found.unusable.push(failed);
         }
         10 if !world.found.unusable.is_empty() => {
             let u = world
