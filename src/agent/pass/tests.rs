@@ -466,16 +466,16 @@ async fn a_mount_event_costs_the_same_work_at_10_and_2000_disks() {
     );
 }
 
-/// Not a test of behaviour: prints what passes cost, for a profiler (`LOCALPV_PASS_COST=1000,5000` and
-/// `LOCALPV_PASS_EVENTS`).
+/// Prints what passes cost, for a profiler (`LOCALPV_PASS_COST=1000,5000 LOCALPV_PASS_EVENTS=5`, e.g. under
+/// callgrind). Asserts nothing about time (machines here are noisy); in the suite it runs at small sizes, so the
+/// hook keeps compiling and running instead of being skipped.
 #[tokio::test]
-#[ignore = "a measurement: run by hand, under a profiler"]
 async fn measure_event_cost() {
-    let sizes = std::env::var("LOCALPV_PASS_COST").unwrap_or_else(|_| "10,1000".into());
+    let sizes = std::env::var("LOCALPV_PASS_COST").unwrap_or_else(|_| "10,50".into());
     let events: usize = std::env::var("LOCALPV_PASS_EVENTS")
         .ok()
         .and_then(|e| e.parse().ok())
-        .unwrap_or(5);
+        .unwrap_or(2);
     for n in sizes.split(',').filter_map(|n| n.parse::<usize>().ok()) {
         let t0 = Instant::now();
         let mut bed = settled(n).await;
