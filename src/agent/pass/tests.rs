@@ -195,6 +195,7 @@ impl FakeApi {
             .unwrap_or_else(|e| e.into_inner())
             .push(format!("{method} {path}"));
         let uid = self.uids.fetch_add(1, Ordering::Relaxed);
+        let ours = format!("/apis/{}/", crate::contract::GROUP);
         match (method, path) {
             ("POST", "/api/v1/persistentvolumes") => {
                 let mut pv = body;
@@ -205,7 +206,7 @@ impl FakeApi {
                 self.pvs.apply(&self.node, Event::Apply(object(watched)));
                 (201, pv)
             }
-            ("PATCH", p) if p.starts_with("/apis/localpv.io/") => {
+            ("PATCH", p) if p.starts_with(&ours) => {
                 let mut disk = body;
                 disk["metadata"]["uid"] = json!(format!("uid-{uid}"));
                 disk["metadata"]["resourceVersion"] = json!(uid.to_string());
@@ -213,7 +214,7 @@ impl FakeApi {
                 crate::watch::apply(&self.disks, "LocalDisk", event, &objects());
                 (200, disk)
             }
-            ("GET", p) if p.starts_with("/apis/localpv.io/") => (404, not_found()),
+            ("GET", p) if p.starts_with(&ours) => (404, not_found()),
             ("POST", p) if p.ends_with("/events") => (201, body),
             _ => (404, not_found()),
         }
