@@ -115,25 +115,21 @@ pub fn discover_again(
     let Some(gathered) = probed.gathered.take().filter(|g| g.classes == classes) else {
         return discover_with(host, classes, probed);
     };
-    let candidates: Vec<Candidate<'_>> = gathered
-        .candidates
-        .iter()
-        .filter_map(|c| {
-            Some(Candidate {
-                class: classes.iter().find(|class| class.name == c.class)?,
-                entry: c.entry.clone(),
-                host_path: c.host_path.clone(),
-                probe_path: c.probe_path.clone(),
-                kind: c.kind.clone(),
-            })
+    let candidates = gathered.candidates.iter().filter_map(|c| {
+        Some(Probe {
+            class: classes.iter().find(|class| class.name == c.class)?,
+            entry: &c.entry,
+            host_path: &c.host_path,
+            probe_path: &c.probe_path,
+            kind: &c.kind,
         })
-        .collect();
+    });
     let discovery = Discovery {
         disks: Vec::new(),
         unusable: gathered.unusable.clone(),
         failed_classes: gathered.failed_classes.clone(),
     };
-    let discovery = measure_all(host, &candidates, discovery, probed);
+    let discovery = measure_all(host, candidates, discovery, probed);
     probed.gathered = Some(gathered);
     discovery
 }
@@ -170,7 +166,8 @@ pub fn discover_with(
         unusable: classified.unusable.clone(),
         failed_classes: failed_classes.clone(),
     };
-    let discovery = measure_all(host, &classified.candidates, discovery, probed);
+    let candidates = classified.candidates.iter().map(Probe::of);
+    let discovery = measure_all(host, candidates, discovery, probed);
     probed.gathered = Some(Gathered {
         classes: classes.to_vec(),
         candidates: classified
@@ -192,21 +189,23 @@ pub fn discover_with(
 
 /// Measures each candidate into `discovery`, reusing what `probed` measured on the same mount; keeps only this
 /// pass's measurements. The cache is updated in place: an unchanged entry costs a lookup and a copy.
-fn measure_all(
+fn measure_all<'c>(
     host: &dyn Host,
-    candidates: &[Candidate<'_>],
+    candidates: impl Iterator<Item = Probe<'c>>,
     mut discovery: Discovery,
     probed: &mut Probed,
 ) -> Discovery {
     let mut measured = 0;
     let mut cached_now = 0;
+    let mut present: Vec<&Path> = Vec::new();
     for candidate in candidates {
-        let mount = match &candidate.kind {
+        present.push(candidate.host_path);
+        let mount = match candidate.kind {
             CandidateKind::Filesystem { mount } => Some(mount),
             CandidateKind::Block { .. } => None,
         };
         let hit = mount.and_then(|mount| {
-            let (seen, disk) = probed.disks.get(&candidate.host_path)?;
+            let (seen, disk) = probed.disks.get(candidate.host_path)?;
             let same = seen.class == candidate.class.name
                 && seen.probe_path == candidate.probe_path
                 && seen.mount == *mount;
@@ -219,28 +218,28 @@ fn measure_all(
         }
         measured += 1;
         // NB: a measurement that failed or is a block entry's leaves nothing cached at the path.
-        probed.disks.remove(&candidate.host_path);
-        match measure(host, candidate) {
+        probed.disks.remove(candidate.host_path);
+        match measure(host, &candidate) {
             Ok(disk) => {
                 if let Some(mount) = mount {
                     let key = ProbeKey {
                         class: candidate.class.name.clone(),
-                        probe_path: candidate.probe_path.clone(),
+                        probe_path: candidate.probe_path.to_path_buf(),
                         mount: mount.clone(),
                     };
                     probed
                         .disks
-                        .insert(candidate.host_path.clone(), (key, disk.clone()));
+                        .insert(candidate.host_path.to_path_buf(), (key, disk.clone()));
                     cached_now += 1;
                 }
                 discovery.disks.push(disk);
             }
-            Err(error) => discovery.unusable.push(probe_failed(candidate, &error)),
+            Err(error) => discovery.unusable.push(probe_failed(&candidate, &error)),
         }
     }
     if probed.disks.len() > cached_now {
         // Entries gone since the last pass.
-        let present: HashSet<&Path> = candidates.iter().map(|c| c.host_path.as_path()).collect();
+        let present: HashSet<&Path> = present.into_iter().collect();
         probed
             .disks
             .retain(|path, _| present.contains(path.as_path()));
@@ -267,12 +266,33 @@ fn list_class<'a>(host: &dyn Host, class: &'a DiscoveryClass) -> Result<Listing<
     })
 }
 
-fn measure(host: &dyn Host, candidate: &Candidate<'_>) -> Result<Disk, HostError> {
-    let (capacity_bytes, available_bytes, mount_root, identity) = match &candidate.kind {
+/// What measuring reads of a candidate, borrowed from a fresh classification or from the one kept.
+struct Probe<'c> {
+    class: &'c DiscoveryClass,
+    entry: &'c str,
+    host_path: &'c Path,
+    probe_path: &'c Path,
+    kind: &'c CandidateKind,
+}
+
+impl<'c> Probe<'c> {
+    fn of(c: &'c Candidate<'_>) -> Probe<'c> {
+        Probe {
+            class: c.class,
+            entry: &c.entry,
+            host_path: &c.host_path,
+            probe_path: &c.probe_path,
+            kind: &c.kind,
+        }
+    }
+}
+
+fn measure(host: &dyn Host, candidate: &Probe<'_>) -> Result<Disk, HostError> {
+    let (capacity_bytes, available_bytes, mount_root, identity) = match candidate.kind {
         CandidateKind::Filesystem { mount } => {
-            let size = host.statvfs(&candidate.probe_path)?;
+            let size = host.statvfs(candidate.probe_path)?;
             let mut identity = filesystem_identity(host, mount)?;
-            match host.volume_id(&candidate.probe_path)? {
+            match host.volume_id(candidate.probe_path)? {
                 VolumeTag::Present(id) => identity.volume_id = Some(id),
                 VolumeTag::Absent => {}
                 VolumeTag::Unsupported => identity.volume_id_unsupported = true,
@@ -281,19 +301,19 @@ fn measure(host: &dyn Host, candidate: &Candidate<'_>) -> Result<Disk, HostError
             (size.total_bytes, Some(size.available_bytes), root, identity)
         }
         CandidateKind::Block { rdev } => {
-            let size = host.block_device_size(&candidate.probe_path)?;
+            let size = host.block_device_size(candidate.probe_path)?;
             (
                 size,
                 None,
                 None,
-                block_identity(host, &candidate.probe_path, *rdev)?,
+                block_identity(host, candidate.probe_path, *rdev)?,
             )
         }
     };
     Ok(Disk {
         class: candidate.class.name.clone(),
-        entry: candidate.entry.clone(),
-        host_path: candidate.host_path.clone(),
+        entry: candidate.entry.to_string(),
+        host_path: candidate.host_path.to_path_buf(),
         mode: candidate.class.mode,
         capacity_bytes,
         available_bytes,
@@ -369,11 +389,11 @@ fn add_hardware_ids(host: &dyn Host, dev: DevId, identity: &mut DiskIdentity) {
     }
 }
 
-fn probe_failed(candidate: &Candidate<'_>, error: &HostError) -> Unusable {
+fn probe_failed(candidate: &Probe<'_>, error: &HostError) -> Unusable {
     Unusable {
         class: candidate.class.name.clone(),
-        entry: candidate.entry.clone(),
-        host_path: candidate.host_path.clone(),
+        entry: candidate.entry.to_string(),
+        host_path: candidate.host_path.to_path_buf(),
         reason: UnusableReason::ProbeFailed,
         message: format!(
             "failed to inspect path {:?}: {}",

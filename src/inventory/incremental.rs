@@ -171,8 +171,11 @@ impl Incremental {
         // Objects changed or new (with their key now), and the keys whose objects changed.
         let mut changed: HashMap<&str, DiskKey> = HashMap::new();
         let mut keys: HashSet<DiskKey> = HashSet::new();
+        let mut kept = 0;
         for (name, object) in &mine {
-            match last.objects.get(*name) {
+            let seen = last.objects.get(*name);
+            kept += usize::from(seen.is_some());
+            match seen {
                 Some(seen) if same_object(&seen.object, object) => {}
                 seen => {
                     let key = DiskKey::of_spec(&object.spec);
@@ -183,12 +186,15 @@ impl Incremental {
             }
         }
         let is_mine = |name: &str| mine.binary_search_by(|(n, _)| (*n).cmp(name)).is_ok();
-        keys.extend(
-            last.objects
-                .iter()
-                .filter(|(name, _)| !is_mine(name))
-                .map(|(_, seen)| seen.key.clone()),
-        );
+        if kept < last.objects.len() {
+            // Objects gone since the last build.
+            keys.extend(
+                last.objects
+                    .iter()
+                    .filter(|(name, _)| !is_mine(name))
+                    .map(|(_, seen)| seen.key.clone()),
+            );
+        }
         // NB: `names_to_look_up` keeps, of several objects with one key, the last in order: the greatest name.
         let held = |key: &DiskKey| -> Option<&str> {
             let stale = last

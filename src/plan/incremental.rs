@@ -654,23 +654,43 @@ pub fn closure(
     closed
 }
 
-/// Keys whose value differs between two maps (present in one only, or with another value).
+/// Keys whose value differs between two maps (present in one only, or with another value), in one walk of both.
 pub fn changed_keys<'a, K: Ord, V: PartialEq>(
     old: &'a BTreeMap<K, V>,
     new: &'a BTreeMap<K, V>,
 ) -> BTreeSet<&'a K> {
     let mut changed = BTreeSet::new();
-    for (key, value) in old {
-        if new.get(key) != Some(value) {
-            changed.insert(key);
+    let (mut a, mut b) = (old.iter().peekable(), new.iter().peekable());
+    loop {
+        match (a.peek(), b.peek()) {
+            (Some((ka, va)), Some((kb, vb))) => match ka.cmp(kb) {
+                std::cmp::Ordering::Less => {
+                    changed.insert(*ka);
+                    a.next();
+                }
+                std::cmp::Ordering::Greater => {
+                    changed.insert(*kb);
+                    b.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    if va != vb {
+                        changed.insert(*ka);
+                    }
+                    a.next();
+                    b.next();
+                }
+            },
+            (Some((ka, _)), None) => {
+                changed.insert(*ka);
+                a.next();
+            }
+            (None, Some((kb, _))) => {
+                changed.insert(*kb);
+                b.next();
+            }
+            (None, None) => return changed,
         }
     }
-    for (key, value) in new {
-        if old.get(key) != Some(value) {
-            changed.insert(key);
-        }
-    }
-    changed
 }
 
 #[cfg(test)]
