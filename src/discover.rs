@@ -23,7 +23,6 @@
 //! the mount table and the directories, for a pass the agent knows nothing on the host changed since (no mount or
 //! directory event, no resync): it measures only entries forgotten since, and block entries.
 
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use tracing::debug;
@@ -33,6 +32,7 @@ use crate::disk::{
     ClassFailure, Discovery, DiscoveryClass, Disk, DiskIdentity, Unusable, UnusableReason,
     VolumeMode,
 };
+use crate::fasthash::{FastMap, FastSet};
 use crate::host::{Host, HostError, MountEntry, MountTable, VolumeTag, error_chain};
 
 pub mod classify;
@@ -44,7 +44,7 @@ use classify::{Candidate, CandidateKind, Listing};
 /// pass listed and classified.
 #[derive(Debug, Default)]
 pub struct Probed {
-    disks: HashMap<PathBuf, (ProbeKey, Disk)>,
+    disks: FastMap<PathBuf, (ProbeKey, Disk)>,
     gathered: Option<Gathered>,
     /// Candidates measured by the last pass (cache misses and block entries).
     pub last_measured: usize,
@@ -239,7 +239,7 @@ fn measure_all<'c>(
     }
     if probed.disks.len() > cached_now {
         // Entries gone since the last pass.
-        let present: HashSet<&Path> = present.into_iter().collect();
+        let present: FastSet<&Path> = present.into_iter().collect();
         probed
             .disks
             .retain(|path, _| present.contains(path.as_path()));

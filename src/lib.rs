@@ -26,6 +26,7 @@ pub mod disk;
 pub mod effects;
 pub mod explain;
 pub mod extender;
+pub mod fasthash;
 pub mod host;
 pub mod inventory;
 pub mod logging;

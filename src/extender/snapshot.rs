@@ -24,8 +24,8 @@ use crate::contract::Phase;
 use crate::disk::VolumeMode;
 use crate::selector::{HOSTNAME_LABEL, Labels, NodeLabels};
 
-pub use self::nodes::FastHasher;
-use self::nodes::{FastBuild, NodeTable};
+use self::nodes::NodeTable;
+pub use crate::fasthash::{FastHasher, FastMap};
 
 mod nodes;
 
@@ -35,8 +35,6 @@ pub type HostId = u32;
 
 /// Attribute-class id that no PV has: a claim asking for an attributes class no PV carries.
 pub const UNKNOWN_ATTRIBUTES: u32 = u32::MAX;
-
-pub type FastMap<K, V> = HashMap<K, V, FastBuild>;
 
 /// The PV fields the per-node scan reads, copied out of `Volume` and packed (32 bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,7 +17,7 @@
 //! A steady state writes nothing: timestamps (`lastSeen`, condition transition times), the wipe rate, small
 //! changes of the free space and wipe progress within the same 5% step are ignored when comparing.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -30,6 +30,7 @@ use super::inputs::{Inputs, time};
 use super::naming::{self, DiskKey};
 use super::status;
 use crate::disk::{Discovery, Disk, Unusable};
+use crate::fasthash::FastMap;
 use crate::plan::pv::PvView;
 use crate::plan::{NodeFacts, Unpublished};
 
@@ -120,11 +121,11 @@ pub(super) struct Builder<'a> {
     inputs: &'a Inputs<'a>,
     pvs: BTreeMap<PathBuf, (PvView, &'a PersistentVolume)>,
     /// The first hold reason of each path.
-    held: HashMap<&'a Path, &'a Unpublished>,
+    held: FastMap<&'a Path, &'a Unpublished>,
     mine: Vec<&'a LocalDisk>,
     /// `mine` by name (the first of a name) and by disk key (in `mine` order).
-    mine_by_name: HashMap<&'a str, &'a LocalDisk>,
-    mine_by_key: HashMap<DiskKey, Vec<&'a LocalDisk>>,
+    mine_by_name: FastMap<&'a str, &'a LocalDisk>,
+    mine_by_key: FastMap<DiskKey, Vec<&'a LocalDisk>>,
     used: BTreeSet<String>,
     changes: Vec<Change>,
     now: Time,
@@ -147,7 +148,8 @@ impl<'a> Builder<'a> {
                 pvs.insert(view.path.clone(), (view, pv));
             }
         }
-        let mut held = HashMap::with_capacity(inputs.unpublished.len());
+        let mut held =
+            FastMap::with_capacity_and_hasher(inputs.unpublished.len(), Default::default());
         for u in inputs.unpublished {
             held.entry(u.host_path.as_path()).or_insert(u);
         }
@@ -157,8 +159,9 @@ impl<'a> Builder<'a> {
             .map(|d| &**d)
             .filter(|d| d.spec.node == inputs.node && d.metadata.name.is_some())
             .collect();
-        let mut mine_by_name = HashMap::with_capacity(mine.len());
-        let mut mine_by_key: HashMap<DiskKey, Vec<&LocalDisk>> = HashMap::with_capacity(mine.len());
+        let mut mine_by_name = FastMap::with_capacity_and_hasher(mine.len(), Default::default());
+        let mut mine_by_key: FastMap<DiskKey, Vec<&LocalDisk>> =
+            FastMap::with_capacity_and_hasher(mine.len(), Default::default());
         for d in &mine {
             if let Some(name) = d.metadata.name.as_deref() {
                 mine_by_name.entry(name).or_insert(*d);

@@ -15,7 +15,7 @@
 //! The node, the settings, the failed classes and other nodes' objects build whole when they change, and so does
 //! a list of this node's objects out of name order (the watch store gives them by name).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -27,6 +27,7 @@ use super::inputs::{Inputs, Settings, WipeFailures};
 use super::naming::{self, DiskKey};
 use super::{Changes, names_to_look_up};
 use crate::disk::{ClassFailure, Discovery, Disk, Unusable};
+use crate::fasthash::{FastMap, FastSet};
 use crate::plan::identity;
 use crate::plan::incremental::{changed_keys, closure, unusable_at};
 use crate::plan::pv::PvView;
@@ -84,21 +85,21 @@ struct Global {
 
 struct Last {
     global: Global,
-    entries: HashMap<PathBuf, SeenEntry>,
+    entries: FastMap<PathBuf, SeenEntry>,
     /// This node's objects by name, and their names by disk key.
     objects: BTreeMap<String, SeenObject>,
-    by_key: HashMap<DiskKey, BTreeSet<String>>,
-    pvs: HashMap<String, (Arc<PersistentVolume>, Option<PathBuf>)>,
-    pvs_at: HashMap<PathBuf, BTreeSet<String>>,
+    by_key: FastMap<DiskKey, BTreeSet<String>>,
+    pvs: FastMap<String, (Arc<PersistentVolume>, Option<PathBuf>)>,
+    pvs_at: FastMap<PathBuf, BTreeSet<String>>,
     running: BTreeSet<PathBuf>,
     failures: BTreeMap<PathBuf, WipeFailures>,
-    held: HashMap<PathBuf, Unpublished>,
+    held: FastMap<PathBuf, Unpublished>,
     ledger: DiskLedger,
-    links: HashMap<Link, HashSet<PathBuf>>,
+    links: FastMap<Link, FastSet<PathBuf>>,
     /// Entries whose last build wrote: built again.
     noisy: BTreeSet<PathBuf>,
     /// Object name -> the path of the entry using it.
-    used: HashMap<String, PathBuf>,
+    used: FastMap<String, PathBuf>,
     /// This node's objects no entry uses, decided in every build (they write or wait for their grace period).
     unused: BTreeSet<String>,
     /// Filesystem entries whose plain name this node does not hold, by path.
@@ -169,8 +170,8 @@ impl Incremental {
             return names_to_look_up(node, found, existing);
         };
         // Objects changed or new (with their key now), and the keys whose objects changed.
-        let mut changed: HashMap<&str, DiskKey> = HashMap::new();
-        let mut keys: HashSet<DiskKey> = HashSet::new();
+        let mut changed: FastMap<&str, DiskKey> = FastMap::default();
+        let mut keys: FastSet<DiskKey> = FastSet::default();
         let mut kept = 0;
         for (name, object) in &mine {
             let seen = last.objects.get(*name);
@@ -273,18 +274,18 @@ impl Last {
                 failed: inputs.found.failed_classes.clone(),
                 others: inputs.others.to_vec(),
             },
-            entries: HashMap::new(),
+            entries: FastMap::default(),
             objects: BTreeMap::new(),
-            by_key: HashMap::new(),
-            pvs: HashMap::new(),
-            pvs_at: HashMap::new(),
+            by_key: FastMap::default(),
+            pvs: FastMap::default(),
+            pvs_at: FastMap::default(),
             running: inputs.wipes.keys().cloned().collect(),
             failures: inputs.wipe_failures.clone(),
-            held: HashMap::new(),
+            held: FastMap::default(),
             ledger: inputs.ledger.clone(),
-            links: HashMap::new(),
+            links: FastMap::default(),
             noisy,
-            used: HashMap::new(),
+            used: FastMap::default(),
             unused: BTreeSet::new(),
             wanted: BTreeMap::new(),
         };
@@ -472,7 +473,7 @@ impl Last {
             }
         }
         if kept < self.objects.len() {
-            let present: HashSet<&str> = mine.iter().map(|(n, _)| *n).collect();
+            let present: FastSet<&str> = mine.iter().map(|(n, _)| *n).collect();
             for (name, seen) in &self.objects {
                 if !present.contains(name.as_str()) {
                     links.extend(object_links(name, &seen.key));
@@ -486,7 +487,7 @@ impl Last {
         // Found entries.
         let mut changed_entries: Vec<Entry> = Vec::new();
         let mut gone_entries: Vec<PathBuf> = Vec::new();
-        let mut paths: HashSet<&Path> = HashSet::new();
+        let mut paths: FastSet<&Path> = FastSet::default();
         let mut kept = 0;
         for entry in borrowed_entries(inputs.found) {
             let path = entry.host_path();
@@ -529,7 +530,7 @@ impl Last {
             }
         }
         if kept < self.pvs.len() {
-            let present: HashSet<&str> = inputs
+            let present: FastSet<&str> = inputs
                 .pvs
                 .iter()
                 .filter_map(|pv| pv.metadata.uid.as_deref())
@@ -550,7 +551,7 @@ impl Last {
                 .into_iter()
                 .cloned(),
         );
-        let mut held: HashMap<PathBuf, Unpublished> = HashMap::new();
+        let mut held: FastMap<PathBuf, Unpublished> = FastMap::default();
         for u in inputs.unpublished {
             held.entry(u.host_path.clone()).or_insert_with(|| u.clone());
         }

@@ -1,7 +1,7 @@
 //! The planning pass: every owned PV is judged against the disk at its path, then every found disk without a PV
 //! is published, wiped first, or held back.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use super::{
 };
 use crate::contract::{ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, NODE_LABEL, Phase, WipePhase};
 use crate::disk::{Disk, UnusableReason};
+use crate::fasthash::FastMap;
 
 /// How soon to look again when something is waiting on our own writes.
 const SOON: Duration = Duration::from_secs(1);
@@ -578,9 +579,9 @@ fn process_path(class: &ClassFacts, host_path: &Path) -> std::path::PathBuf {
 /// of every PV.
 #[derive(Default)]
 struct PvIndex {
-    at_path: HashMap<PathBuf, Vec<usize>>,
-    by_name: HashMap<String, usize>,
-    by_identity: HashMap<(&'static str, String), Vec<usize>>,
+    at_path: FastMap<PathBuf, Vec<usize>>,
+    by_name: FastMap<String, usize>,
+    by_identity: FastMap<(&'static str, String), Vec<usize>>,
 }
 
 impl PvIndex {

@@ -22,7 +22,7 @@
 //! are compared with the last pass's; a change of the global context, or a memory that is not the one the last pass
 //! returned, plans whole.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -34,6 +34,7 @@ use super::state::{Condition, DiskLedger, Memory, OwnedPv};
 use super::{ClassFacts, Inputs, NodeFacts, Plan, Unpublished, identity};
 use crate::config::Config;
 use crate::disk::{ClassFailure, Discovery, Disk, Unusable, UnusableReason};
+use crate::fasthash::{FastMap, FastSet};
 
 /// What the last call planned.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -163,13 +164,13 @@ struct SeenDisk {
 /// The world as the last pass saw it, and what it decided about each path.
 struct Last {
     global: Global,
-    pvs: HashMap<String, SeenPv>,
-    pvs_at: HashMap<PathBuf, BTreeSet<String>>,
-    disks: HashMap<PathBuf, SeenDisk>,
-    unknown: HashSet<PathBuf>,
+    pvs: FastMap<String, SeenPv>,
+    pvs_at: FastMap<PathBuf, BTreeSet<String>>,
+    disks: FastMap<PathBuf, SeenDisk>,
+    unknown: FastSet<PathBuf>,
     ledger: DiskLedger,
     owned: BTreeMap<String, OwnedPv>,
-    links: HashMap<Link, HashSet<PathBuf>>,
+    links: FastMap<Link, FastSet<PathBuf>>,
     /// Paths whose decision wrote, reported or asked for another pass: planned again in the next pass.
     noisy: BTreeSet<PathBuf>,
     unpublished: BTreeMap<PathBuf, Vec<Unpublished>>,
@@ -180,7 +181,7 @@ struct Last {
 fn known_pvs<'i>(inputs: &Inputs<'i>) -> Vec<&'i Arc<PersistentVolume>> {
     let mut all: Vec<&Arc<PersistentVolume>> = inputs.existing.iter().collect();
     if let Some(cluster) = inputs.cluster {
-        let seen: HashSet<&str> = all
+        let seen: FastSet<&str> = all
             .iter()
             .filter_map(|pv| pv.metadata.uid.as_deref())
             .collect();
@@ -200,7 +201,7 @@ fn owned_view(inputs: &Inputs<'_>, pv: &PersistentVolume) -> Option<(String, PvV
     (view.origin == Origin::Ours && inputs.owners.owns(&uid)).then_some((uid, view))
 }
 
-fn unknown_paths(found: &Discovery) -> HashSet<PathBuf> {
+fn unknown_paths(found: &Discovery) -> FastSet<PathBuf> {
     found
         .unusable
         .iter()
@@ -225,13 +226,13 @@ impl Last {
         }
         let mut last = Last {
             global: Global::of(inputs),
-            pvs: HashMap::new(),
-            pvs_at: HashMap::new(),
-            disks: HashMap::new(),
+            pvs: FastMap::default(),
+            pvs_at: FastMap::default(),
+            disks: FastMap::default(),
             unknown: unknown_paths(inputs.found),
             ledger: inputs.ledger.clone(),
             owned: owners.pvs.clone(),
-            links: HashMap::new(),
+            links: FastMap::default(),
             noisy,
             unpublished: BTreeMap::new(),
             memory: plan.memory.clone(),
@@ -420,7 +421,7 @@ impl Last {
             }
         }
         if kept < self.pvs.len() {
-            let present: HashSet<&str> = inputs
+            let present: FastSet<&str> = inputs
                 .existing
                 .iter()
                 .chain(inputs.cluster.into_iter().flatten())
@@ -483,7 +484,7 @@ impl Last {
                 }
             }
         }
-        let paths: HashSet<&Path> = inputs
+        let paths: FastSet<&Path> = inputs
             .found
             .disks
             .iter()
@@ -506,8 +507,8 @@ impl Last {
 
     /// The dirty paths and every path linked to one of them, old links and new.
     fn close(&self, dirty: BTreeSet<PathBuf>, new: &[(Link, PathBuf)]) -> BTreeSet<PathBuf> {
-        let mut by_link: HashMap<&Link, Vec<&PathBuf>> = HashMap::new();
-        let mut links_at: HashMap<&Path, Vec<&Link>> = HashMap::new();
+        let mut by_link: FastMap<&Link, Vec<&PathBuf>> = FastMap::default();
+        let mut links_at: FastMap<&Path, Vec<&Link>> = FastMap::default();
         for (link, path) in new {
             by_link.entry(link).or_default().push(path);
             links_at.entry(path.as_path()).or_default().push(link);
@@ -622,7 +623,7 @@ struct Changes<'i> {
     gone_uids: Vec<String>,
     disks: Vec<&'i Disk>,
     gone_disks: Vec<PathBuf>,
-    unknown: HashSet<PathBuf>,
+    unknown: FastSet<PathBuf>,
     ledger_changed: bool,
     owners_changed: bool,
 }

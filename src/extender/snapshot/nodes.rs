@@ -9,59 +9,12 @@
 //! compare. Here the bucket is 8 bytes in a small array, the name compares against one contiguous buffer, and the
 //! host id sits next to the name, so the fast path of a decision never reads the labels.
 
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hasher;
 use std::sync::Arc;
 
 use super::HostId;
+use crate::fasthash::FastHasher;
 use crate::selector::Labels;
-
-/// A multiply-and-fold hasher for the snapshot's short string keys (node names, hostnames), several times cheaper
-/// than SipHash on them. NB: those keys come from the API server (Node and PV objects), never from a request, so
-/// crowding one bucket would take someone who may already create Nodes or PVs; requests only look keys up.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FastHasher(u64);
-
-const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
-
-impl FastHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0 ^ word).rotate_left(23).wrapping_mul(MUL);
-    }
-}
-
-impl Hasher for FastHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 59));
-        }
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        // NB: tables pick buckets from the low bits; a bare multiply leaves those depending on the first bytes
-        // only, so fold the full 128-bit product.
-        let wide = u128::from(self.0) * u128::from(MUL);
-        (wide >> 64) as u64 ^ wide as u64
-    }
-}
-
-pub type FastBuild = BuildHasherDefault<FastHasher>;
 
 fn hash(name: &str) -> u64 {
     let mut h = FastHasher::default();
