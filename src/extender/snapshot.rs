@@ -25,7 +25,7 @@ use crate::disk::VolumeMode;
 use crate::selector::{HOSTNAME_LABEL, Labels, NodeLabels};
 
 use self::nodes::NodeTable;
-pub use crate::fasthash::{FastHasher, FastMap};
+pub use crate::fasthash::FastMap;
 
 mod nodes;
 

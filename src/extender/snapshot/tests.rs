@@ -1,5 +1,3 @@
-use std::hash::{BuildHasher, BuildHasherDefault};
-
 use rstest::rstest;
 
 use super::*;
