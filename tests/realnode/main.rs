@@ -8,6 +8,7 @@ mod support;
 mod common;
 mod demo;
 mod extender;
+mod harness;
 mod lifecycle;
 mod migrate;
 mod migrate_doc;

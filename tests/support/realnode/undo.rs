@@ -20,7 +20,14 @@ pub struct Undo {
 impl Undo {
     /// Starts the watchdog for a run whose state lives in `state_dir` (outside the run dir it removes).
     pub fn start(state_dir: &Path) -> Undo {
+        sweep_stale(state_dir);
         fs::create_dir_all(state_dir).expect("undo state dir can be created");
+        // NB: the owner is written before the log: a state dir with a log and no owner is never swept.
+        fs::write(
+            state_dir.join(OWNER),
+            owner_of(std::process::id()).unwrap_or_default(),
+        )
+        .expect("undo owner file can be written");
         let log = state_dir.join("undo.sh");
         File::create(&log).expect("undo log can be created");
         let script = format!(
@@ -56,6 +63,70 @@ impl Undo {
                 .status();
         }
         let _ = fs::write(&self.log, "");
+    }
+}
+
+/// The file naming the process that owns a state dir: its pid and start time (a reused pid is another process).
+const OWNER: &str = "owner";
+
+pub fn owner_of(pid: u32) -> Option<String> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // NB: the command name (field 2) may hold spaces; the fields after its closing parenthesis do not.
+    let start = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?;
+    Some(format!("{pid} {start}"))
+}
+
+/// Reverts the runs whose test process and watchdog were both killed (a SIGKILL of the whole session): the state
+/// dirs beside `state_dir` with the same prefix whose owner is gone and that no watchdog works in. Never touches a
+/// live run's state, nor one without an owner file.
+pub fn sweep_stale(state_dir: &Path) {
+    let (Some(parent), Some(name)) = (state_dir.parent(), state_dir.file_name()) else {
+        return;
+    };
+    let name = name.to_string_lossy();
+    let prefix = name.split('-').take(2).collect::<Vec<_>>().join("-");
+    let watched: Vec<PathBuf> = fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| fs::read_link(e.path().join("cwd")).ok())
+        .collect();
+    for dir in fs::read_dir(parent)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+    {
+        let file = dir
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !file.starts_with(&prefix) || !file.ends_with(".undo") || dir == state_dir {
+            continue;
+        }
+        let Ok(owner) = fs::read_to_string(dir.join(OWNER)) else {
+            continue;
+        };
+        let pid = owner.split_whitespace().next().and_then(|p| p.parse().ok());
+        let alive = pid
+            .and_then(owner_of)
+            .is_some_and(|now| now == owner.trim());
+        if alive || owner.trim().is_empty() || watched.contains(&dir) {
+            continue;
+        }
+        eprintln!(
+            "reverting a stale real-node run left by a killed test process: {}",
+            dir.display()
+        );
+        let log = dir.join("undo.sh");
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "tac {log} | sh >/dev/null 2>&1",
+                log = log.display()
+            ))
+            .status();
+        let _ = fs::remove_dir_all(&dir);
     }
 }
 
