@@ -69,6 +69,10 @@ command="bench/run.sh"
 [ "$partial" = 0 ] || command="LOCALPV_BENCH_PARTS=\"$PARTS\" bench/run.sh"
 [ -z "${LOCALPV_BENCH_IMPORT_FLEET:-}" ] || command="LOCALPV_BENCH_IMPORT_FLEET=$LOCALPV_BENCH_IMPORT_FLEET $command"
 [ "${LOCALPV_BENCH_QUICK:-0}" = 0 ] || command="LOCALPV_BENCH_QUICK=1 $command"
+# Every other knob set for the run is part of its command, so the page says how it was measured.
+for knob in $(env | grep -E '^LOCALPV_BENCH_[A-Z_]+=' | grep -Ev '^LOCALPV_BENCH_(FIGURES|OUT|PARTS|QUICK|IMPORT_FLEET)=' | sort); do
+  command="$knob $command"
+done
 [ "$partial" = 1 ] || {
   echo "started=$started"
   echo "command=$command"
