@@ -174,7 +174,7 @@ impl PvIndex {
     pub(crate) fn apply(
         &self,
         node: &NodeFacts,
-        event: kube::runtime::watcher::Event<kube::core::DeserializeGuard<PersistentVolume>>,
+        event: kube::runtime::watcher::Event<crate::watch::Guarded<PersistentVolume>>,
     ) -> bool {
         crate::watch::apply(
             &self.pvs,
@@ -226,7 +226,7 @@ pub async fn run(watcher: &Watcher, index: Arc<PvIndex>) {
 
 #[cfg(test)]
 mod tests {
-    use kube::core::DeserializeGuard;
+    use crate::watch::Guarded;
     use kube::runtime::watcher::Event;
     use serde_json::{Value, json};
 
@@ -251,7 +251,7 @@ mod tests {
         })
     }
 
-    fn pv(name: &str, labels: Value) -> DeserializeGuard<PersistentVolume> {
+    fn pv(name: &str, labels: Value) -> Guarded<PersistentVolume> {
         object(pv_json(name, labels, json!({})))
     }
 

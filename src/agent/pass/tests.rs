@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::watch::Guarded;
 use clap::Parser;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::DeserializeGuard;
 use kube::runtime::watcher::Event;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
@@ -258,12 +258,7 @@ fn class() -> ClassConfig {
 fn stored<K: kube::Resource + Clone + PartialEq>(store: &Store<K>, items: Vec<K>) {
     crate::watch::apply(store, "", Event::Init, &objects());
     for o in items {
-        crate::watch::apply(
-            store,
-            "",
-            Event::InitApply(DeserializeGuard(Ok(o))),
-            &objects(),
-        );
+        crate::watch::apply(store, "", Event::InitApply(Guarded(Ok(o))), &objects());
     }
     crate::watch::apply(store, "", Event::InitDone, &objects());
 }
