@@ -18,6 +18,9 @@
 # assembles the page (summary with ratios and targets first, then every absolute figure with its command).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# The caller's knobs, before this script sets its defaults (see the command recorded below).
+user_knobs=$(env | grep -E '^LOCALPV_BENCH_[A-Z_]+=' |
+  grep -Ev '^LOCALPV_BENCH_(FIGURES|OUT|PARTS|QUICK|IMPORT_FLEET)=' | sort -r || true)
 
 [ "$(id -u)" = 0 ] || { echo "bench/run.sh: needs root (tmpfs mounts, loop devices)" >&2; exit 1; }
 for tool in go python3 cargo bc losetup mkfs.ext4; do
@@ -69,8 +72,8 @@ command="bench/run.sh"
 [ "$partial" = 0 ] || command="LOCALPV_BENCH_PARTS=\"$PARTS\" bench/run.sh"
 [ -z "${LOCALPV_BENCH_IMPORT_FLEET:-}" ] || command="LOCALPV_BENCH_IMPORT_FLEET=$LOCALPV_BENCH_IMPORT_FLEET $command"
 [ "${LOCALPV_BENCH_QUICK:-0}" = 0 ] || command="LOCALPV_BENCH_QUICK=1 $command"
-# Every other knob set for the run is part of its command, so the page says how it was measured.
-for knob in $(env | grep -E '^LOCALPV_BENCH_[A-Z_]+=' | grep -Ev '^LOCALPV_BENCH_(FIGURES|OUT|PARTS|QUICK|IMPORT_FLEET)=' | sort); do
+# Every other knob the caller set is part of the command, so the page says how it was measured.
+for knob in $user_knobs; do
   command="$knob $command"
 done
 [ "$partial" = 1 ] || {
