@@ -7,8 +7,9 @@
 //! ```
 //!
 //! Each object is decoded on its own ([`Guarded`]), so one malformed object is logged and skipped
-//! instead of failing the whole list, and with it readiness, forever. A [`Reader`] says what the store keeps:
-//! `convert` turns the object into the model its reader keeps (the agent keeps the object itself; the extender and
+//! instead of failing the whole list, and with it readiness, forever; a reader that passes over most objects takes
+//! them as their text instead ([`Text`], [`Watcher::run_text`]) and decodes only those it keeps. A [`Reader`]
+//! says what the store keeps: `convert` turns the object into the model its reader keeps (the agent keeps the object itself; the extender and
 //! the clean-up controller keep compact models) or passes over one it does not want (the agent's PV index keeps
 //! only the PVs that can reach its node), and `observe` hears of everything the watch showed, after the store has
 //! applied it. An update whose model equals the stored one changes nothing, so it wakes no one. Objects are keyed
@@ -91,6 +92,126 @@ impl<K: Resource> Resource for Guarded<K> {
         self.0
             .as_mut()
             .map_or_else(|invalid| &mut invalid.metadata, K::meta_mut)
+    }
+}
+
+/// How objects of one kind come off the wire into a reader's `convert`: decoded at once ([`Guarded`]) or kept as
+/// their text until the reader asks ([`Text`]).
+pub trait Wire: Resource {
+    /// What the reader's `convert` receives.
+    type Object;
+    /// The object for `convert`, or why it cannot be read.
+    fn object(self) -> Result<Self::Object, String>;
+}
+
+impl<K: Resource> Wire for Guarded<K> {
+    type Object = K;
+
+    fn object(self) -> Result<K, String> {
+        self.0.map_err(|invalid| invalid.error)
+    }
+}
+
+/// One object of kind `K` kept as the text it came in, with only the metadata the watch and the store read
+/// (name, namespace, UID, resource version) decoded: for a reader that passes over most objects and can tell which
+/// from a glance at the text ([`Text::glance`]), so it decodes in full only those it keeps ([`Text::decode`]).
+/// NB: a PV in full is ~1 KB of JSON with its managed fields; the agent's PV index keeps a handful of 10,000.
+#[derive(Debug)]
+pub struct Text<K> {
+    metadata: ObjectMeta,
+    text: Box<RawValue>,
+    kind: std::marker::PhantomData<fn() -> K>,
+}
+
+// NB: by hand, since a derive would ask `K: Clone` for the marker.
+impl<K> Clone for Text<K> {
+    fn clone(&self) -> Self {
+        Text {
+            metadata: self.metadata.clone(),
+            text: self.text.clone(),
+            kind: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<K: DeserializeOwned> Text<K> {
+    /// The object in full; an error when it is malformed.
+    pub fn decode(&self) -> Result<K, serde_json::Error> {
+        serde_json::from_str(self.text.get())
+    }
+
+    /// Part of the object: `G` names the fields wanted (serde passes over the rest without building it).
+    pub fn glance<G: DeserializeOwned>(&self) -> Result<G, serde_json::Error> {
+        serde_json::from_str(self.text.get())
+    }
+}
+
+impl<'de, K> Deserialize<'de> for Text<K> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// The metadata a watch and a store read; the rest (labels, managed fields) stays in the text.
+        #[derive(Deserialize)]
+        struct Head {
+            metadata: HeadMeta,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct HeadMeta {
+            name: Option<String>,
+            namespace: Option<String>,
+            uid: Option<String>,
+            resource_version: Option<String>,
+        }
+        let text = Box::<RawValue>::deserialize(deserializer)?;
+        let head: Head = serde_json::from_str(text.get()).map_err(D::Error::custom)?;
+        let m = head.metadata;
+        Ok(Text {
+            metadata: ObjectMeta {
+                name: m.name,
+                namespace: m.namespace,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                ..ObjectMeta::default()
+            },
+            text,
+            kind: std::marker::PhantomData,
+        })
+    }
+}
+
+impl<K: Resource> Resource for Text<K> {
+    type DynamicType = K::DynamicType;
+    type Scope = K::Scope;
+
+    fn kind(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::kind(dt)
+    }
+
+    fn group(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::group(dt)
+    }
+
+    fn version(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::version(dt)
+    }
+
+    fn plural(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl<K: Resource> Wire for Text<K> {
+    type Object = Text<K>;
+
+    fn object(self) -> Result<Self, String> {
+        Ok(self)
     }
 }
 
@@ -220,9 +341,42 @@ impl Watcher {
         C: Fn(K) -> Result<Option<T>, E>,
         O: Fn(Seen),
     {
-        let api: Api<Guarded<K>> = Api::all(self.client.clone());
+        self.run_wire::<Guarded<K>, T, E, C, O>(config, store, reader)
+            .await
+    }
+
+    /// As [`Watcher::run`], with each object handed to `reader` as its text ([`Text`]).
+    pub async fn run_text<K, T, E, C, O>(
+        &self,
+        config: watcher::Config,
+        store: Arc<Store<T>>,
+        reader: Reader<C, O>,
+    ) where
+        K: Resource<DynamicType = ()> + Clone + Debug + Send + 'static,
+        T: PartialEq,
+        E: Display,
+        C: Fn(Text<K>) -> Result<Option<T>, E>,
+        O: Fn(Seen),
+    {
+        self.run_wire::<Text<K>, T, E, C, O>(config, store, reader)
+            .await
+    }
+
+    async fn run_wire<W, T, E, C, O>(
+        &self,
+        config: watcher::Config,
+        store: Arc<Store<T>>,
+        reader: Reader<C, O>,
+    ) where
+        W: Wire + Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static,
+        T: PartialEq,
+        E: Display,
+        C: Fn(W::Object) -> Result<Option<T>, E>,
+        O: Fn(Seen),
+    {
+        let api: Api<W> = Api::all(self.client.clone());
         let mut events = watcher::watcher(api, config).default_backoff().boxed();
-        let kind = K::kind(&());
+        let kind = W::kind(&());
         let mut shutdown = self.shutdown.clone();
         loop {
             let next = tokio::select! {
@@ -231,7 +385,7 @@ impl Watcher {
             };
             match next {
                 Some(Ok(event)) => {
-                    if apply(&store, &kind, event, &reader) {
+                    if apply_wire(&store, &kind, event, &reader) {
                         self.changed.notify_one();
                     }
                 }
@@ -291,28 +445,29 @@ pub fn key(meta: &ObjectMeta) -> Option<String> {
 }
 
 /// The object's model, or `None`: passed over by `convert`, or (logged) malformed or refused by it.
-fn decode<K, T, E>(
+fn decode<W: Wire, T, E>(
     kind: &str,
     key: &str,
-    guarded: Guarded<K>,
-    convert: &impl Fn(K) -> Result<Option<T>, E>,
+    wire: W,
+    convert: &impl Fn(W::Object) -> Result<Option<T>, E>,
 ) -> Option<T>
 where
     E: Display,
 {
-    let error = match guarded.0 {
+    let error = match wire.object() {
         Ok(k) => match convert(k) {
             Ok(t) => return t,
             Err(e) => e.to_string(),
         },
-        Err(invalid) => invalid.error,
+        Err(error) => error,
     };
     warn!(%kind, object = %key, %error, "skipping an object that cannot be read");
     None
 }
 
 /// Applies one watch event, then tells the reader's `observe`; true when the store's visible content changed
-/// (`pub(crate)` for other readers' tests).
+/// (for readers' tests).
+#[cfg(test)]
 pub(crate) fn apply<K, T, E, C, O>(
     store: &Store<T>,
     kind: &str,
@@ -326,7 +481,24 @@ where
     C: Fn(K) -> Result<Option<T>, E>,
     O: Fn(Seen),
 {
-    let uid = |obj: &Guarded<K>| obj.meta().uid.clone();
+    apply_wire(store, kind, event, reader)
+}
+
+/// As [`apply`], for objects of any [`Wire`] type.
+pub(crate) fn apply_wire<W, T, E, C, O>(
+    store: &Store<T>,
+    kind: &str,
+    event: Event<W>,
+    reader: &Reader<C, O>,
+) -> bool
+where
+    W: Wire,
+    T: PartialEq,
+    E: Display,
+    C: Fn(W::Object) -> Result<Option<T>, E>,
+    O: Fn(Seen),
+{
+    let uid = |obj: &W| obj.meta().uid.clone();
     let seen = match &event {
         Event::Init => None,
         Event::InitApply(obj) => Some(Seen::Relisted { uid: uid(obj) }),
@@ -343,14 +515,14 @@ where
 
 /// Applies one watch event to `store`. An update that leaves the model as it was (a status or annotation the
 /// model does not keep) changes nothing.
-fn update<K, T, E>(
+fn update<W, T, E>(
     store: &Store<T>,
     kind: &str,
-    event: Event<Guarded<K>>,
-    convert: &impl Fn(K) -> Result<Option<T>, E>,
+    event: Event<W>,
+    convert: &impl Fn(W::Object) -> Result<Option<T>, E>,
 ) -> bool
 where
-    K: Resource,
+    W: Wire,
     T: PartialEq,
     E: Display,
 {
@@ -423,6 +595,11 @@ pub(crate) mod checks {
     /// A guarded object from its JSON, as the watch hands it over.
     pub(crate) fn object<K: Resource + DeserializeOwned>(value: serde_json::Value) -> Guarded<K> {
         serde_json::from_str(&value.to_string()).expect("a guarded object")
+    }
+
+    /// An object as the PV index's watch hands it over: its text.
+    pub(crate) fn text<K>(value: serde_json::Value) -> Text<K> {
+        serde_json::from_str(&value.to_string()).expect("an object's text")
     }
 
     /// A reader's conversion of PVs into its model, to check the store with.

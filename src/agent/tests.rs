@@ -27,7 +27,7 @@ use crate::host::{DirEntry, EntryKind, FsProbe};
 use crate::inventory::LocalDisk;
 use crate::plan::NodeFacts;
 use crate::pvname;
-use crate::watch::checks::object;
+use crate::watch::checks::{object, text};
 use crate::watch::{Store, apply, objects};
 
 const NODE: &str = "n1";
@@ -152,7 +152,7 @@ fn stores(pvs: Vec<Value>) -> Stores {
     s.pvs.set_node(&node_facts());
     s.pvs.apply(&node_facts(), Event::Init);
     for pv in pvs {
-        s.pvs.apply(&node_facts(), Event::InitApply(object(pv)));
+        s.pvs.apply(&node_facts(), Event::InitApply(text(pv)));
     }
     s.pvs.apply(&node_facts(), Event::InitDone);
     s
@@ -291,7 +291,7 @@ fn shown_pv(
     let pvs = pvs.clone();
     move |seen| {
         let pv = created(seen, uid, "1");
-        pvs.apply(&node_facts(), Event::Apply(object(pv.clone())));
+        pvs.apply(&node_facts(), Event::Apply(text(pv.clone())));
         (201, pv)
     }
 }
@@ -385,7 +385,7 @@ fn patched_pv(
         let mut now = pv.clone();
         merge(&mut now, &seen.body);
         now["metadata"]["resourceVersion"] = json!(version);
-        pvs.apply(&node_facts(), Event::Apply(object(now.clone())));
+        pvs.apply(&node_facts(), Event::Apply(text(now.clone())));
         (200, now)
     }
 }
@@ -429,7 +429,7 @@ async fn a_released_pv_is_wiped_between_two_phase_patches_deleted_and_published_
             .answer_with({
                 let (pvs, pv) = (stores.pvs.clone(), pv.clone());
                 move |_| {
-                    pvs.apply(&node_facts(), Event::Delete(object(pv.clone())));
+                    pvs.apply(&node_facts(), Event::Delete(text(pv.clone())));
                     (200, pv.clone())
                 }
             }),

@@ -29,7 +29,7 @@ use crate::effects::scripted;
 use crate::host::{
     DirEntry, EntryKind, FsProbe, FsSize, HardwareIds, HostError, MountTable, VolumeTag,
 };
-use crate::watch::checks::object;
+use crate::watch::checks::{object, text};
 use crate::watch::objects;
 
 const NODE: &str = "n1";
@@ -203,7 +203,7 @@ impl FakeApi {
                 pv["metadata"]["resourceVersion"] = json!(uid.to_string());
                 let mut watched = pv.clone();
                 watched["status"] = json!({"phase": "Available"});
-                self.pvs.apply(&self.node, Event::Apply(object(watched)));
+                self.pvs.apply(&self.node, Event::Apply(text(watched)));
                 (201, pv)
             }
             ("PATCH", p) if p.starts_with(&ours) => {
