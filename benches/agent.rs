@@ -18,7 +18,7 @@
 //! period), LOCALPV_BENCH_DISKS (1000), LOCALPV_BENCH_OTHER_PVS (10000: PVs in the cluster for the
 //! second memory figure and the restart), LOCALPV_BENCH_OWN_DISKS (100), LOCALPV_BENCH_WIPE_FILES
 //! ("10000,100000,1000000"), LOCALPV_BENCH_COST_SIZES ("10,1000,5000"), LOCALPV_BENCH_COST_MOUNTS (20),
-//! LOCALPV_BENCH_STEADY_SECS (300: a whole cycle of localpv's watches, which kube-rs asks the API server to end
+//! LOCALPV_BENCH_PLANES ("busy,quiet": the planes that run), LOCALPV_BENCH_STEADY_SECS (300: a whole cycle of localpv's watches, which kube-rs asks the API server to end
 //! after 290 s). With LOCALPV_BENCH_FIGURES set, headline figures are appended there as JSON lines (bench/run.sh
 //! turns them into docs/benchmarks.md); LSP needs LOCALPV_BENCH_LSP (its binary).
 
@@ -415,8 +415,19 @@ async fn main() {
     // The busy planes and the quiet plane run at the same time (LOCALPV_BENCH_SERIAL=1: one after the other): the
     // quiet plane's work is mostly waiting (a steady-state window, discovery periods), and together they fit a
     // run into half the time on a shared machine.
+    // LOCALPV_BENCH_PLANES ("busy,quiet"): which planes run, to re-measure one part on its own.
+    let planes = std::env::var("LOCALPV_BENCH_PLANES").unwrap_or_else(|_| "busy,quiet".into());
+    let wanted = |plane: &str| planes.split(',').any(|p| p.trim() == plane);
+    let (with_busy, with_quiet) = (wanted("busy"), wanted("quiet"));
+    assert!(
+        with_busy || with_quiet,
+        "LOCALPV_BENCH_PLANES: '{planes}' names neither 'busy' nor 'quiet'"
+    );
     let busy = async {
         let mut r = Results::default();
+        if !with_busy {
+            return r;
+        }
         for round in 0..s.repeats {
             busy::round(&s, round, &mut r).await;
         }
@@ -425,7 +436,9 @@ async fn main() {
     };
     let quiet = async {
         let mut r = Results::default();
-        quiet::quiet(&s, &mut r).await;
+        if with_quiet {
+            quiet::quiet(&s, &mut r).await;
+        }
         r
     };
     let (mut r, q) = if std::env::var("LOCALPV_BENCH_SERIAL").is_ok_and(|v| v == "1") {
