@@ -62,38 +62,48 @@ impl<'de, K: Resource + DeserializeOwned> Deserialize<'de> for Guarded<K> {
     }
 }
 
-impl<K: Resource> Resource for Guarded<K> {
-    type DynamicType = K::DynamicType;
-    type Scope = K::Scope;
+/// `Resource` for a wrapper of `K` (`$wrapper<K>`): `K`'s kind, group, version and plural, and the metadata
+/// `$meta` and `$meta_mut` reach from `self`.
+macro_rules! resource_of {
+    ($wrapper:ident, |$s:ident| $meta:expr, $meta_mut:expr) => {
+        impl<K: Resource> Resource for $wrapper<K> {
+            type DynamicType = K::DynamicType;
+            type Scope = K::Scope;
 
-    fn kind(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::kind(dt)
-    }
+            fn kind(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+                K::kind(dt)
+            }
 
-    fn group(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::group(dt)
-    }
+            fn group(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+                K::group(dt)
+            }
 
-    fn version(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::version(dt)
-    }
+            fn version(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+                K::version(dt)
+            }
 
-    fn plural(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::plural(dt)
-    }
+            fn plural(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+                K::plural(dt)
+            }
 
-    fn meta(&self) -> &ObjectMeta {
-        self.0
-            .as_ref()
-            .map_or_else(|invalid| &invalid.metadata, K::meta)
-    }
+            fn meta(&self) -> &ObjectMeta {
+                let $s = self;
+                $meta
+            }
 
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        self.0
-            .as_mut()
-            .map_or_else(|invalid| &mut invalid.metadata, K::meta_mut)
-    }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                let $s = self;
+                $meta_mut
+            }
+        }
+    };
 }
+
+resource_of!(
+    Guarded,
+    |g| g.0.as_ref().map_or_else(|i| &i.metadata, K::meta),
+    g.0.as_mut().map_or_else(|i| &mut i.metadata, K::meta_mut)
+);
 
 /// How objects of one kind come off the wire into a reader's `convert`: decoded at once ([`Guarded`]) or kept as
 /// their text until the reader asks ([`Text`]).
@@ -178,34 +188,7 @@ impl<'de, K> Deserialize<'de> for Text<K> {
     }
 }
 
-impl<K: Resource> Resource for Text<K> {
-    type DynamicType = K::DynamicType;
-    type Scope = K::Scope;
-
-    fn kind(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::kind(dt)
-    }
-
-    fn group(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::group(dt)
-    }
-
-    fn version(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::version(dt)
-    }
-
-    fn plural(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::plural(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+resource_of!(Text, |t| &t.metadata, &mut t.metadata);
 
 impl<K: Resource> Wire for Text<K> {
     type Object = Text<K>;
