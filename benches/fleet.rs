@@ -394,8 +394,6 @@ impl Fleet {
                     let env = vec![
                         ("KUBECONFIG".to_string(), kubeconfig),
                         ("RUST_LOG".to_string(), "info".to_string()),
-                        // As the chart's DaemonSet runs it.
-                        ("MALLOC_ARENA_MAX".to_string(), "1".to_string()),
                     ];
                     (localpv_bin(), args, env)
                 }

@@ -76,8 +76,6 @@ impl Agent {
         let env = [
             ("KUBECONFIG", self.kubeconfig.to_str().expect("utf-8 path")),
             ("RUST_LOG", "info,localpv=debug"),
-            // As the chart's DaemonSet runs it (charts/localpv/templates/node-daemonset.yaml).
-            ("MALLOC_ARENA_MAX", "1"),
         ];
         let c = Component::spawn_with_env(
             &format!("localpv-node-{}", self.node),
