@@ -15,8 +15,8 @@
 //!
 //! The watch is the program's one guarded watch (`crate::watch`), taking PVs as their text: a glance at the few
 //! fields that say whether a PV can reach this node passes over the others without decoding them (most of a
-//! large cluster's), and a PV that can reach it but cannot be read is logged and skipped. The filter depends on the Node's labels, so
-//! the watch starts over (lists again) when they change.
+//! large cluster's), and a PV that can reach it but cannot be read is logged and skipped. The filter depends on
+//! the Node's labels, so the watch starts over (lists again) when they change.
 //!
 //! The index stands in for the fresh list (`view().complete`) only when the watch has synced, was filtered with
 //! the Node's current labels (a label change can make other PVs mountable here: the watch lists again), and shows
