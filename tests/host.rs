@@ -19,6 +19,7 @@ use localpv::discover::discover;
 use localpv::disk::{Discovery, DiscoveryClass, Disk, UnusableReason, VolumeMode};
 use localpv::host::linux::LinuxHost;
 use localpv::host::watch::MountWatcher;
+use localpv::host::{EntryKind, Host};
 
 fn disk<'a>(discovery: &'a Discovery, entry: &str) -> &'a Disk {
     discovery
@@ -198,6 +199,100 @@ fn stray_entries_are_reported_unusable_with_their_reason() {
         "{}",
         plain.message
     );
+}
+
+/// The listing takes directories' and files' kinds from the directory itself (`d_type`), with no stat of each entry:
+/// every kind of entry it can meet must come out as a stat of the entry says, a mount point, a mounted file and
+/// symlinks (to each kind and dangling) included.
+#[test]
+fn the_listing_reports_every_kind_of_entry_as_a_stat_of_it_does() {
+    let mut scene = Scene::new();
+    let disks = scene.disks();
+    fs::write(disks.join("file"), "x").expect("create file");
+    fs::create_dir(disks.join("dir")).expect("create dir");
+    scene.tmpfs(&disks.join("mounted"), "1m");
+    fs::write(disks.join("mounted-file"), "").expect("create mount point file");
+    fs::write(scene.root().join("over"), "y").expect("create bind source file");
+    scene.bind(&scene.root().join("over"), &disks.join("mounted-file"));
+    nix::unistd::mkfifo(&disks.join("fifo"), nix::sys::stat::Mode::S_IRWXU).expect("create fifo");
+    let device = scene.loop_device(1);
+    scene.symlink(&device, &disks.join("to-device"));
+    scene.symlink(&disks.join("dir"), &disks.join("to-dir"));
+    scene.symlink(&disks.join("file"), &disks.join("to-file"));
+    scene.symlink(Path::new("/nonexistent/disk"), &disks.join("dangling"));
+    scene.symlink(Path::new("/dev/null"), &disks.join("to-char"));
+    let stat_kind = |path: &Path| {
+        let meta = fs::symlink_metadata(path).expect("lstat");
+        let of = |m: &fs::Metadata| {
+            let t = m.file_type();
+            use std::os::unix::fs::FileTypeExt;
+            match () {
+                _ if t.is_dir() => "directory".to_string(),
+                _ if t.is_file() => "file".to_string(),
+                _ if t.is_block_device() => format!("block {}", m.rdev()),
+                _ if t.is_char_device() => "char".to_string(),
+                _ if t.is_fifo() => "fifo".to_string(),
+                _ => "other".to_string(),
+            }
+        };
+        if meta.file_type().is_symlink() {
+            let target = fs::metadata(path).map_or("unreadable".to_string(), |m| of(&m));
+            format!(
+                "symlink to {}: {target}",
+                fs::read_link(path).expect("readlink").display()
+            )
+        } else {
+            of(&meta)
+        }
+    };
+    let listed_kind = |kind: &EntryKind| -> String {
+        let of = |k: &EntryKind| match k {
+            EntryKind::Directory => "directory".to_string(),
+            EntryKind::File => "file".to_string(),
+            EntryKind::BlockDevice { rdev } => {
+                format!(
+                    "block {}",
+                    nix::sys::stat::makedev(rdev.major.into(), rdev.minor.into())
+                )
+            }
+            EntryKind::CharDevice => "char".to_string(),
+            EntryKind::Fifo => "fifo".to_string(),
+            EntryKind::Unreadable { .. } => "unreadable".to_string(),
+            _ => "other".to_string(),
+        };
+        match kind {
+            EntryKind::Symlink { target, leads_to } => {
+                format!("symlink to {}: {}", target.display(), of(leads_to))
+            }
+            k => of(k),
+        }
+    };
+    let mut listed = LinuxHost::default().read_dir(&disks).expect("list");
+    listed.sort_by(|a, b| a.name.cmp(&b.name));
+    let names: Vec<&str> = listed.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "dangling",
+            "dir",
+            "fifo",
+            "file",
+            "mounted",
+            "mounted-file",
+            "to-char",
+            "to-device",
+            "to-dir",
+            "to-file"
+        ]
+    );
+    for entry in &listed {
+        assert_eq!(
+            listed_kind(&entry.kind),
+            stat_kind(&disks.join(&entry.name)),
+            "{}",
+            entry.name
+        );
+    }
 }
 
 #[test]
