@@ -102,6 +102,8 @@ pub struct Agent {
     host_changed: bool,
     /// This pass stored a volume id: plan again at once (the disk is published next pass).
     tagged: bool,
+    /// The last pass stored a volume id: the next one starts at once, before the loop waits on anything.
+    publish_now: bool,
     running: HashMap<String, Running>,
     backoff: HashMap<String, Backoff>,
     done_tx: mpsc::Sender<WipeResult>,
@@ -148,6 +150,7 @@ impl Agent {
             probed: Probed::default(),
             host_changed: true,
             tagged: false,
+            publish_now: false,
             running: HashMap::new(),
             backoff: HashMap::new(),
             notices: Default::default(),
@@ -171,7 +174,18 @@ impl Agent {
         let mut requeue = self.pass().await;
         self.s.http.set_ready(true);
         info!("node agent ready");
+        let mut immediate = false;
         loop {
+            // NB: a disk whose volume id the last pass stored is published by a pass that starts now, ahead of any
+            // event queued meanwhile: it measures that entry again and nothing else (the pass after it handles the
+            // event, listing the host if it changed). Once in a row: a disk tagged again waits its turn below.
+            if std::mem::take(&mut self.publish_now) && !immediate {
+                immediate = true;
+                self.host_changed |= !watched;
+                requeue = self.pass().await;
+                continue;
+            }
+            immediate = false;
             let wake_at = requeue.map_or(resync_at, |r| (Instant::now() + r).min(resync_at));
             let mut settle = false;
             tokio::select! {
@@ -479,6 +493,7 @@ impl Agent {
         self.memory = plan.memory;
         // NB: a volume id stored this pass publishes its disk in the next one, at once; the inventory waits for it.
         let again = std::mem::take(&mut self.tagged);
+        self.publish_now = again;
         let inventory_after = if again {
             None
         } else {
