@@ -18,8 +18,9 @@
 //! period), LOCALPV_BENCH_DISKS (1000), LOCALPV_BENCH_OTHER_PVS (10000: PVs in the cluster for the
 //! second memory figure and the restart), LOCALPV_BENCH_OWN_DISKS (100), LOCALPV_BENCH_WIPE_FILES
 //! ("10000,100000,1000000"), LOCALPV_BENCH_COST_SIZES ("10,1000,5000"), LOCALPV_BENCH_COST_MOUNTS (20),
-//! LOCALPV_BENCH_PLANES ("busy,quiet": the planes that run), LOCALPV_BENCH_STEADY_SECS (300: a whole cycle of localpv's watches, which kube-rs asks the API server to end
-//! after 290 s). With LOCALPV_BENCH_FIGURES set, headline figures are appended there as JSON lines (bench/run.sh
+//! LOCALPV_BENCH_PLANES ("busy,quiet": the planes that run; "cost" runs the busy plane's event cost rows
+//! alone), LOCALPV_BENCH_STEADY_SECS (300: a whole cycle of localpv's watches, which kube-rs asks the API server
+//! to end after 290 s). With LOCALPV_BENCH_FIGURES set, headline figures are appended there as JSON lines (bench/run.sh
 //! turns them into docs/benchmarks.md); LSP needs LOCALPV_BENCH_LSP (its binary).
 
 mod common;
@@ -415,23 +416,25 @@ async fn main() {
     // The busy planes and the quiet plane run at the same time (LOCALPV_BENCH_SERIAL=1: one after the other): the
     // quiet plane's work is mostly waiting (a steady-state window, discovery periods), and together they fit a
     // run into half the time on a shared machine.
-    // LOCALPV_BENCH_PLANES ("busy,quiet"): which planes run, to re-measure one part on its own.
+    // LOCALPV_BENCH_PLANES ("busy,quiet"): which planes run, to re-measure one part on its own; "cost": the busy
+    // plane's event cost rows alone.
     let planes = std::env::var("LOCALPV_BENCH_PLANES").unwrap_or_else(|_| "busy,quiet".into());
     let wanted = |plane: &str| planes.split(',').any(|p| p.trim() == plane);
-    let (with_busy, with_quiet) = (wanted("busy"), wanted("quiet"));
+    let (with_busy, with_cost, with_quiet) = (wanted("busy"), wanted("cost"), wanted("quiet"));
     assert!(
-        with_busy || with_quiet,
-        "LOCALPV_BENCH_PLANES: '{planes}' names neither 'busy' nor 'quiet'"
+        with_busy || with_cost || with_quiet,
+        "LOCALPV_BENCH_PLANES: '{planes}' names none of 'busy', 'cost' and 'quiet'"
     );
     let busy = async {
         let mut r = Results::default();
-        if !with_busy {
-            return r;
+        if with_busy {
+            for round in 0..s.repeats {
+                busy::round(&s, round, &mut r).await;
+            }
         }
-        for round in 0..s.repeats {
-            busy::round(&s, round, &mut r).await;
+        if with_busy || with_cost {
+            busy::event_cost(&s, &mut r).await;
         }
-        busy::event_cost(&s, &mut r).await;
         r
     };
     let quiet = async {
