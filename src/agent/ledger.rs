@@ -15,12 +15,20 @@ use serde::{Deserialize, Serialize};
 use crate::plan::{DiskLedger, Owners};
 
 /// The file's content: `{"disks": {..}, "owners": {"recorded": true, "pvs": {<uid>: {"name", "path"}}}}`.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 struct Stored {
     #[serde(flatten)]
     ledger: DiskLedger,
     #[serde(default)]
     owners: Owners,
+}
+
+/// [`Stored`] as written: borrowed, so a write copies nothing before it serialises (it runs before every PV create).
+#[derive(Serialize)]
+struct StoredRef<'a> {
+    #[serde(flatten)]
+    ledger: &'a DiskLedger,
+    owners: &'a Owners,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,10 +91,7 @@ impl LedgerFile {
             fs::create_dir_all(dir).map_err(err)?;
         }
         let tmp = self.path.with_extension("json.tmp");
-        let stored = Stored {
-            ledger: ledger.clone(),
-            owners: owners.clone(),
-        };
+        let stored = StoredRef { ledger, owners };
         let bytes = serde_json::to_vec_pretty(&stored).expect("a ledger always serialises");
         let mut f = fs::File::create(&tmp).map_err(err)?;
         f.write_all(&bytes).map_err(err)?;
