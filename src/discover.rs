@@ -24,6 +24,7 @@
 //! directory event, no resync): it measures only entries forgotten since, and block entries.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tracing::debug;
 
@@ -44,7 +45,7 @@ use classify::{Candidate, CandidateKind, Listing};
 /// pass listed and classified.
 #[derive(Debug, Default)]
 pub struct Probed {
-    disks: FastMap<PathBuf, (ProbeKey, Disk)>,
+    disks: FastMap<PathBuf, (ProbeKey, Arc<Disk>)>,
     gathered: Option<Gathered>,
     /// Candidates measured by the last pass (cache misses and block entries).
     pub last_measured: usize,
@@ -221,6 +222,7 @@ fn measure_all<'c>(
         probed.disks.remove(candidate.host_path);
         match measure(host, &candidate) {
             Ok(disk) => {
+                let disk = Arc::new(disk);
                 if let Some(mount) = mount {
                     let key = ProbeKey {
                         class: candidate.class.name.clone(),

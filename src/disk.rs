@@ -4,6 +4,7 @@
 //! from it) and the inventory (which publishes it). No I/O lives here.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -121,12 +122,34 @@ pub struct Unusable {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Discovery {
-    pub disks: Vec<Disk>,
+    /// Shared with the measurements the next pass reuses: a pass over 1,000 unchanged disks copies no disk.
+    #[serde(with = "shared")]
+    pub disks: Vec<Arc<Disk>>,
     pub unusable: Vec<Unusable>,
     /// Classes whose discovery directory (or the mount table it needs) could not be read in this pass. Their
     /// entries are unknown, not gone: a planner must leave their PVs alone until a later pass succeeds.
     #[serde(default)]
     pub failed_classes: Vec<ClassFailure>,
+}
+
+/// `Vec<Arc<Disk>>` (de)serialised as the list of disks it holds.
+mod shared {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::Disk;
+
+    pub fn serialize<S: Serializer>(disks: &[Arc<Disk>], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(disks.iter().map(|d| &**d))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Arc<Disk>>, D::Error> {
+        Ok(Vec::<Disk>::deserialize(d)?
+            .into_iter()
+            .map(Arc::new)
+            .collect())
+    }
 }
 
 /// A class that discovery could not look into at all (missing directory, permission, unreadable mountinfo).

@@ -137,14 +137,15 @@ fn node_1() -> Discovery {
     block.available_bytes = None;
     Discovery {
         disks: vec![
-            fs_disk("vol1", SHARED_UUID, "/dev/loop3", 10),
+            fs_disk("vol1", SHARED_UUID, "/dev/loop3", 10).into(),
             fs_disk(
                 "vol2",
                 "22222222-2222-4333-8444-555555555555",
                 "/dev/loop4",
                 5,
-            ),
-            block,
+            )
+            .into(),
+            block.into(),
         ],
         unusable: vec![Unusable {
             class: "local-storage".into(),
@@ -253,7 +254,7 @@ async fn disks_are_listed_by_localpv_and_kubectl_from_a_real_api_server() {
     execute(&api, &pass(&api, "node-1", &n1).await).await;
     // node-2 holds a clone of vol1: same filesystem UUID, its own object, flagged.
     let n2 = Discovery {
-        disks: vec![fs_disk("vol1", SHARED_UUID, "/dev/sdc", 10)],
+        disks: vec![fs_disk("vol1", SHARED_UUID, "/dev/sdc", 10).into()],
         ..Discovery::default()
     };
     execute(&api, &pass(&api, "node-2", &n2).await).await;

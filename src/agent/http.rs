@@ -62,7 +62,7 @@ impl Disks {
     fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "node": self.node,
-            "disks": self.found.disks,
+            "disks": self.found.disks.iter().map(|d| &**d).collect::<Vec<_>>(),
             "unusable": self.found.unusable,
             "failedClasses": self.found.failed_classes,
             "unpublished": self.unpublished,

@@ -86,7 +86,7 @@ fn verify(host: &dyn Host, class: &DiscoveryClass, order: &WipeOrder) -> Result<
         unreadable_dev_id: None,
     };
     match identity::check(order.method.mode(), Some(&recorded), disk) {
-        IdentityCheck::Same => Ok(disk.clone()),
+        IdentityCheck::Same => Ok(Disk::clone(disk)),
         IdentityCheck::Changed(what) => Err(Failed::Refused(format!(
             "{} holds a different disk: {what}",
             order.host_path.display()

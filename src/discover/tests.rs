@@ -105,7 +105,7 @@ fn a_tmpfs_mount_is_a_disk_sized_by_statvfs_with_no_device() {
     let discovery = discover(&host, &[fs_class()]);
     assert_eq!(
         discovery.disks,
-        vec![Disk {
+        vec![Arc::new(Disk {
             class: "fast".into(),
             entry: "vol1".into(),
             host_path: "/mnt/disks/vol1".into(),
@@ -118,7 +118,7 @@ fn a_tmpfs_mount_is_a_disk_sized_by_statvfs_with_no_device() {
                 fs_type: Some("tmpfs".into()),
                 ..DiskIdentity::default()
             },
-        }]
+        })]
     );
     assert!(discovery.unusable.is_empty() && discovery.failed_classes.is_empty());
     assert!(

@@ -64,7 +64,7 @@ pub fn names_to_look_up(node: &str, found: &Discovery, existing: &[Arc<LocalDisk
     let names: BTreeSet<String> = found
         .disks
         .iter()
-        .map(DiskKey::of_disk)
+        .map(|d| DiskKey::of_disk(d))
         .filter(|key| matches!(key, DiskKey::Filesystem { .. }))
         .map(|key| (naming::name(node, &key), key))
         .filter(|(plain, key)| held.get(key) != Some(&plain.as_str()))
@@ -190,7 +190,7 @@ impl<'a> Builder<'a> {
             .found
             .disks
             .iter()
-            .map(Found::Disk)
+            .map(|d| Found::Disk(d))
             .chain(self.inputs.found.unusable.iter().map(Found::Unusable))
             .collect();
         let mut trace = Trace::default();

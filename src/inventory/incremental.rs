@@ -60,7 +60,7 @@ enum Link {
 
 #[derive(Clone, Debug, PartialEq)]
 enum Entry {
-    Disk(Box<Disk>),
+    Disk(Arc<Disk>),
     Unusable(Unusable),
 }
 
@@ -215,7 +215,7 @@ impl Incremental {
         for disk in &found.disks {
             let key = DiskKey::of_disk(disk);
             let same = matches!(last.entries.get(&disk.host_path),
-                Some(SeenEntry { entry: Entry::Disk(d), .. }) if **d == *disk);
+                Some(SeenEntry { entry: Entry::Disk(d), .. }) if d == disk);
             if same && !keys.contains(&key) {
                 names.extend(last.wanted.get(&disk.host_path).cloned());
                 continue;
@@ -730,7 +730,7 @@ fn entries(found: &Discovery) -> Vec<Entry> {
         .disks
         .iter()
         .cloned()
-        .map(|d| Entry::Disk(Box::new(d)))
+        .map(Entry::Disk)
         .chain(found.unusable.iter().cloned().map(Entry::Unusable))
         .collect()
 }
@@ -744,7 +744,7 @@ fn host_path(entry: &Entry) -> &Path {
 
 #[derive(Clone, Copy)]
 enum EntryRef<'a> {
-    Disk(&'a Disk),
+    Disk(&'a Arc<Disk>),
     Unusable(&'a Unusable),
 }
 
@@ -758,7 +758,7 @@ impl<'a> EntryRef<'a> {
 
     fn is(&self, entry: &Entry) -> bool {
         match (self, entry) {
-            (EntryRef::Disk(a), Entry::Disk(b)) => *a == &**b,
+            (EntryRef::Disk(a), Entry::Disk(b)) => *a == b,
             (EntryRef::Unusable(a), Entry::Unusable(b)) => *a == b,
             _ => false,
         }
@@ -766,7 +766,7 @@ impl<'a> EntryRef<'a> {
 
     fn owned(&self) -> Entry {
         match self {
-            EntryRef::Disk(d) => Entry::Disk(Box::new((*d).clone())),
+            EntryRef::Disk(d) => Entry::Disk(Arc::clone(d)),
             EntryRef::Unusable(u) => Entry::Unusable((*u).clone()),
         }
     }

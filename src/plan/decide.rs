@@ -73,7 +73,7 @@ impl<'a> Planner<'a> {
             disks: found
                 .disks
                 .iter()
-                .map(|d| (d.host_path.as_path(), d))
+                .map(|d| (d.host_path.as_path(), &**d))
                 .collect(),
             unknown_paths: found
                 .unusable

@@ -370,7 +370,7 @@ impl World {
                 VolumeMode::Filesystem,
             ))],
             found: Discovery {
-                disks,
+                disks: disks.into_iter().map(Arc::new).collect(),
                 ..Discovery::default()
             },
             existing: pvs,
@@ -466,7 +466,7 @@ impl World {
                     let found = self.found.disks.iter_mut();
                     for disk in found.filter(|d| &d.host_path == host_path) {
                         let id = format!("vid-{}", disk.entry);
-                        disk.identity.volume_id.get_or_insert(id);
+                        Arc::make_mut(disk).identity.volume_id.get_or_insert(id);
                     }
                 }
                 Action::Event(_) => {}

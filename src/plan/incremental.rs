@@ -157,7 +157,8 @@ struct SeenPv {
 }
 
 struct SeenDisk {
-    disk: Disk,
+    /// The pass's own disk, shared: an unchanged disk is the same allocation, compared by address first.
+    disk: Arc<Disk>,
     links: Vec<Link>,
 }
 
@@ -287,7 +288,7 @@ impl Last {
         }
     }
 
-    fn add_disk(&mut self, inputs: &Inputs<'_>, disk: &Disk) {
+    fn add_disk(&mut self, inputs: &Inputs<'_>, disk: &Arc<Disk>) {
         let links = disk_links(inputs, disk);
         self.link(&disk.host_path, &links);
         let seen = SeenDisk {
@@ -543,7 +544,7 @@ impl Last {
         inputs: &Inputs<'_>,
         pvs: Vec<(String, &Arc<PersistentVolume>, PvView)>,
         gone_pvs: Vec<String>,
-        disks: Vec<&Disk>,
+        disks: Vec<&Arc<Disk>>,
         gone_disks: Vec<PathBuf>,
     ) {
         let mut touched: BTreeSet<PathBuf> = BTreeSet::new();
@@ -621,7 +622,7 @@ struct Changes<'i> {
     gone_pvs: Vec<String>,
     /// UIDs whose memory is decided again: PVs gone or changed.
     gone_uids: Vec<String>,
-    disks: Vec<&'i Disk>,
+    disks: Vec<&'i Arc<Disk>>,
     gone_disks: Vec<PathBuf>,
     unknown: FastSet<PathBuf>,
     ledger_changed: bool,

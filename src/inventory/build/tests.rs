@@ -100,7 +100,7 @@ impl World {
     fn with_disks(disks: Vec<Disk>) -> World {
         World {
             found: Discovery {
-                disks,
+                disks: disks.into_iter().map(Arc::new).collect(),
                 ..Discovery::default()
             },
             ..World::default()
@@ -278,7 +278,7 @@ fn a_found_disk_gets_the_phase_its_pv_and_the_planner_say(
     #[case] reason: Option<&str>,
     #[case] pv_name: Option<&str>,
 ) {
-    world.found.disks = vec![fs_disk("vol1", UUID)];
+    world.found.disks = vec![fs_disk("vol1", UUID).into()];
     let changes = world.step(t0());
     assert_eq!(kinds(&changes), [format!("create {}", uuid_name())]);
     let status = status(world.object(&uuid_name()));
@@ -377,7 +377,7 @@ fn free_space_is_rewritten_only_when_it_moves_by_a_percent(
 ) {
     let mut world = World::with_disks(vec![fs_disk("vol1", UUID)]);
     world.step(t0());
-    world.found.disks[0].available_bytes = Some(available);
+    Arc::make_mut(&mut world.found.disks[0]).available_bytes = Some(available);
     assert_eq!(!world.pass(t0()).changes.is_empty(), written);
 }
 
@@ -406,8 +406,8 @@ fn last_seen_moves_only_when_something_changed() {
 fn a_renamed_device_keeps_its_object() {
     let mut world = World::with_disks(vec![fs_disk("vol1", UUID)]);
     world.step(t0());
-    world.found.disks[0].identity.device = Some("/dev/loop7".into());
-    world.found.disks[0].identity.dev_id = "7:7".parse().ok();
+    Arc::make_mut(&mut world.found.disks[0]).identity.device = Some("/dev/loop7".into());
+    Arc::make_mut(&mut world.found.disks[0]).identity.dev_id = "7:7".parse().ok();
     assert_eq!(kinds(&world.step(t0())), [format!("apply {}", uuid_name())]);
     assert_eq!(world.existing.len(), 1);
     assert_eq!(
@@ -420,7 +420,7 @@ fn a_renamed_device_keeps_its_object() {
 fn a_reformatted_disk_gets_a_new_object_and_the_old_one_goes_missing() {
     let mut world = World::with_disks(vec![fs_disk("vol1", UUID)]);
     world.step(t0());
-    world.found.disks = vec![fs_disk("vol1", "0000-new")];
+    world.found.disks = vec![fs_disk("vol1", "0000-new").into()];
     let changes = world.step(t0());
     assert_eq!(
         kinds(&changes),
@@ -493,7 +493,7 @@ fn a_path_named_object_is_replaced_when_its_entry_gets_a_filesystem() {
     world.step(t0());
     let path_name = world.existing[0].metadata.name.clone().unwrap_or_default();
     world.found.unusable.clear();
-    world.found.disks = vec![fs_disk("vol1", UUID)];
+    world.found.disks = vec![fs_disk("vol1", UUID).into()];
     let changes = world.step(t0());
     assert_eq!(
         kinds(&changes),

@@ -137,13 +137,15 @@ fn change(rng: &mut Rng, w: &mut World, n: &mut u32) {
                 1 if disks > 0 => w.found.disks[rng.below(disks)].identity.fs_uuid.clone(),
                 _ => Some(format!("uuid-{n}")),
             };
-            w.found.disks.push(disk(&format!("d{n}"), uuid.as_deref()));
+            w.found
+                .disks
+                .push(disk(&format!("d{n}"), uuid.as_deref()).into());
         }
         3 if disks > 0 => {
             w.found.disks.remove(rng.below(disks));
         }
         4 if disks > 0 => {
-            let d = &mut w.found.disks[rng.below(disks)];
+            let d = Arc::make_mut(&mut w.found.disks[rng.below(disks)]);
             d.available_bytes = Some((rng.below(10) as u64) << 30);
         }
         5 if disks > 0 => {
@@ -200,7 +202,11 @@ fn change(rng: &mut Rng, w: &mut World, n: &mut u32) {
         }
         12 if disks > 0 => {
             let d = w.found.disks.remove(rng.below(disks));
-            let stray = unusable(d, UnusableReason::NotAMountPoint, "not a mount point");
+            let stray = unusable(
+                Disk::clone(&d),
+                UnusableReason::NotAMountPoint,
+                "not a mount point",
+            );
             w.found.unusable.push(stray);
         }
         13 => {
@@ -239,7 +245,7 @@ fn the_incremental_inventory_builds_what_the_general_one_builds_at_every_pass() 
             n += 1;
             w.found
                 .disks
-                .push(disk(&format!("d{n}"), Some(&format!("uuid-{n}"))));
+                .push(disk(&format!("d{n}"), Some(&format!("uuid-{n}"))).into());
         }
         let mut incremental = Incremental::default();
         for step in 0..40 {
@@ -269,7 +275,7 @@ fn one_new_disk_is_built_alone_whatever_the_disks_already_known() {
         for i in 0..count {
             w.found
                 .disks
-                .push(disk(&format!("d{i:05}"), Some(&format!("uuid-{i}"))));
+                .push(disk(&format!("d{i:05}"), Some(&format!("uuid-{i}"))).into());
         }
         let mut incremental = Incremental::default();
         let existing = w.existing();
@@ -277,7 +283,7 @@ fn one_new_disk_is_built_alone_whatever_the_disks_already_known() {
         w.apply(&changes, None);
         let existing = w.existing();
         incremental.build(&w.inputs(&existing, &[]));
-        w.found.disks.push(disk("new", Some("uuid-new")));
+        w.found.disks.push(disk("new", Some("uuid-new")).into());
         let existing = w.existing();
         assert_eq!(
             incremental.names_to_look_up(NODE, &w.found, &existing),

@@ -87,7 +87,7 @@ fn new_disk(rng: &mut Rng, world: &mut World, n: &mut u32) -> Disk {
         2 if !world.found.disks.is_empty() => {
             let i = rng.below(world.found.disks.len());
             let moved = world.found.disks.remove(i);
-            at_entry(moved, &entry)
+            at_entry(Disk::clone(&moved), &entry)
         }
         _ => fresh,
     }
@@ -100,7 +100,7 @@ fn change(rng: &mut Rng, world: &mut World, n: &mut u32) {
     match rng.below(17) {
         0..=2 => {
             let d = new_disk(rng, world, n);
-            world.found.disks.push(d);
+            world.found.disks.push(d.into());
         }
         3 if disks > 0 => {
             world.found.disks.remove(rng.below(disks));
@@ -109,7 +109,7 @@ fn change(rng: &mut Rng, world: &mut World, n: &mut u32) {
             let i = rng.below(disks);
             *n += 1;
             let block = is_block(world);
-            let id = &mut world.found.disks[i].identity;
+            let id = &mut Arc::make_mut(&mut world.found.disks[i]).identity;
             match block {
                 true => id.device = Some(format!("/dev/loop{}", rng.below(4))),
                 false => id.fs_uuid = Some(format!("changed-{n}")),
@@ -133,7 +133,11 @@ fn change(rng: &mut Rng, world: &mut World, n: &mut u32) {
         8 => world.now += Duration::from_secs(rng.below(1200) as u64),
         9 if disks > 0 => {
             let d = world.found.disks.remove(rng.below(disks));
-            let failed = fixtures::unusable(d, UnusableReason::ProbeFailed, "failed to inspect");
+            let failed = fixtures::unusable(
+                Disk::clone(&d),
+                UnusableReason::ProbeFailed,
+                "failed to inspect",
+            );
             world.found.unusable.push(failed);
         }
         10 if !world.found.unusable.is_empty() => {
@@ -145,7 +149,7 @@ fn change(rng: &mut Rng, world: &mut World, n: &mut u32) {
                 true => raw(&u.entry, rng.below(4)),
                 false => disk(&u.entry),
             };
-            world.found.disks.push(back);
+            world.found.disks.push(back.into());
         }
         11 if rng.chance(30) => world.listed = !world.listed,
         12 if rng.chance(30) && disks > 0 => {
@@ -259,7 +263,7 @@ fn one_new_disk_is_planned_alone_whatever_the_disks_already_published() {
         let mut incremental = Incremental::default();
         world.with_inputs(|inputs| incremental.plan(inputs));
         assert!(incremental.work().whole, "the first pass plans whole");
-        world.found.disks.push(disk("new"));
+        world.found.disks.push(disk("new").into());
         let plan = world.with_inputs(|inputs| incremental.plan(inputs));
         assert_eq!(plan, world.plan());
         assert!(

@@ -166,7 +166,7 @@ fn a_dirty_block_device_without_hardware_ids_is_held_not_wiped() {
         dev_id: "7:3".parse().ok(),
         ..DiskIdentity::default()
     };
-    world.found.disks = vec![raw];
+    world.found.disks = vec![raw.into()];
     world.ledger.set("path:/mnt/disks/vol1", DiskState::Dirty);
     let plan = world.plan();
     assert_eq!(summary(&plan), Vec::<String>::new());

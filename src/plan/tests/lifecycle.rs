@@ -59,7 +59,7 @@ fn a_claimed_pv_whose_disk_vanished_is_kept_with_one_event_until_the_disk_return
         Vec::<String>::new(),
         "no repeated event"
     );
-    world.found.disks.push(disk("vol1"));
+    world.found.disks.push(disk("vol1").into());
     let back = world.plan();
     let returned: Vec<_> = summary(&back)
         .into_iter()
@@ -92,7 +92,7 @@ fn a_disk_back_within_the_grace_period_keeps_its_pv() {
     world.config.missing_disk_grace_period = Duration::from_secs(60);
     let first = world.plan();
     world.apply(&first);
-    world.found.disks.push(disk("vol1"));
+    world.found.disks.push(disk("vol1").into());
     let plan = world.plan();
     assert_eq!(summary(&plan), Vec::<String>::new());
     assert_eq!(
@@ -240,7 +240,7 @@ fn an_available_disk_moved_to_another_path_is_republished_there() {
 fn an_available_pv_of_a_reconfigured_class_is_replaced() {
     let mut world = World::new(vec![disk("vol1")], vec![Pv::test().build()]);
     world.classes[0].config.name = "fast".into();
-    world.found.disks[0].class = "fast".into();
+    Arc::make_mut(&mut world.found.disks[0]).class = "fast".into();
     let plans = world.settle();
     assert_eq!(summary(&plans[0]), ["delete uid-vol1"]);
     assert_eq!(
@@ -343,7 +343,7 @@ fn an_adopted_pv_whose_disk_was_absent_records_the_identity_once_it_is_seen() {
     let adopted = Pv::test().without_identity().bound().build();
     let mut world = World::new(vec![], vec![adopted]);
     world.apply(&world.plan());
-    world.found.disks.push(disk("vol1"));
+    world.found.disks.push(disk("vol1").into());
     let plan = world.plan();
     assert_eq!(
         summary(&plan)[..2],

@@ -354,7 +354,7 @@ fn an_unclaimed_pv_the_agent_deletes_itself_hands_its_disk_back_clean() {
         world.ledger.get("fs-uuid:uuid-vol1"),
         Some(DiskState::Clean)
     );
-    world.found.disks.push(disk("vol1"));
+    world.found.disks.push(disk("vol1").into());
     assert_eq!(
         summary(&world.plan()),
         [
