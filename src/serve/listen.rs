@@ -4,6 +4,7 @@
 //! ```text
 //!  TcpListener ─accept (EMFILE: back off, go on)─> Table::admit ─refused─> close at once
 //!                                                      └─> task: handshake (≤ header_timeout) ─> hyper (h1/h2)
+//!                                                          (runs before the next accept)
 //!                                                          closed on: end, eviction, idle_timeout, shutdown
 //! ```
 
@@ -100,6 +101,10 @@ pub async fn serve<C, F, I>(
             table.release(&entry);
         });
         while connections.try_join_next().is_some() {}
+        // NB: the new connection's task runs before the next accept. Otherwise a backlog full of flood connections
+        // is accepted in one go (up to tokio's budget of 128 per poll, the agent's whole cap) and the connection
+        // that already sent its request is displaced as idle before its task ever read it.
+        tokio::task::yield_now().await;
     }
     info!(
         open = table.open(),
@@ -178,4 +183,69 @@ async fn one_connection<F, I>(
     }
     conn.as_mut().graceful_shutdown();
     let _ = conn.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpStream as StdStream;
+
+    use axum::routing::get;
+
+    use super::*;
+
+    /// A flood of idle connections already waiting in the backlog behind a client that sent its request: the
+    /// client is answered, however many connections the loop could accept before the client's task first ran.
+    /// One thread serves, as on an agent whose other worker is busy.
+    #[test]
+    fn a_request_already_sent_is_answered_before_a_flood_behind_it_can_displace_it() {
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = std_listener.local_addr().expect("address");
+        let mut client = StdStream::connect(addr).expect("client connects");
+        client
+            .write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .expect("request written");
+        // NB: 40 connections queued behind it (the backlog takes them before anything is accepted); the cap is 4.
+        let flood: Vec<StdStream> = (0..40)
+            .map(|_| StdStream::connect(addr).expect("flood connects"))
+            .collect();
+        let limits = Limits {
+            max_connections: 4,
+            ..Limits::agent()
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        std_listener.set_nonblocking(true).expect("nonblocking");
+        let server = std::thread::spawn(move || {
+            runtime.block_on(async {
+                let listener = TcpListener::from_std(std_listener).expect("tokio listener");
+                let app = guarded(
+                    Router::new().route("/ping", get(|| async { "pong" })),
+                    &limits,
+                );
+                let stopped = tokio::time::sleep(Duration::from_secs(2));
+                serve(
+                    listener,
+                    limits,
+                    move |tcp, _| {
+                        let app = app.clone();
+                        async move { Some((tcp, app)) }
+                    },
+                    stopped,
+                )
+                .await;
+            })
+        });
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut answer = String::new();
+        let _ = client.read_to_string(&mut answer);
+        drop(flood);
+        server.join().expect("server thread");
+        assert!(answer.starts_with("HTTP/1.1 200"), "answer: {answer:?}");
+        assert!(answer.ends_with("pong"), "answer: {answer:?}");
+    }
 }
