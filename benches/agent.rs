@@ -20,8 +20,8 @@
 //! ("10000,100000,1000000"), LOCALPV_BENCH_COST_SIZES ("10,1000,5000"), LOCALPV_BENCH_COST_MOUNTS (20),
 //! LOCALPV_BENCH_PLANES ("busy,quiet": the planes that run; "cost" runs the busy plane's event cost rows
 //! alone), LOCALPV_BENCH_STEADY_SECS (300: a whole cycle of localpv's watches, which kube-rs asks the API server
-//! to end after 290 s). With LOCALPV_BENCH_FIGURES set, headline figures are appended there as JSON lines (bench/run.sh
-//! turns them into docs/benchmarks.md); LSP needs LOCALPV_BENCH_LSP (its binary).
+//! to end after 290 s). With LOCALPV_BENCH_FIGURES set, headline figures are appended there as JSON lines
+//! (bench/run.sh turns them into docs/benchmarks.md); LSP needs LOCALPV_BENCH_LSP (its binary).
 
 mod common;
 #[path = "../tests/support/mod.rs"]

@@ -201,12 +201,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
                     .with_context(|| format!("failed to listen on {}", opts.listen))?;
                 info!(listen = %opts.listen, "serving the extender over HTTP");
                 let limits = opts.limits();
-                let app = crate::serve::listen::guarded(app, &limits);
-                let connect = move |tcp, _| {
-                    let app = app.clone();
-                    async move { Some((tcp, app)) }
-                };
-                crate::serve::listen::serve(listener, limits, connect, stopped).await;
+                crate::serve::listen::serve_plain(listener, limits, app, stopped).await;
                 Ok(())
             }
         }

@@ -561,7 +561,7 @@ mod limits {
     use axum::body::Bytes;
     use axum::routing::{get, post};
     use localpv::serve::Limits;
-    use localpv::serve::listen::{guarded, serve};
+    use localpv::serve::listen::serve_plain;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
 
@@ -600,14 +600,10 @@ mod limits {
             .await
             .expect("bind loopback");
         let addr = listener.local_addr().expect("bound address");
-        let app = guarded(router(), &limits);
-        tokio::spawn(serve(
+        tokio::spawn(serve_plain(
             listener,
             limits,
-            move |tcp, _| {
-                let app = app.clone();
-                async move { Some((tcp, app)) }
-            },
+            router(),
             std::future::pending(),
         ));
         addr

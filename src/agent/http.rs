@@ -116,20 +116,10 @@ pub async fn serve(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let flag = state.clone();
-    let app = listen::guarded(app(state), &limits);
     let stopped = async move {
         let _ = shutdown.wait_for(|s| *s).await;
         flag.set_ready(false);
     };
-    listen::serve(
-        listener,
-        limits,
-        move |tcp, _| {
-            let app = app.clone();
-            async move { Some((tcp, app)) }
-        },
-        stopped,
-    )
-    .await;
+    listen::serve_plain(listener, limits, app(state), stopped).await;
     Ok(())
 }

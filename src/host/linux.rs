@@ -247,7 +247,6 @@ fn random_id() -> Result<String, io::Error> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// `lstat` the entry and, for a symlink, `stat` what it leads to.
 /// The kind of a listed entry. The listing's own record of the type (`d_type`) answers for directories and regular
 /// files, the common case, without a stat of each entry (a third of a pass with 1,000 disks); a mount point is a
 /// directory either way. Anything else, and a filesystem that records no type, is looked at with [`entry_kind`].
@@ -259,6 +258,7 @@ fn listed_kind(entry: &fs::DirEntry) -> EntryKind {
     }
 }
 
+/// `lstat` the entry and, for a symlink, `stat` what it leads to.
 fn entry_kind(path: &Path) -> EntryKind {
     let metadata = match fs::symlink_metadata(path) {
         Ok(metadata) => metadata,

@@ -118,6 +118,21 @@ pub async fn serve<C, F, I>(
     connections.abort_all();
 }
 
+/// [`serve`] over plain HTTP: `app` behind `limits`' per-request bounds, spoken on the accepted stream as is.
+pub async fn serve_plain(
+    listener: TcpListener,
+    limits: Limits,
+    app: Router,
+    stopped: impl Future<Output = ()>,
+) {
+    let app = guarded(app, &limits);
+    let connect = move |tcp, _| {
+        let app = app.clone();
+        async move { Some((tcp, app)) }
+    };
+    serve(listener, limits, connect, stopped).await;
+}
+
 /// Marks the connection busy while a request is handled, so eviction and the idle timeout pass it by.
 fn tracked(app: Router, entry: &Arc<Entry>) -> Router {
     let entry = entry.clone();
@@ -221,21 +236,9 @@ mod tests {
         let server = std::thread::spawn(move || {
             runtime.block_on(async {
                 let listener = TcpListener::from_std(std_listener).expect("tokio listener");
-                let app = guarded(
-                    Router::new().route("/ping", get(|| async { "pong" })),
-                    &limits,
-                );
+                let app = Router::new().route("/ping", get(|| async { "pong" }));
                 let stopped = tokio::time::sleep(Duration::from_secs(2));
-                serve(
-                    listener,
-                    limits,
-                    move |tcp, _| {
-                        let app = app.clone();
-                        async move { Some((tcp, app)) }
-                    },
-                    stopped,
-                )
-                .await;
+                serve_plain(listener, limits, app, stopped).await;
             })
         });
         client
