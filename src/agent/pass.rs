@@ -102,8 +102,11 @@ pub struct Agent {
     host_changed: bool,
     /// This pass stored a volume id: plan again at once (the disk is published next pass).
     tagged: bool,
-    /// The last pass stored a volume id: the next one starts at once, before the loop waits on anything.
+    /// The last pass stored a volume id (`tagged`), so the disk can be published: the next pass starts at once,
+    /// before the loop waits on anything.
     publish_now: bool,
+    /// The last pass stored a volume id: if this one stores one again, the id did not read back.
+    tagged_last: bool,
     running: HashMap<String, Running>,
     backoff: HashMap<String, Backoff>,
     done_tx: mpsc::Sender<WipeResult>,
@@ -151,6 +154,7 @@ impl Agent {
             host_changed: true,
             tagged: false,
             publish_now: false,
+            tagged_last: false,
             running: HashMap::new(),
             backoff: HashMap::new(),
             notices: Default::default(),
@@ -174,18 +178,15 @@ impl Agent {
         let mut requeue = self.pass().await;
         self.s.http.set_ready(true);
         info!("node agent ready");
-        let mut immediate = false;
         loop {
             // NB: a disk whose volume id the last pass stored is published by a pass that starts now, ahead of any
             // event queued meanwhile: it measures that entry again and nothing else (the pass after it handles the
-            // event, listing the host if it changed). Once in a row: a disk tagged again waits its turn below.
-            if std::mem::take(&mut self.publish_now) && !immediate {
-                immediate = true;
+            // event, listing the host if it changed).
+            if std::mem::take(&mut self.publish_now) {
                 self.host_changed |= !watched;
                 requeue = self.pass().await;
                 continue;
             }
-            immediate = false;
             let wake_at = requeue.map_or(resync_at, |r| (Instant::now() + r).min(resync_at));
             let mut settle = false;
             tokio::select! {
@@ -492,7 +493,18 @@ impl Agent {
             .observe(self.probed.last_measured as f64);
         self.memory = plan.memory;
         // NB: a volume id stored this pass publishes its disk in the next one, at once; the inventory waits for it.
-        let again = std::mem::take(&mut self.tagged);
+        let tagged = std::mem::take(&mut self.tagged);
+        // NB: the pass right after one that stored a volume id measures that entry again; storing one again means
+        // the id did not read back (a filesystem that takes the attribute and loses it). Trying again at once would
+        // spin: back off as after any failed step.
+        let tagged_before = std::mem::replace(&mut self.tagged_last, tagged);
+        let unconfirmed = tagged && tagged_before;
+        if unconfirmed {
+            warn!(
+                "a volume id stored by the last pass did not read back; the disk is not published, trying again"
+            );
+        }
+        let again = tagged && !unconfirmed;
         self.publish_now = again;
         let inventory_after = if again {
             None
@@ -521,7 +533,7 @@ impl Agent {
             inventory_after,
             backoff,
             progress,
-            retry.then_some(FIRST_BACKOFF),
+            (retry || unconfirmed).then_some(FIRST_BACKOFF),
             again.then_some(Duration::ZERO),
         ]
         .into_iter()

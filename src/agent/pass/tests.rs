@@ -59,6 +59,8 @@ struct DiskState {
     mountinfo: String,
     entries: Vec<DirEntry>,
     ids: HashMap<PathBuf, String>,
+    /// The filesystem takes a volume id and loses it: it never reads back.
+    forget_tags: bool,
 }
 
 impl Disks {
@@ -173,6 +175,9 @@ impl Host for Disks {
         self.counts.tags.fetch_add(1, Ordering::Relaxed);
         let mut s = self.lock();
         let id = format!("id-{}", path.display());
+        if s.forget_tags {
+            return Ok(id);
+        }
         Ok(s.ids.entry(path.into()).or_insert(id).clone())
     }
 }
@@ -493,4 +498,41 @@ async fn measure_event_cost() {
             per(planned)
         );
     }
+}
+
+/// A filesystem that takes the volume id and loses it (it never reads back) gets no PV, and does not make the loop
+/// spin: the pass right after the tag stores it again, and then the agent backs off like after any failed step. The
+/// loop still stops when told.
+#[tokio::test]
+async fn a_volume_id_that_does_not_read_back_publishes_nothing_and_does_not_spin() {
+    let host = Disks::new();
+    host.lock().forget_tags = true;
+    host.mount("lossy", false);
+    let bed = Bed::new(host);
+    let (host, api) = (bed.host.clone(), bed.api.clone());
+    let (stop, stopped) = tokio_watch::channel(false);
+    let watch_it = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let tags = host.counts.tags.load(Ordering::Relaxed);
+        stop.send(true).expect("the loop listens");
+        tags
+    };
+    let ((), tags) = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::join!(bed.agent.run(stopped), watch_it)
+    })
+    .await
+    .expect("the agent stops when told");
+    let requests = api.requests();
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.starts_with("POST /api/v1/persistentvolumes")),
+        "no PV for a disk whose id does not read back: {requests:?}"
+    );
+    // NB: a spinning loop stores the id thousands of times a second; two (the tag and the pass that checks it) and a
+    // few more for wake-ups from the agent's own writes are expected.
+    assert!(
+        (2..=5).contains(&tags),
+        "volume ids stored in the first second: {tags}"
+    );
 }
