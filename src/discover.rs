@@ -56,7 +56,7 @@ pub struct Probed {
 struct ProbeKey {
     class: String,
     probe_path: PathBuf,
-    mount: MountEntry,
+    mount: Arc<MountEntry>,
 }
 
 /// The last pass's classification, kept for a pass that need not look at the host again.
@@ -207,8 +207,10 @@ fn measure_all<'c>(
         };
         let hit = mount.and_then(|mount| {
             let (seen, disk) = probed.disks.get(candidate.host_path)?;
+            // NB: paths compared as bytes: both are spelled by the same join, and a spelling that differed would
+            // only cost a measurement.
             let same = seen.class == candidate.class.name
-                && seen.probe_path == candidate.probe_path
+                && seen.probe_path.as_os_str() == candidate.probe_path.as_os_str()
                 && seen.mount == *mount;
             same.then(|| disk.clone())
         });

@@ -18,12 +18,16 @@
 //! - A block device that is mounted anywhere (whole-device mounts only: the mount table names the device number)
 //!   is `DeviceInUse`: a pod writing to it raw would corrupt a live filesystem.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::pattern;
 use crate::contract::DevId;
 use crate::disk::{DiscoveryClass, Unusable, UnusableReason, VolumeMode};
+use crate::fasthash::FastMap;
 use crate::host::{DirEntry, EntryKind, MountEntry, MountTable};
 
 /// One class's directory listing, as gathered from the host.
@@ -49,7 +53,7 @@ pub struct Candidate<'a> {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CandidateKind {
-    Filesystem { mount: MountEntry },
+    Filesystem { mount: Arc<MountEntry> },
     Block { rdev: DevId },
 }
 
@@ -64,10 +68,15 @@ pub struct Classified<'a> {
 pub fn classify<'a>(listings: &[Listing<'a>], table: &MountTable) -> Classified<'a> {
     let mut listings: Vec<&Listing<'a>> = listings.iter().collect();
     listings.sort_by(|a, b| a.class.name.cmp(&b.class.name));
-    let mounts = Mounts::index(table);
+    let mounts = Mounts::index(table, &listings);
     let mut out = Classified::default();
-    // Candidates by the device number they expose: only candidates sharing one can overlap (see `overlaps`).
-    let mut by_dev: HashMap<DevId, Vec<usize>> = HashMap::new();
+    // Candidates by the device number they expose: only candidates sharing one can overlap (see `overlaps`). The
+    // first of each device number, then a chain through the later ones (most devices expose one candidate).
+    let mut first_of_dev: FastMap<DevId, usize> = FastMap::default();
+    let mut next_of_dev: Vec<Option<usize>> = Vec::new();
+    let capacity: usize = listings.iter().map(|l| l.entries.len()).sum();
+    first_of_dev.reserve(capacity);
+    out.candidates.reserve(capacity);
     for listing in listings {
         let mut entries: Vec<&DirEntry> = listing
             .entries
@@ -81,18 +90,28 @@ pub fn classify<'a>(listings: &[Listing<'a>], table: &MountTable) -> Classified<
             })
             .collect();
         entries.sort_by(|a, b| a.name.cmp(&b.name));
+        let dir = mounts.dir_index(&listing.resolved_dir);
         for entry in entries {
-            match classify_entry(listing, entry, &mounts) {
+            match classify_entry(listing, entry, mounts.at(dir, &entry.name)) {
                 Ok(candidate) => {
-                    let same_dev = by_dev.entry(candidate.kind.dev()).or_default();
+                    let first = first_of_dev.get(&candidate.kind.dev()).copied();
+                    let same_dev = std::iter::successors(first, |&i| next_of_dev[i]);
+                    let mut last = None;
                     let earlier = same_dev
-                        .iter()
-                        .map(|&i| &out.candidates[i])
+                        .inspect(|&i| last = Some(i))
+                        .map(|i| &out.candidates[i])
                         .find(|earlier| overlaps(earlier, &candidate));
                     match earlier {
                         Some(earlier) => out.unusable.push(duplicate(&candidate, earlier)),
                         None => {
-                            same_dev.push(out.candidates.len());
+                            let index = out.candidates.len();
+                            match last {
+                                Some(last) => next_of_dev[last] = Some(index),
+                                None => {
+                                    first_of_dev.insert(candidate.kind.dev(), index);
+                                }
+                            }
+                            next_of_dev.push(None);
                             out.candidates.push(candidate);
                         }
                     }
@@ -104,24 +123,105 @@ pub fn classify<'a>(listings: &[Listing<'a>], table: &MountTable) -> Classified<
     out
 }
 
-/// The mount table, looked up by mount point and by device number instead of scanned once per entry.
+/// The mount table, looked up by entry name in each discovery directory and by device number instead of scanned
+/// once per entry. Paths are compared as the bytes of their normal form (no repeated or trailing separator, no
+/// `.` component), which is what comparing them component by component does; the kernel's mount points are
+/// always in that form.
 struct Mounts<'t> {
-    /// The mount visible at each mount point: of mounts stacked on one path, the one listed last.
-    at: HashMap<&'t Path, &'t MountEntry>,
-    /// The first mount of each device number.
+    /// The discovery directories listed, in their normal form.
+    dirs: Vec<Vec<u8>>,
+    /// The mount visible at each (directory, entry name): of mounts stacked on one path, the one listed last.
+    at: FastMap<(usize, Cow<'t, [u8]>), &'t Arc<MountEntry>>,
+    /// The first mount of each device number; only indexed when a Block class is listed (it asks nothing else).
     of_dev: HashMap<DevId, &'t MountEntry>,
 }
 
 impl<'t> Mounts<'t> {
-    fn index(table: &'t MountTable) -> Mounts<'t> {
-        let mut at = HashMap::with_capacity(table.entries.len());
-        let mut of_dev = HashMap::with_capacity(table.entries.len());
-        for entry in &table.entries {
-            at.insert(entry.mount_point.as_path(), entry);
-            of_dev.entry(entry.dev).or_insert(entry);
+    fn index(table: &'t MountTable, listings: &[&Listing<'_>]) -> Mounts<'t> {
+        let mut dirs: Vec<Vec<u8>> = Vec::new();
+        for listing in listings {
+            let dir = normal(&listing.resolved_dir).into_owned();
+            if !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
         }
-        Mounts { at, of_dev }
+        let mut at = FastMap::default();
+        at.reserve(listings.iter().map(|l| l.entries.len()).sum());
+        for entry in &table.entries {
+            let point = normal(&entry.mount_point);
+            for (i, dir) in dirs.iter().enumerate() {
+                if let Some(name) = child_name(&point, dir) {
+                    let name = match &point {
+                        Cow::Borrowed(whole) => {
+                            let whole: &'t [u8] = whole;
+                            Cow::Borrowed(&whole[whole.len() - name.len()..])
+                        }
+                        Cow::Owned(_) => Cow::Owned(name.to_vec()),
+                    };
+                    at.insert((i, name), entry);
+                }
+            }
+        }
+        let mut of_dev = HashMap::new();
+        if listings.iter().any(|l| l.class.mode == VolumeMode::Block) {
+            of_dev.reserve(table.entries.len());
+            for entry in &table.entries {
+                of_dev.entry(entry.dev).or_insert(&**entry);
+            }
+        }
+        Mounts { dirs, at, of_dev }
     }
+
+    fn dir_index(&self, dir: &Path) -> usize {
+        let dir = normal(dir);
+        self.dirs
+            .iter()
+            .position(|d| *d == *dir)
+            .expect("every listed directory is indexed")
+    }
+
+    /// The mount visible at `name` in the `dir`-th directory.
+    fn at(&self, dir: usize, name: &str) -> Lookup<'_, 't> {
+        Lookup {
+            mount: self.at.get(&(dir, Cow::Borrowed(name.as_bytes()))).copied(),
+            of_dev: &self.of_dev,
+        }
+    }
+}
+
+/// What classifying one entry reads of the mount table.
+struct Lookup<'m, 't> {
+    /// The mount visible at the entry's path.
+    mount: Option<&'t Arc<MountEntry>>,
+    of_dev: &'m HashMap<DevId, &'t MountEntry>,
+}
+
+/// `path` as bytes in its normal form: borrowed when it already is (always, for the kernel's paths).
+fn normal(path: &Path) -> Cow<'_, [u8]> {
+    let bytes = path.as_os_str().as_bytes();
+    let odd = bytes.windows(2).any(|w| w == b"//")
+        || bytes.windows(3).any(|w| w == b"/./")
+        || bytes.ends_with(b"/.")
+        || (bytes.len() > 1 && bytes.ends_with(b"/"));
+    match odd {
+        false => Cow::Borrowed(bytes),
+        true => Cow::Owned(
+            path.components()
+                .collect::<PathBuf>()
+                .into_os_string()
+                .into_vec(),
+        ),
+    }
+}
+
+/// The last component of `path` when `path` lies directly in `dir` (both in normal form).
+fn child_name<'p>(path: &'p [u8], dir: &[u8]) -> Option<&'p [u8]> {
+    let rest = path.strip_prefix(dir)?;
+    let rest = match dir.ends_with(b"/") {
+        true => rest,
+        false => rest.strip_prefix(b"/")?,
+    };
+    (!rest.is_empty() && !rest.contains(&b'/')).then_some(rest)
 }
 
 impl CandidateKind {
@@ -137,7 +237,7 @@ impl CandidateKind {
 fn classify_entry<'a>(
     listing: &Listing<'a>,
     entry: &DirEntry,
-    mounts: &Mounts<'_>,
+    mounts: Lookup<'_, '_>,
 ) -> Result<Candidate<'a>, Unusable> {
     let class = listing.class;
     let host_path = class.host_dir.join(&entry.name);
@@ -148,16 +248,14 @@ fn classify_entry<'a>(
         reason,
         message,
     };
-    let shown = format!("{:?}", host_path.display().to_string());
-    let mount = mounts
-        .at
-        .get(listing.resolved_dir.join(&entry.name).as_path())
-        .copied();
+    // NB: only a rejection's message shows the path; most entries are volumes.
+    let shown = || format!("{:?}", host_path.display().to_string());
+    let mount = mounts.mount;
     let kind = match (class.mode, &entry.kind, mount, block_rdev(&entry.kind)) {
         (_, EntryKind::Unreadable { error }, _, _) => {
             return Err(unusable(
                 UnusableReason::ProbeFailed,
-                format!("failed to inspect path {shown}: {error}"),
+                format!("failed to inspect path {}: {error}", shown()),
             ));
         }
         (VolumeMode::Filesystem, EntryKind::Directory, Some(mount), _) => {
@@ -169,7 +267,7 @@ fn classify_entry<'a>(
             Some(used) => {
                 return Err(unusable(
                     UnusableReason::DeviceInUse,
-                    in_use(&shown, rdev, used),
+                    in_use(&shown(), rdev, used),
                 ));
             }
             None => CandidateKind::Block { rdev },
@@ -179,7 +277,7 @@ fn classify_entry<'a>(
                 &class.name,
                 mode,
                 &entry.name,
-                &shown,
+                &shown(),
                 kind,
                 mount.is_some(),
             );

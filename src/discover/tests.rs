@@ -236,6 +236,16 @@ fn a_filesystem_class_reports_what_is_not_a_mount_point(
 #[case::prefix_is_not_a_parent(&[("a", "7:0", "/data"), ("b", "7:0", "/data2")], &["a", "b"], &[])]
 #[case::different_devices(&[("a", "7:0", "/"), ("b", "7:1", "/")], &["a", "b"], &[])]
 #[case::first_by_name_wins(&[("z", "0:60", "/"), ("m", "0:60", "/")], &["m"], &["z"])]
+#[case::overlaps_the_third_of_a_device(
+    &[("a", "7:0", "/one"), ("b", "7:0", "/two"), ("c", "7:0", "/three"), ("d", "7:0", "/three/x")],
+    &["a", "b", "c"],
+    &["d"]
+)]
+#[case::disjoint_from_every_earlier_one(
+    &[("a", "7:0", "/one"), ("b", "7:0", "/two"), ("c", "7:1", "/"), ("d", "7:0", "/four"), ("e", "7:0", "/two/y")],
+    &["a", "b", "c", "d"],
+    &["e"]
+)]
 fn one_filesystem_is_published_once(
     #[case] mounts: &[(&str, &str, &str)],
     #[case] disks: &[&str],
@@ -577,6 +587,36 @@ fn a_discovery_directory_reached_through_a_symlink_is_matched_by_its_real_path()
     host.canonical
         .insert(MOUNT_DIR.into(), Ok("/real/disks".into()));
     assert_eq!(published(&discover(&host, &[fs_class()])), vec!["vol1"]);
+}
+
+/// The mount table is looked up by entry name within each directory; paths match as they would component by
+/// component, however the directory is spelled, and only a mount directly in the directory is an entry's.
+#[rstest]
+#[case::plain("/real/disks", "/real/disks/vol1")]
+#[case::trailing_separator("/real/disks/", "/real/disks/vol1")]
+#[case::repeated_separator("/real//disks", "/real/disks/vol1")]
+#[case::dot_component("/real/./disks", "/real/disks/vol1")]
+#[case::spelled_oddly_in_the_table("/real/disks", "/real//disks/./vol1")]
+#[case::the_root_directory("/", "/vol1")]
+fn an_entrys_mount_is_found_however_the_directory_is_spelled(
+    #[case] resolved: &str,
+    #[case] mount_point: &str,
+) {
+    let mut host = FakeHost::new()
+        .with_mountinfo(&format!(
+            "{}30 1 0:50 / {mount_point} rw - tmpfs tmpfs rw\n31 1 0:51 / {mount_point}/vol2 rw - tmpfs t rw\n",
+            root_line()
+        ))
+        .with_dir(MOUNT_DIR, vec![dir("vol1"), dir("vol2")])
+        .with_statvfs(probe_path("vol1"), 10, 5);
+    host.canonical.insert(MOUNT_DIR.into(), Ok(resolved.into()));
+    let found = discover(&host, &[fs_class()]);
+    assert_eq!(published(&found), vec!["vol1"]);
+    // vol2's mount lies inside vol1, not in the directory: vol2 is an empty directory.
+    assert_eq!(
+        reasons(&found),
+        vec![("vol2", UnusableReason::NotAMountPoint)]
+    );
 }
 
 #[rstest]

@@ -18,9 +18,11 @@
 //! Pure: bytes in, [`MountTable`] out. The kernel escapes space, tab, newline and backslash in paths as `\ooo`
 //! octal; other bytes (including non-UTF-8 ones) appear as they are, so paths are decoded from bytes.
 
+use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::contract::DevId;
 
@@ -42,10 +44,11 @@ pub struct MountEntry {
     pub super_options: String,
 }
 
-/// The whole table, in the kernel's order (parents before children, later mounts after earlier ones).
+/// The whole table, in the kernel's order (parents before children, later mounts after earlier ones). Entries are
+/// shared: what discovery keeps of a mount points at the parsed line instead of copying it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MountTable {
-    pub entries: Vec<MountEntry>,
+    pub entries: Vec<Arc<MountEntry>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,10 +66,12 @@ impl MountTable {
             .enumerate()
             .filter(|(_, line)| !line.iter().all(u8::is_ascii_whitespace))
             .map(|(index, line)| {
-                parse_line(line).map_err(|problem| MountInfoError::ParseLine {
-                    line: index + 1,
-                    problem,
-                })
+                parse_line(line)
+                    .map(Arc::new)
+                    .map_err(|problem| MountInfoError::ParseLine {
+                        line: index + 1,
+                        problem,
+                    })
             })
             .collect::<Result<_, _>>()?;
         Ok(MountTable { entries })
@@ -79,6 +84,7 @@ impl MountTable {
             .iter()
             .rev()
             .find(|entry| entry.mount_point == path)
+            .map(|entry| &**entry)
     }
 
     /// Mount points strictly beneath `path` (spelled as the table spells mount points: resolve symlinks first),
@@ -118,9 +124,8 @@ fn parse_line(line: &[u8]) -> Result<MountEntry, &'static str> {
     }
     let fs_type = text(next("missing filesystem type")?);
     // NB: the source may legitimately be empty on some filesystems, which shows up as two adjacent spaces.
-    let rest: Vec<&[u8]> = fields.collect();
-    let (source, super_options) = match rest.as_slice() {
-        [source, super_options] => (source, super_options),
+    let (source, super_options) = match (fields.next(), fields.next(), fields.next()) {
+        (Some(source), Some(super_options), None) => (source, super_options),
         _ => return Err("expected source and super options after the filesystem type"),
     };
     Ok(MountEntry {
@@ -132,7 +137,7 @@ fn parse_line(line: &[u8]) -> Result<MountEntry, &'static str> {
         mount_options,
         optional_fields,
         fs_type,
-        source: String::from_utf8_lossy(&unescape(source)).into_owned(),
+        source: text(&unescape(source)),
         super_options: text(super_options),
     })
 }
@@ -149,8 +154,12 @@ fn unescape_path(field: &[u8]) -> PathBuf {
     PathBuf::from(OsStr::from_bytes(&unescape(field)))
 }
 
-/// Decode `\ooo` octal escapes; a backslash not followed by three octal digits is kept as it is.
-fn unescape(field: &[u8]) -> Vec<u8> {
+/// Decode `\ooo` octal escapes; a backslash not followed by three octal digits is kept as it is. Borrowed when
+/// there is no backslash (nearly always).
+fn unescape(field: &[u8]) -> Cow<'_, [u8]> {
+    if !field.contains(&b'\\') {
+        return Cow::Borrowed(field);
+    }
     let mut out = Vec::with_capacity(field.len());
     let mut i = 0;
     while i < field.len() {
@@ -162,7 +171,7 @@ fn unescape(field: &[u8]) -> Vec<u8> {
             i += 1;
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 fn octal_escape(bytes: &[u8]) -> Option<u8> {
