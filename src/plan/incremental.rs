@@ -182,15 +182,26 @@ struct Last {
 fn known_pvs<'i>(inputs: &Inputs<'i>) -> Vec<&'i Arc<PersistentVolume>> {
     let mut all: Vec<&Arc<PersistentVolume>> = inputs.existing.iter().collect();
     if let Some(cluster) = inputs.cluster {
-        let seen: FastSet<&str> = all
-            .iter()
-            .filter_map(|pv| pv.metadata.uid.as_deref())
-            .collect();
-        all.extend(
-            cluster
-                .iter()
-                .filter(|pv| pv.metadata.uid.as_deref().is_none_or(|u| !seen.contains(u))),
-        );
+        // NB: the cluster's list usually shares its objects with `existing` (both come from the agent's index):
+        // the same object is the same UID, found without reading either. The UIDs are read only for the others.
+        let shared: FastSet<*const PersistentVolume> =
+            all.iter().map(|pv| Arc::as_ptr(pv)).collect();
+        let mut uids: Option<FastSet<&str>> = None;
+        for pv in cluster {
+            if shared.contains(&Arc::as_ptr(pv)) {
+                continue;
+            }
+            let uids = uids.get_or_insert_with(|| {
+                inputs
+                    .existing
+                    .iter()
+                    .filter_map(|pv| pv.metadata.uid.as_deref())
+                    .collect()
+            });
+            if pv.metadata.uid.as_deref().is_none_or(|u| !uids.contains(u)) {
+                all.push(pv);
+            }
+        }
     }
     all
 }
