@@ -11,10 +11,11 @@
 //! them as their text instead ([`Text`], [`Watcher::run_text`]) and decodes only those it keeps. A [`Reader`]
 //! says what the store keeps: `convert` turns the object into the model its reader keeps (the agent keeps the
 //! object itself; the extender and the clean-up controller keep compact models) or passes over one it does not
-//! want (the agent's PV index keeps only the PVs that can reach its node), and `observe` hears of everything the watch showed, after the store has
-//! applied it. An update whose model equals the stored one changes nothing, so it wakes no one. Objects are keyed
-//! `namespace/name` (a cluster-scoped one by its name): pods `a/web-0` and `b/web-0` are two entries. A relist
-//! replaces the store at `InitDone`, all at once. Models are kept behind `Arc`, so a reader copies pointers.
+//! want (the agent's PV index keeps only the PVs that can reach its node), and `observe` hears of everything the
+//! watch showed, after the store has applied it. An update whose model equals the stored one changes nothing, so it
+//! wakes no one. Objects are keyed `namespace/name` (a cluster-scoped one by its name): pods `a/web-0` and `b/web-0`
+//! are two entries. A relist replaces the store at `InitDone`, all at once. Models are kept behind `Arc`, so a
+//! reader copies pointers.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;

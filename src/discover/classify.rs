@@ -77,7 +77,7 @@ pub fn classify<'a>(listings: &[Listing<'a>], table: &MountTable) -> Classified<
     let capacity: usize = listings.iter().map(|l| l.entries.len()).sum();
     first_of_dev.reserve(capacity);
     out.candidates.reserve(capacity);
-    for listing in listings {
+    for (position, listing) in listings.iter().enumerate() {
         let mut entries: Vec<&DirEntry> = listing
             .entries
             .iter()
@@ -90,7 +90,7 @@ pub fn classify<'a>(listings: &[Listing<'a>], table: &MountTable) -> Classified<
             })
             .collect();
         entries.sort_by(|a, b| a.name.cmp(&b.name));
-        let dir = mounts.dir_index(&listing.resolved_dir);
+        let dir = mounts.dir_of[position];
         for entry in entries {
             match classify_entry(listing, entry, mounts.at(dir, &entry.name)) {
                 Ok(candidate) => {
@@ -128,8 +128,8 @@ pub fn classify<'a>(listings: &[Listing<'a>], table: &MountTable) -> Classified<
 /// `.` component), which is what comparing them component by component does; the kernel's mount points are
 /// always in that form.
 struct Mounts<'t> {
-    /// The discovery directories listed, in their normal form.
-    dirs: Vec<Vec<u8>>,
+    /// For each listing, in the order given, which of the distinct discovery directories it lists.
+    dir_of: Vec<usize>,
     /// The mount visible at each (directory, entry name): of mounts stacked on one path, the one listed last.
     at: FastMap<(usize, Cow<'t, [u8]>), &'t Arc<MountEntry>>,
     /// The first mount of each device number; only indexed when a Block class is listed (it asks nothing else).
@@ -139,11 +139,17 @@ struct Mounts<'t> {
 impl<'t> Mounts<'t> {
     fn index(table: &'t MountTable, listings: &[&Listing<'_>]) -> Mounts<'t> {
         let mut dirs: Vec<Vec<u8>> = Vec::new();
+        let mut dir_of = Vec::with_capacity(listings.len());
         for listing in listings {
             let dir = normal(&listing.resolved_dir).into_owned();
-            if !dirs.contains(&dir) {
-                dirs.push(dir);
-            }
+            let index = match dirs.iter().position(|d| *d == dir) {
+                Some(index) => index,
+                None => {
+                    dirs.push(dir);
+                    dirs.len() - 1
+                }
+            };
+            dir_of.push(index);
         }
         let mut at = FastMap::default();
         at.reserve(listings.iter().map(|l| l.entries.len()).sum());
@@ -169,18 +175,10 @@ impl<'t> Mounts<'t> {
                 of_dev.entry(entry.dev).or_insert(&**entry);
             }
         }
-        Mounts { dirs, at, of_dev }
+        Mounts { dir_of, at, of_dev }
     }
 
-    fn dir_index(&self, dir: &Path) -> usize {
-        let dir = normal(dir);
-        self.dirs
-            .iter()
-            .position(|d| *d == *dir)
-            .expect("every listed directory is indexed")
-    }
-
-    /// The mount visible at `name` in the `dir`-th directory.
+    /// The mount visible at `name` in the `dir`-th distinct directory.
     fn at(&self, dir: usize, name: &str) -> Lookup<'_, 't> {
         Lookup {
             mount: self.at.get(&(dir, Cow::Borrowed(name.as_bytes()))).copied(),
