@@ -320,6 +320,9 @@ pub struct World {
     pub others: Vec<PersistentVolume>,
     /// Whether `plan` is given a fresh list of every PV (`existing` and `others`).
     pub listed: bool,
+    /// Whether that list holds the very objects of `existing`, as the agent's index hands them (otherwise copies,
+    /// as a list from the API server is).
+    pub list_shares_objects: bool,
     pub ledger: DiskLedger,
     pub owners: Owners,
     pub memory: Memory,
@@ -376,6 +379,7 @@ impl World {
             existing: pvs,
             others: Vec::new(),
             listed: true,
+            list_shares_objects: false,
             ledger,
             owners: Owners {
                 recorded: true,
@@ -394,15 +398,14 @@ impl World {
 
     /// Runs `f` on this world's inputs of a pass.
     pub fn with_inputs<R>(&self, f: impl FnOnce(&Inputs<'_>) -> R) -> R {
-        let cluster: Vec<Arc<PersistentVolume>> = self
-            .existing
-            .iter()
-            .chain(&self.others)
-            .cloned()
-            .map(Arc::new)
-            .collect();
         let existing: Vec<Arc<PersistentVolume>> =
             self.existing.iter().cloned().map(Arc::new).collect();
+        let cluster: Vec<Arc<PersistentVolume>> = match self.list_shares_objects {
+            true => existing.iter().cloned().collect(),
+            false => self.existing.iter().cloned().map(Arc::new).collect(),
+        };
+        let others = self.others.iter().cloned().map(Arc::new);
+        let cluster: Vec<Arc<PersistentVolume>> = cluster.into_iter().chain(others).collect();
         f(&Inputs {
             node: &self.node,
             config: &self.config,

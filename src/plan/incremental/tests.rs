@@ -152,6 +152,7 @@ fn change(rng: &mut Rng, world: &mut World, n: &mut u32) {
             world.found.disks.push(back.into());
         }
         11 if rng.chance(30) => world.listed = !world.listed,
+        11 if rng.chance(30) => world.list_shares_objects = !world.list_shares_objects,
         12 if rng.chance(30) && disks > 0 => {
             let at = &world.found.disks[rng.below(disks)];
             let foreign = Pv::test()
