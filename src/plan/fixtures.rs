@@ -401,7 +401,7 @@ impl World {
         let existing: Vec<Arc<PersistentVolume>> =
             self.existing.iter().cloned().map(Arc::new).collect();
         let cluster: Vec<Arc<PersistentVolume>> = match self.list_shares_objects {
-            true => existing.iter().cloned().collect(),
+            true => existing.to_vec(),
             false => self.existing.iter().cloned().map(Arc::new).collect(),
         };
         let others = self.others.iter().cloned().map(Arc::new);
