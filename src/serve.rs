@@ -1,11 +1,12 @@
 //! Small pieces both long-running components (`localpv node`, `localpv extender`) share: the shutdown signal, the
 //! Prometheus text response, and the bounded HTTP server (`listen`, `guard`, `conns`, `limits`) that keeps a
-//! flood of clients from taking the process down or starving its real work.
+//! flood of clients from taking the process down or starving its real work, with its warm buffers (`warm`).
 
 pub mod conns;
 pub mod guard;
 pub mod limits;
 pub mod listen;
+pub mod warm;
 
 pub use limits::{LimitArgs, Limits};
 

@@ -302,6 +302,39 @@ async fn a_missed_deadline_answers_with_an_error_field() {
 }
 
 #[tokio::test]
+async fn a_large_request_is_decided_off_the_runtime_and_a_small_one_on_it() {
+    // One runtime thread: a probe sent after a large request is answered first only if the large one's decoding
+    // left the runtime; a small request has no thread hop, so the probe waits for it.
+    for (nodes, probe_first) in [(5_000, true), (3, false)] {
+        let items: Vec<Value> = (0..nodes)
+            .map(|i| node_json(&format!("n{}", i % 3 + 1)))
+            .collect();
+        let body = json!({"Pod": pod("data"), "Nodes": {"items": items}}).to_string();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (o1, o2) = (order.clone(), order.clone());
+        let large = tokio::spawn(async move {
+            let (status, _) = send(state(), "POST", "/filter", body).await;
+            o1.lock().expect("order").push("filter");
+            status
+        });
+        let probe = tokio::spawn(async move {
+            let (status, _) = send(state(), "GET", "/livez", "").await;
+            o2.lock().expect("order").push("probe");
+            status
+        });
+        assert_eq!(large.await.expect("filter task"), StatusCode::OK);
+        assert_eq!(probe.await.expect("probe task"), StatusCode::OK);
+        let order = order.lock().expect("order").clone();
+        let want = if probe_first {
+            ["probe", "filter"]
+        } else {
+            ["filter", "probe"]
+        };
+        assert_eq!(order, want, "{nodes} nodes");
+    }
+}
+
+#[tokio::test]
 async fn a_claim_the_watch_has_not_seen_yet_is_waited_for() {
     let cache = Arc::new(Cache::new(Snapshot::default(), true));
     let state = AppState::new(cache.clone(), ServerConfig::default());
@@ -801,6 +834,92 @@ mod limits {
         let mut s = TcpStream::connect(addr).await.expect("connect");
         let (_, closed) = read_until_closed(&mut s, Duration::from_secs(3)).await;
         assert!(closed, "a TLS connection without a ClientHello stayed open");
+    }
+
+    /// A `Nodes` request of `nodes` nodes, each padded to about 40 KiB (so bodies and answers are large enough for
+    /// warm buffers), the padding of each node made of `fill`.
+    fn padded_nodes(nodes: usize, fill: char) -> String {
+        let pad: String = std::iter::repeat_n(fill, 40 << 10).collect();
+        let items: Vec<Value> = (1..=nodes)
+            .map(|i| {
+                let mut n = node_json(&format!("n{}", i % 3 + 1));
+                n["metadata"]["annotations"] = json!({ "pad": pad });
+                n
+            })
+            .collect();
+        json!({"Pod": pod("data"), "Nodes": {"items": items}}).to_string()
+    }
+
+    /// One POST on a kept-alive connection; status and body (by Content-Length).
+    async fn post_on(s: &mut TcpStream, path: &str, body: &str) -> (String, Vec<u8>) {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).await.expect("write head");
+        s.write_all(body.as_bytes()).await.expect("write body");
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        let (status, start, length) = loop {
+            let n = s.read(&mut buf).await.expect("read");
+            assert!(n > 0, "closed before answering");
+            got.extend_from_slice(&buf[..n]);
+            let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .expect("a Content-Length");
+            break (status(&head).to_string(), end + 4, length);
+        };
+        while got.len() < start + length {
+            let n = s.read(&mut buf).await.expect("read");
+            assert!(n > 0, "closed mid-answer");
+            got.extend_from_slice(&buf[..n]);
+        }
+        (status, got[start..start + length].to_vec())
+    }
+
+    #[tokio::test]
+    async fn warm_buffers_never_carry_one_requests_bytes_into_the_next() {
+        // Large, then smaller, then truncated, then large again, on one connection: each answer must equal what
+        // the handler answers in process, with nothing of an earlier body or answer in it.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("bound address");
+        tokio::spawn(serve_plain(
+            listener,
+            Limits::extender(),
+            app(state()),
+            std::future::pending(),
+        ));
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        let large = padded_nodes(60, 'a');
+        let smaller = padded_nodes(30, 'b');
+        let truncated = &padded_nodes(40, 'c')[..(40 << 10) * 30];
+        for (body, want) in [
+            (&large[..], "200"),
+            (&smaller, "200"),
+            (truncated, "400"),
+            (&large, "200"),
+        ] {
+            let (status, answer) = post_on(&mut s, "/filter", body).await;
+            assert_eq!(
+                status,
+                want,
+                "{}",
+                String::from_utf8_lossy(&answer[..answer.len().min(300)])
+            );
+            let (_, expected) = send(state(), "POST", "/filter", body.to_string()).await;
+            assert!(
+                answer == expected,
+                "the served answer differs from the in-process one"
+            );
+        }
     }
 }
 

@@ -294,12 +294,24 @@ pub struct ExtenderFilterResult {
 }
 
 impl ExtenderFilterResult {
-    /// The bytes `serde_json::to_vec` would write, with each survivor's JSON copied as is into a buffer sized for
-    /// all of them up front: the one copy the echo needs, and no second look at the bytes.
+    /// The bytes `serde_json::to_vec` would write.
     pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let mut out = Vec::with_capacity(self.echo_len() + 128);
+        self.write_json(&mut out)?;
+        Ok(out)
+    }
+
+    /// Bytes of the survivors' JSON the answer echoes (the bulk of a `Nodes` answer), to size its buffer.
+    pub fn echo_len(&self) -> usize {
         let items = self.nodes.as_ref().map_or(&[][..], |l| &l.items[..]);
-        let raw: usize = items.iter().map(|n| n.json().len() + 1).sum();
-        let mut out = Vec::with_capacity(raw + 128);
+        items.iter().map(|n| n.json().len() + 1).sum()
+    }
+
+    /// Appends what [`to_json`](Self::to_json) returns to `out`, each survivor's JSON copied as is: the one copy
+    /// the echo needs, and no second look at the bytes.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        let items = self.nodes.as_ref().map_or(&[][..], |l| &l.items[..]);
+        out.reserve(self.echo_len() + 128);
         out.extend_from_slice(b"{\"Nodes\":");
         if self.nodes.is_some() {
             out.extend_from_slice(b"{\"items\":[");
@@ -314,15 +326,15 @@ impl ExtenderFilterResult {
             out.extend_from_slice(b"null");
         }
         out.extend_from_slice(b",\"NodeNames\":");
-        serde_json::to_writer(&mut out, &self.node_names)?;
+        serde_json::to_writer(&mut *out, &self.node_names)?;
         out.extend_from_slice(b",\"FailedNodes\":");
-        serde_json::to_writer(&mut out, &self.failed_nodes)?;
+        serde_json::to_writer(&mut *out, &self.failed_nodes)?;
         out.extend_from_slice(b",\"FailedAndUnresolvableNodes\":");
-        serde_json::to_writer(&mut out, &self.failed_and_unresolvable_nodes)?;
+        serde_json::to_writer(&mut *out, &self.failed_and_unresolvable_nodes)?;
         out.extend_from_slice(b",\"Error\":");
-        serde_json::to_writer(&mut out, &self.error)?;
+        serde_json::to_writer(&mut *out, &self.error)?;
         out.push(b'}');
-        Ok(out)
+        Ok(())
     }
 
     /// A result the scheduler reads as an error for this pod (it then retries), keeping the input form.

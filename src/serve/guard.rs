@@ -22,6 +22,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use super::limits::Limits;
+use super::warm::WARM;
 
 /// The shared counters behind the middleware.
 #[derive(Clone)]
@@ -120,7 +121,7 @@ impl Guard {
             self.reserve(declared.unwrap_or(0))?.into_iter().collect();
         let mut reserved = declared.unwrap_or(0);
         let mut stream = body.into_data_stream();
-        let mut data = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        let mut data = WARM.take(declared.unwrap_or(0) as usize);
         let read = async {
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| Refusal::Body(e.to_string()))?;
@@ -137,7 +138,7 @@ impl Guard {
             Ok(())
         };
         match tokio::time::timeout(self.limits.body_timeout, read).await {
-            Ok(Ok(())) => Ok((Bytes::from(data), held)),
+            Ok(Ok(())) => Ok((WARM.bytes(data), held)),
             Ok(Err(refusal)) => Err(refusal),
             Err(_) => Err(Refusal::SlowBody(self.limits.body_timeout)),
         }

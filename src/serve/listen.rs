@@ -6,6 +6,7 @@
 //!                                                      └─> task: handshake (≤ header_timeout) ─> hyper (h1/h2)
 //!                                                          (runs before the next accept)
 //!                                                          closed on: end, eviction, idle_timeout, shutdown
+//!  every 10 s: release warm buffers unused for their idle time (`warm`)
 //! ```
 
 use std::future::Future;
@@ -28,6 +29,7 @@ use tracing::{debug, info, warn};
 use super::conns::{Admission, Entry, Table};
 use super::guard::{self, Guard};
 use super::limits::Limits;
+use super::warm::WARM;
 
 /// How long open connections may finish their requests after shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -35,6 +37,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 /// HTTP/2 streams per connection; the request slots bound the total anyway.
 const H2_STREAMS: u32 = 16;
+/// How often warm buffers unused for their idle time are released.
+const TRIM_EVERY: Duration = Duration::from_secs(10);
 
 /// Puts `limits`' per-request bounds (`guard::limit`) in front of every route of `app`.
 pub fn guarded(app: Router, limits: &Limits) -> Router {
@@ -61,9 +65,14 @@ pub async fn serve<C, F, I>(
     let mut connections = JoinSet::new();
     let mut backoff = Duration::ZERO;
     tokio::pin!(stopped);
+    let mut trim = tokio::time::interval(TRIM_EVERY);
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
+            _ = trim.tick() => {
+                WARM.trim();
+                continue;
+            }
             _ = &mut stopped => break,
         };
         let (tcp, peer) = match accepted {
