@@ -92,7 +92,9 @@ impl LedgerFile {
         }
         let tmp = self.path.with_extension("json.tmp");
         let stored = StoredRef { ledger, owners };
-        let bytes = serde_json::to_vec_pretty(&stored).expect("a ledger always serialises");
+        // NB: compact, not pretty: the write precedes every PV create, and at 1,000 disks indentation is a fifth of
+        // the bytes serialised and synced (`jq . disk-ledger.json` shows it indented).
+        let bytes = serde_json::to_vec(&stored).expect("a ledger always serialises");
         let mut f = fs::File::create(&tmp).map_err(err)?;
         f.write_all(&bytes).map_err(err)?;
         f.sync_all().map_err(err)?;
@@ -146,6 +148,25 @@ mod tests {
         assert_eq!(ledger.get("fs-uuid:u1"), Some(DiskState::Dirty));
         assert!(!owners.recorded);
         assert!(owners.pvs.is_empty());
+    }
+
+    #[test]
+    fn a_pretty_ledger_from_an_earlier_release_reads_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = LedgerFile::new(dir.path());
+        let mut ledger = DiskLedger::default();
+        ledger.set("fs:1234", DiskState::Dirty);
+        let owners = Owners {
+            recorded: true,
+            ..Owners::default()
+        };
+        let pretty = serde_json::to_vec_pretty(&StoredRef {
+            ledger: &ledger,
+            owners: &owners,
+        })
+        .unwrap();
+        fs::write(dir.path().join("disk-ledger.json"), pretty).unwrap();
+        assert_eq!(file.load().unwrap(), (ledger, owners));
     }
 
     #[test]
