@@ -629,16 +629,16 @@ mod limits {
     }
 
     async fn start(limits: Limits) -> SocketAddr {
+        serve(limits, router()).await
+    }
+
+    /// Serves `app` behind `limits` on a loopback port until the test ends.
+    async fn serve(limits: Limits, app: Router) -> SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
         let addr = listener.local_addr().expect("bound address");
-        tokio::spawn(serve_plain(
-            listener,
-            limits,
-            router(),
-            std::future::pending(),
-        ));
+        tokio::spawn(serve_plain(listener, limits, app, std::future::pending()));
         addr
     }
 
@@ -887,16 +887,7 @@ mod limits {
     async fn warm_buffers_never_carry_one_requests_bytes_into_the_next() {
         // Large, then smaller, then truncated, then large again, on one connection: each answer must equal what
         // the handler answers in process, with nothing of an earlier body or answer in it.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("bound address");
-        tokio::spawn(serve_plain(
-            listener,
-            Limits::extender(),
-            app(state()),
-            std::future::pending(),
-        ));
+        let addr = serve(Limits::extender(), app(state())).await;
         let mut s = TcpStream::connect(addr).await.expect("connect");
         let large = padded_nodes(60, 'a');
         let smaller = padded_nodes(30, 'b');
