@@ -301,37 +301,61 @@ async fn a_missed_deadline_answers_with_an_error_field() {
     assert_eq!(result["NodeNames"], json!([]));
 }
 
-#[tokio::test]
-async fn a_large_request_is_decided_off_the_runtime_and_a_small_one_on_it() {
-    // One runtime thread: a probe sent after a large request is answered first only if the large one's decoding
-    // left the runtime; a small request has no thread hop, so the probe waits for it.
-    for (nodes, probe_first) in [(5_000, true), (3, false)] {
-        let items: Vec<Value> = (0..nodes)
-            .map(|i| node_json(&format!("n{}", i % 3 + 1)))
-            .collect();
-        let body = json!({"Pod": pod("data"), "Nodes": {"items": items}}).to_string();
-        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (o1, o2) = (order.clone(), order.clone());
-        let large = tokio::spawn(async move {
-            let (status, _) = send(state(), "POST", "/filter", body).await;
-            o1.lock().expect("order").push("filter");
-            status
-        });
-        let probe = tokio::spawn(async move {
-            let (status, _) = send(state(), "GET", "/livez", "").await;
-            o2.lock().expect("order").push("probe");
-            status
-        });
-        assert_eq!(large.await.expect("filter task"), StatusCode::OK);
-        assert_eq!(probe.await.expect("probe task"), StatusCode::OK);
-        let order = order.lock().expect("order").clone();
-        let want = if probe_first {
-            ["probe", "filter"]
-        } else {
-            ["filter", "probe"]
-        };
-        assert_eq!(order, want, "{nodes} nodes");
+/// A filter request: `nodes` Node objects (names when `names`) and a pod with `claims` claim volumes.
+fn filter_body(nodes: usize, names: bool, claims: usize) -> String {
+    let volumes: Vec<Value> = (0..claims)
+        .map(|i| json!({"name": format!("v{i}"), "persistentVolumeClaim": {"claimName": "data"}}))
+        .collect();
+    let pod = json!({"metadata": {"name": "web", "namespace": "default"},
+                     "spec": {"containers": [], "volumes": volumes}});
+    let name = |i: usize| format!("n{}", i % 3 + 1);
+    if names {
+        let names: Vec<String> = (0..nodes).map(name).collect();
+        json!({"Pod": pod, "NodeNames": names}).to_string()
+    } else {
+        let items: Vec<Value> = (0..nodes).map(|i| node_json(&name(i))).collect();
+        json!({"Pod": pod, "Nodes": {"items": items}}).to_string()
     }
+}
+
+/// Whether a filter of `body` is answered while the runtime's one blocking thread is held: true when it was decoded
+/// and decided on the runtime's thread, false when a step waited for a blocking thread.
+fn answered_on_the_runtime_thread(body: String) -> bool {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(1)
+        .build()
+        .expect("a runtime");
+    rt.block_on(async move {
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let gate = tokio::task::spawn_blocking(move || {
+            let _ = held.recv();
+        });
+        let filter = tokio::spawn(async move { send(state(), "POST", "/filter", body).await.0 });
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        let answered = filter.is_finished();
+        release.send(()).expect("the gate waits");
+        gate.await.expect("the gate ends");
+        assert_eq!(filter.await.expect("the filter task"), StatusCode::OK);
+        answered
+    })
+}
+
+#[rstest]
+// A large body is decoded on a blocking thread, so it never stalls the runtime.
+#[case::five_thousand_nodes(filter_body(5_000, false, 1), false)]
+#[case::three_nodes(filter_body(3, false, 1), true)]
+#[case::five_thousand_names(filter_body(5_000, true, 1), true)]
+// A hostile pod: 1,000 claim volumes in about 60 KiB. Small enough to decode on the runtime thread, but its decision
+// (candidates times claims) must not run there, or a few such requests would starve every other answer and probe.
+#[case::a_small_body_naming_a_thousand_claims(filter_body(100, true, 1_000), false)]
+fn only_small_and_light_requests_are_answered_on_the_runtime_thread(
+    #[case] body: String,
+    #[case] on_runtime: bool,
+) {
+    assert_eq!(answered_on_the_runtime_thread(body), on_runtime);
 }
 
 #[tokio::test]

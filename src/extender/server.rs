@@ -2,13 +2,16 @@
 //!
 //! ```text
 //!  POST filter/prioritize ─> body (capped: 413) ─> ready? (503) ─> decode (400) ─> verbs::* ─> encode (warm buffer)
-//!                             (over 256 KiB: each step on a blocking thread) └─ raced against the deadline (Error answer)
+//!    on the request's task; on blocking threads: decoding a body over 256 KiB, deciding one over it or heavy
+//!    (verbs::light); the whole raced against the deadline (Error answer)
 //!  GET /livez (always 200)   GET /readyz (caches synced and not shutting down)   GET /metrics
 //! ```
 //!
 //! Each request reads the current snapshot once. A large request is decoded and decided on blocking threads so it
-//! never stalls the runtime; a small one (every `NodeNames` request) on its own task, since each hop to another
-//! thread waits for a core on a loaded machine and was the whole of its latency tail. Failures become responses in exactly one place (`Reject::into_response`), and are logged.
+//! never stalls the runtime; a small one (every `NodeNames` request) on its own task unless its pod names so many
+//! claims that the decision is heavy, since each hop to another thread waits for a core on a loaded machine and was
+//! the whole of its latency tail. Failures become responses in exactly one place (`Reject::into_response`), and
+//! are logged.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,8 +36,9 @@ use crate::serve::warm::WARM;
 
 /// Longest a request waits for the watch to catch up with objects the scheduler already knows.
 const LAG_WAIT: Duration = Duration::from_secs(1);
-/// Bodies up to this size are decoded and decided on the request's task: 5,000 node names are about 40 KiB and
-/// take about a millisecond; a `Nodes` body of 30 nodes is already larger.
+/// Bodies up to this size are decoded on the request's task, and decided there too when the decision is light
+/// (`verbs::light`): 5,000 node names are about 40 KiB and take about a millisecond; a `Nodes` body of 30 nodes
+/// is already larger.
 const INLINE_BODY: usize = 256 << 10;
 
 #[derive(Clone, Debug)]
@@ -202,7 +206,7 @@ async fn decide(
         // Wait out watch lag for at most a quarter of the deadline, leaving the rest for the decision.
         let until = tokio::time::Instant::now() + (deadline / 4).min(LAG_WAIT);
         let snapshot = state.cache.load_knowing(&args, until).await;
-        off_runtime(inline, "decision", move || {
+        off_runtime(inline && verbs::light(&args), "decision", move || {
             let encoded = match verb {
                 Verb::Filter => {
                     let (result, counts) = verbs::filter(args, &snapshot);
