@@ -221,7 +221,7 @@ async fn decide(
                             .inc_by(n as u64);
                     }
                     // A `Nodes` answer echoes up to the whole request: a warm buffer spares its page faults.
-                    let mut out = WARM.take(result.echo_len() + 128);
+                    let mut out = WARM.take(result.json_size_hint());
                     result.write_json(&mut out).map(|()| WARM.bytes(out))
                 }
                 Verb::Prioritize => {

@@ -296,22 +296,22 @@ pub struct ExtenderFilterResult {
 impl ExtenderFilterResult {
     /// The bytes `serde_json::to_vec` would write.
     pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
-        let mut out = Vec::with_capacity(self.echo_len() + 128);
+        let mut out = Vec::with_capacity(self.json_size_hint());
         self.write_json(&mut out)?;
         Ok(out)
     }
 
-    /// Bytes of the survivors' JSON the answer echoes (the bulk of a `Nodes` answer), to size its buffer.
-    pub fn echo_len(&self) -> usize {
+    /// A buffer size for the answer: the survivors' JSON it echoes (the bulk of a `Nodes` answer) and room for the
+    /// rest of a typical one. Size `write_json`'s buffer with it; the write grows it when the reasons are long.
+    pub fn json_size_hint(&self) -> usize {
         let items = self.nodes.as_ref().map_or(&[][..], |l| &l.items[..]);
-        items.iter().map(|n| n.json().len() + 1).sum()
+        items.iter().map(|n| n.json().len() + 1).sum::<usize>() + 128
     }
 
     /// Appends what [`to_json`](Self::to_json) returns to `out`, each survivor's JSON copied as is: the one copy
     /// the echo needs, and no second look at the bytes.
     pub fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
         let items = self.nodes.as_ref().map_or(&[][..], |l| &l.items[..]);
-        out.reserve(self.echo_len() + 128);
         out.extend_from_slice(b"{\"Nodes\":");
         if self.nodes.is_some() {
             out.extend_from_slice(b"{\"items\":[");

@@ -110,7 +110,8 @@ impl Warm {
     }
 
     /// Bytes held for later requests.
-    pub fn held(&self) -> usize {
+    #[cfg(test)]
+    fn held(&self) -> usize {
         self.lock().iter().map(|k| k.buf.capacity()).sum()
     }
 
