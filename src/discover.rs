@@ -21,7 +21,8 @@
 //!
 //! The cache also keeps what the last pass listed and classified: [`discover_again`] reuses it instead of reading
 //! the mount table and the directories, for a pass the agent knows nothing on the host changed since (no mount or
-//! directory event, no resync): it measures only entries forgotten since, and block entries.
+//! directory event, no resync): it measures only entries forgotten since, and block entries. After a mount or
+//! directory event, [`discover_changed`] looks again at only the entries the event named, and at the mount table.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,7 +35,10 @@ use crate::disk::{
     VolumeMode,
 };
 use crate::fasthash::{FastMap, FastSet};
-use crate::host::{Host, HostError, MountEntry, MountTable, VolumeTag, error_chain};
+use crate::host::{
+    DirEntry, EntryKind, Host, HostChanges, HostError, MountEntry, MountTable, VolumeTag,
+    error_chain,
+};
 
 pub mod classify;
 pub mod pattern;
@@ -59,14 +63,41 @@ struct ProbeKey {
     mount: Arc<MountEntry>,
 }
 
-/// The last pass's classification, kept for a pass that need not look at the host again.
+/// The last pass's listings and classification, kept for a pass that need not look at the host again
+/// ([`discover_again`]) or only at what changed ([`discover_changed`]).
 #[derive(Debug)]
 struct Gathered {
     classes: Vec<DiscoveryClass>,
+    /// Each class's listing (or why it failed), in class order.
+    listed: Vec<Result<Listed, String>>,
     candidates: Vec<KeptCandidate>,
     /// Rejected entries and failed classes (probe failures are decided again with each measurement).
     unusable: Vec<Unusable>,
     failed_classes: Vec<ClassFailure>,
+}
+
+/// A class's directory as listed, without the borrow of its class.
+#[derive(Debug, Default)]
+struct Listed {
+    resolved_dir: PathBuf,
+    entries: Vec<DirEntry>,
+}
+
+impl Gathered {
+    /// Whether the listings still stand for the directories when no directory event came since: every class
+    /// listed, and no entry whose kind can change without one.
+    fn reusable(&self) -> bool {
+        self.listed.iter().all(|listed| {
+            listed.as_ref().is_ok_and(|l| {
+                l.entries.iter().all(|e| {
+                    !matches!(
+                        e.kind,
+                        EntryKind::Symlink { .. } | EntryKind::Unreadable { .. }
+                    )
+                })
+            })
+        })
+    }
 }
 
 /// A [`Candidate`] without the borrow of its class.
@@ -142,22 +173,87 @@ pub fn discover_with(
     classes: &[DiscoveryClass],
     probed: &mut Probed,
 ) -> Discovery {
+    let listed = classes
+        .iter()
+        .map(|class| list_class(host, class))
+        .collect();
+    discover_listed(host, classes, listed, probed)
+}
+
+/// [`discover_with`] looking at only what `changes` names: the named entries of the last pass's listings looked
+/// at again (the rest of each listing stands) and the mount table read again; nothing on the host when nothing
+/// changed ([`discover_again`]). Lists every directory again when `changes` says so or the last listing cannot
+/// stand for a directory: another set of classes, a class that failed, or an entry that is a symlink (its target
+/// can change with no event in the directory) or could not be looked at.
+pub fn discover_changed(
+    host: &dyn Host,
+    classes: &[DiscoveryClass],
+    probed: &mut Probed,
+    changes: &HostChanges,
+) -> Discovery {
+    if changes.list_all {
+        return discover_with(host, classes, probed);
+    }
+    if !changes.mounts && changes.entries.is_empty() {
+        return discover_again(host, classes, probed);
+    }
+    let Some(mut gathered) = probed
+        .gathered
+        .take()
+        .filter(|g| g.classes == classes && g.reusable())
+    else {
+        return discover_with(host, classes, probed);
+    };
+    for (dir, name) in &changes.entries {
+        let listings = classes.iter().zip(gathered.listed.iter_mut());
+        for (_, listed) in listings.filter(|(class, _)| class.mount_dir == *dir) {
+            let Ok(listed) = listed else { continue };
+            // NB: a failure to look is reported by a full listing, which says which class failed.
+            let Ok(found) = host.dir_entry(dir, name) else {
+                return discover_with(host, classes, probed);
+            };
+            let spelled = name.to_string_lossy();
+            listed.entries.retain(|e| e.name != spelled);
+            listed.entries.extend(found);
+        }
+    }
+    discover_listed(host, classes, gathered.listed, probed)
+}
+
+/// The common part: read the mount table, classify the listings against it, measure what changed, keep it all.
+fn discover_listed(
+    host: &dyn Host,
+    classes: &[DiscoveryClass],
+    listed: Vec<Result<Listed, String>>,
+    probed: &mut Probed,
+) -> Discovery {
     let mut failed_classes = Vec::new();
     let table = host.mount_table();
     let mut listings = Vec::new();
-    for class in classes {
+    let mut kept: Vec<Result<Listed, String>> = Vec::with_capacity(listed.len());
+    for (class, listed) in classes.iter().zip(listed) {
         let needs_table = class.mode == VolumeMode::Filesystem;
-        let listing = match (&table, needs_table) {
-            (Err(error), true) => Err(error_chain(error)),
-            _ => list_class(host, class),
+        let listing = match (&table, needs_table, listed) {
+            (Err(error), true, _) => Err(error_chain(error)),
+            (_, _, listed) => listed,
         };
         match listing {
-            Ok(listing) => listings.push(listing),
-            Err(message) => failed_classes.push(ClassFailure {
-                class: class.name.clone(),
-                mount_dir: class.mount_dir.clone(),
-                message,
-            }),
+            Ok(listed) => {
+                listings.push(Listing {
+                    class,
+                    resolved_dir: listed.resolved_dir,
+                    entries: listed.entries,
+                });
+                kept.push(Ok(Listed::default()));
+            }
+            Err(message) => {
+                failed_classes.push(ClassFailure {
+                    class: class.name.clone(),
+                    mount_dir: class.mount_dir.clone(),
+                    message: message.clone(),
+                });
+                kept.push(Err(message));
+            }
         }
     }
     let empty = MountTable::default();
@@ -169,19 +265,30 @@ pub fn discover_with(
     };
     let candidates = classified.candidates.iter().map(Probe::of);
     let discovery = measure_all(host, candidates, discovery, probed);
+    let candidates = classified
+        .candidates
+        .into_iter()
+        .map(|c| KeptCandidate {
+            class: c.class.name.clone(),
+            entry: c.entry,
+            host_path: c.host_path,
+            probe_path: c.probe_path,
+            kind: c.kind,
+        })
+        .collect();
+    // The listings go back where they came from, in class order, for the next pass to reuse.
+    let mut listings = listings.into_iter();
+    for slot in kept.iter_mut().filter(|k| k.is_ok()) {
+        let listing = listings.next().expect("one listing per class that listed");
+        *slot = Ok(Listed {
+            resolved_dir: listing.resolved_dir,
+            entries: listing.entries,
+        });
+    }
     probed.gathered = Some(Gathered {
         classes: classes.to_vec(),
-        candidates: classified
-            .candidates
-            .into_iter()
-            .map(|c| KeptCandidate {
-                class: c.class.name.clone(),
-                entry: c.entry,
-                host_path: c.host_path,
-                probe_path: c.probe_path,
-                kind: c.kind,
-            })
-            .collect(),
+        listed: kept,
+        candidates,
         unusable: classified.unusable,
         failed_classes,
     });
@@ -253,7 +360,7 @@ fn measure_all<'c>(
 }
 
 /// Validate the class's patterns and read its directory. The error is a message for the operator.
-fn list_class<'a>(host: &dyn Host, class: &'a DiscoveryClass) -> Result<Listing<'a>, String> {
+fn list_class(host: &dyn Host, class: &DiscoveryClass) -> Result<Listed, String> {
     for name_pattern in &class.name_patterns {
         pattern::validate(name_pattern).map_err(|e| e.to_string())?;
     }
@@ -263,8 +370,7 @@ fn list_class<'a>(host: &dyn Host, class: &'a DiscoveryClass) -> Result<Listing<
     let entries = host
         .read_dir(&class.mount_dir)
         .map_err(|e| error_chain(&e))?;
-    Ok(Listing {
-        class,
+    Ok(Listed {
         resolved_dir,
         entries,
     })

@@ -1,7 +1,8 @@
 //! The node agent's view of the machine, behind one narrow trait.
 //!
 //! ```text
-//!   discover (decides) ──> &dyn Host ──> LinuxHost: /proc/self/mountinfo, readdir+stat, statvfs,
+//!   discover (decides) ──> &dyn Host ──> LinuxHost: the mount table (live::LiveMounts: fanotify mount events +
+//!                                  │                statmount, else /proc/self/mountinfo), readdir+stat, statvfs,
 //!                                  │                BLKGETSIZE64 (sys), libblkid, udev db, /sys
 //!                                  └──> FakeHost: canned answers, records every call (tests of failure paths)
 //!   agent loop ──> watch::MountWatcher: wakes on mountinfo POLLPRI and inotify on the discovery directories
@@ -10,6 +11,7 @@
 //! Everything the host answers is plain data ([`DirEntry`], [`FsSize`], [`FsProbe`], [`HardwareIds`]) so the
 //! decisions made from it stay pure. Implementations are injected explicitly, never chosen by `cfg(test)`.
 
+use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -18,6 +20,9 @@ use crate::contract::DevId;
 pub mod fake;
 #[cfg(feature = "node")]
 pub mod linux;
+#[cfg(feature = "node")]
+pub mod live;
+pub mod mountapi;
 pub mod mountinfo;
 #[cfg(feature = "node")]
 pub mod watch;
@@ -36,6 +41,15 @@ pub trait Host: Send + Sync {
     /// First-level entries of `dir` (not `.`/`..`), each with its kind. A failure to look at one entry is reported
     /// in that entry's kind, not as an error of the whole listing.
     fn read_dir(&self, dir: &Path) -> Result<Vec<DirEntry>, HostError>;
+
+    /// The entry `name` of `dir` as [`Host::read_dir`] would list it, looked at alone; `None` when there is no such
+    /// entry. For a directory event that named the entry: the rest of the listing stands.
+    fn dir_entry(&self, dir: &Path, name: &std::ffi::OsStr) -> Result<Option<DirEntry>, HostError> {
+        Ok(self
+            .read_dir(dir)?
+            .into_iter()
+            .find(|entry| std::ffi::OsStr::new(&entry.name) == name))
+    }
 
     /// Size and free space of the filesystem holding `path`.
     fn statvfs(&self, path: &Path) -> Result<FsSize, HostError>;
@@ -62,6 +76,35 @@ pub trait Host: Send + Sync {
     /// Stores a fresh random volume id on directory `path` unless it already carries one; returns the id it carries
     /// afterwards. Fails on filesystems without extended attributes. Never used on block devices.
     fn tag_volume(&self, path: &Path) -> Result<String, HostError>;
+}
+
+/// What the host says changed since the last discovery (the mount watcher's report), which decides how much of it
+/// a pass looks at again.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostChanges {
+    /// List every discovery directory again: first pass, resync, a directory event that names no entry, a
+    /// directory nobody watches.
+    pub list_all: bool,
+    /// The mount table changed.
+    pub mounts: bool,
+    /// Entries created, deleted, moved or changed, as (discovery directory as configured, entry name).
+    pub entries: Vec<(PathBuf, OsString)>,
+}
+
+impl HostChanges {
+    /// Everything, as for a first pass.
+    pub fn all() -> HostChanges {
+        HostChanges {
+            list_all: true,
+            ..HostChanges::default()
+        }
+    }
+
+    pub fn merge(&mut self, other: HostChanges) {
+        self.list_all |= other.list_all;
+        self.mounts |= other.mounts;
+        self.entries.extend(other.entries);
+    }
 }
 
 /// What a volume root says about the agent's volume id.

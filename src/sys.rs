@@ -4,7 +4,7 @@
 //! are one ioctl each, with the argument layout the kernel expects (see `include/uapi/linux/fs.h`).
 #![allow(unsafe_code)]
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 // _IOR(0x12, 114, size_t)
 nix::ioctl_read!(blk_getsize64, 0x12, 114, u64);
@@ -180,4 +180,129 @@ pub fn create_xattr(fd: impl AsFd, name: &std::ffi::CStr, value: &[u8]) -> nix::
         )
     };
     nix::errno::Errno::result(rc).map(drop)
+}
+
+/// `struct mnt_id_req` of `include/uapi/linux/mount.h`, first version (24 bytes).
+#[repr(C)]
+struct MntIdReq {
+    size: u32,
+    spare: u32,
+    mnt_id: u64,
+    param: u64,
+}
+
+// Syscall numbers of the unified table (x86_64, aarch64, riscv64 and every other architecture but alpha and mips),
+// which the libc crate does not name yet.
+const SYS_STATMOUNT: nix::libc::c_long = 457;
+const SYS_LISTMOUNT: nix::libc::c_long = 458;
+
+/// `listmount(2)`'s "the root of this process's mount namespace".
+const LSMT_ROOT: u64 = u64::MAX;
+
+/// The unique ids (Linux 6.8+) of every mount this process's mount table shows, ascending: one `listmount(2)` per
+/// 4,096 mounts. `ENOSYS` on an older kernel.
+pub fn list_mounts() -> nix::Result<Vec<u64>> {
+    const BATCH: usize = 4096;
+    let mut ids: Vec<u64> = Vec::new();
+    let mut batch = vec![0u64; BATCH];
+    let mut last = 0;
+    loop {
+        let req = MntIdReq {
+            size: size_of::<MntIdReq>() as u32,
+            spare: 0,
+            mnt_id: LSMT_ROOT,
+            param: last,
+        };
+        // SAFETY: listmount reads one `mnt_id_req` and writes at most `batch.len()` u64s into `batch`, both valid
+        // for the call.
+        let rc = unsafe {
+            nix::libc::syscall(
+                SYS_LISTMOUNT,
+                &req as *const MntIdReq,
+                batch.as_mut_ptr(),
+                batch.len(),
+                0 as nix::libc::c_uint,
+            )
+        };
+        let written = usize::try_from(nix::errno::Errno::result(rc)?)
+            .unwrap_or(0)
+            .min(BATCH);
+        ids.extend_from_slice(&batch[..written]);
+        match batch[..written].last() {
+            Some(&id) if written == BATCH => last = id,
+            _ => return Ok(ids),
+        }
+    }
+}
+
+/// `statmount(2)` (Linux 6.8+) of the mount with unique id `id`, asking for the fields in `mask`: the kernel's
+/// `struct statmount` and the strings after it, as bytes, for [`crate::host::statmount`] to read. Grows `buf`
+/// while the kernel says it is too small (`EOVERFLOW`). `ENOENT` when the mount is gone.
+pub fn stat_mount(id: u64, mask: u64, buf: &mut Vec<u8>) -> nix::Result<()> {
+    const MAX: usize = 16 << 20;
+    if buf.len() < 4096 {
+        buf.resize(4096, 0);
+    }
+    loop {
+        let req = MntIdReq {
+            size: size_of::<MntIdReq>() as u32,
+            spare: 0,
+            mnt_id: id,
+            param: mask,
+        };
+        // SAFETY: statmount reads one `mnt_id_req` and writes at most `buf.len()` bytes into `buf`, both valid for
+        // the call.
+        let rc = unsafe {
+            nix::libc::syscall(
+                SYS_STATMOUNT,
+                &req as *const MntIdReq,
+                buf.as_mut_ptr(),
+                buf.len(),
+                0 as nix::libc::c_uint,
+            )
+        };
+        match nix::errno::Errno::result(rc) {
+            Ok(_) => return Ok(()),
+            Err(nix::errno::Errno::EOVERFLOW) if buf.len() < MAX => {
+                let grown = buf.len() * 4;
+                buf.resize(grown, 0);
+            }
+            Err(errno) => return Err(errno),
+        }
+    }
+}
+
+/// A fanotify group that reports every mount attached to, detached from or moved within this process's mount
+/// namespace (Linux 6.14+, CAP_SYS_ADMIN), non-blocking: read it with `read(2)` and
+/// [`crate::host::mountapi::mount_events`]. `EINVAL` on an older kernel, `EPERM` without the capability.
+pub fn mount_events() -> nix::Result<OwnedFd> {
+    use nix::libc;
+    const FAN_REPORT_MNT: libc::c_uint = 0x4000;
+    const FAN_MARK_MNTNS: libc::c_uint = 0x110;
+    const FAN_MNT_ATTACH: u64 = 0x0100_0000;
+    const FAN_MNT_DETACH: u64 = 0x0200_0000;
+    let namespace = nix::fcntl::open(
+        "/proc/self/ns/mnt",
+        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let flags = libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC | libc::FAN_NONBLOCK | FAN_REPORT_MNT;
+    // SAFETY: fanotify_init takes two integers and touches no memory of ours.
+    let rc =
+        unsafe { libc::fanotify_init(flags, (libc::O_RDONLY | libc::O_CLOEXEC) as libc::c_uint) };
+    let raw = nix::errno::Errno::result(rc)?;
+    // SAFETY: fanotify_init returned a new descriptor that nothing else owns.
+    let group = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: fanotify_mark reads no path when given a null one; both descriptors are open for the call.
+    let rc = unsafe {
+        libc::fanotify_mark(
+            group.as_raw_fd(),
+            libc::FAN_MARK_ADD | FAN_MARK_MNTNS,
+            FAN_MNT_ATTACH | FAN_MNT_DETACH,
+            namespace.as_raw_fd(),
+            std::ptr::null(),
+        )
+    };
+    nix::errno::Errno::result(rc)?;
+    Ok(group)
 }

@@ -18,8 +18,9 @@ use fixtures::{Scene, blkid_identity, blockdev_size, stat_fs_total};
 use localpv::discover::discover;
 use localpv::disk::{Discovery, DiscoveryClass, Disk, UnusableReason, VolumeMode};
 use localpv::host::linux::LinuxHost;
+use localpv::host::live::{LiveMounts, Read, difference};
 use localpv::host::watch::MountWatcher;
-use localpv::host::{EntryKind, Host};
+use localpv::host::{EntryKind, Host, HostChanges, MountTable};
 
 fn disk<'a>(discovery: &'a Discovery, entry: &str) -> &'a Disk {
     discovery
@@ -324,10 +325,10 @@ fn two_entries_on_one_filesystem_publish_only_the_first() {
 
 /// Wait for the watcher, failing after a generous bound: the contract is "within a second", the bound only keeps
 /// a slow CI machine from flaking.
-async fn expect_wake_up(watcher: &mut MountWatcher, what: &str) {
+async fn expect_wake_up(watcher: &mut MountWatcher, what: &str) -> HostChanges {
     tokio::time::timeout(Duration::from_secs(5), watcher.changed())
         .await
-        .unwrap_or_else(|_| panic!("the watcher did not wake up after {what}"));
+        .unwrap_or_else(|_| panic!("the watcher did not wake up after {what}"))
 }
 
 #[tokio::test]
@@ -338,7 +339,11 @@ async fn the_watcher_wakes_up_when_a_filesystem_is_mounted() {
     fs::create_dir(&target).expect("create mount point");
     let mut watcher = MountWatcher::new(&[scene.disks()]).expect("start watcher");
     scene.tmpfs(&target, "8m");
-    expect_wake_up(&mut watcher, "a tmpfs mount").await;
+    let changes = expect_wake_up(&mut watcher, "a tmpfs mount").await;
+    assert!(
+        changes.mounts,
+        "the mount table is said to have changed: {changes:?}"
+    );
     let discovery = discover(&LinuxHost::default(), &[scene.fs_class()]);
     assert_eq!(disk(&discovery, "vol1").capacity_bytes, 8 << 20);
 }
@@ -348,7 +353,107 @@ async fn the_watcher_wakes_up_when_an_entry_appears_in_a_discovery_directory() {
     let scene = Scene::new();
     let mut watcher = MountWatcher::new(&[scene.block()]).expect("start watcher");
     scene.symlink(Path::new("/dev/null"), &scene.block().join("new-link"));
-    expect_wake_up(&mut watcher, "a new symlink").await;
+    let changes = expect_wake_up(&mut watcher, "a new symlink").await;
+    assert_eq!(
+        changes.entries,
+        [(scene.block(), "new-link".into())],
+        "the entry is named, so a pass looks at it alone: {changes:?}"
+    );
+    assert!(!changes.list_all, "{changes:?}");
+}
+
+/// Unmounts what a test mounted even when it fails half-way; lazily, so a busy mount cannot hang the suite.
+struct Unmount(Vec<PathBuf>);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::process::Command::new("umount")
+                .args(["-l", "-q"])
+                .arg(path)
+                .status();
+        }
+    }
+}
+
+/// The live table after a change: read one changed mount at a time, and equal to what mountinfo says (read again
+/// while other tests' mounts come and go in between).
+fn live_step(live: &LiveMounts, what: &str) -> MountTable {
+    let own = Path::new("/proc/self/mountinfo");
+    for attempt in 0..40 {
+        let (table, read) = live.table(own).expect("the mount API stays usable");
+        if attempt == 0 {
+            assert!(
+                matches!(read, Read::Changed(n) if n >= 1),
+                "{what}: read one mount at a time, not the whole table ({read:?})"
+            );
+        }
+        let text = fs::read(own).expect("read mountinfo");
+        let parsed = MountTable::parse(&text).expect("parse mountinfo");
+        if difference(&table, &parsed).is_none() {
+            return table;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (table, _) = live.table(own).expect("the mount API stays usable");
+    let parsed = MountTable::parse(&fs::read(own).expect("read mountinfo")).expect("parse");
+    panic!(
+        "{what}: the live table differs from mountinfo: {:?}",
+        difference(&table, &parsed)
+    );
+}
+
+/// The live mount table (fanotify mount events + statmount, Linux 6.14+) follows a mount, a move and an unmount of
+/// one mount at a time and agrees with mountinfo after each: a moved mount is not left at its old place, where a
+/// stale table would keep publishing an empty directory as the disk.
+#[test]
+fn the_live_mount_table_follows_a_mount_a_move_and_an_unmount() {
+    let scene = Scene::new();
+    let (a, b) = (scene.disks().join("a"), scene.disks().join("b"));
+    fs::create_dir(&a).expect("create a");
+    fs::create_dir(&b).expect("create b");
+    let _cleanup = Unmount(vec![a.clone(), b.clone()]);
+    let live = LiveMounts::default();
+    let Some((_, first)) = live.table(Path::new("/proc/self/mountinfo")) else {
+        panic!(
+            "missing prerequisite: the mount API (Linux 6.14+: fanotify mount events, listmount, statmount) as root: {:?}",
+            live.off_reason()
+        );
+    };
+    assert_eq!(first, Read::Full);
+    let (a_text, b_text) = (a.display().to_string(), b.display().to_string());
+    disks::run(
+        "mount",
+        &["-t", "tmpfs", "-o", "size=4m", "live-test", &a_text],
+    );
+    let table = live_step(&live, "a mount");
+    assert_eq!(
+        table.mount_at(&a).map(|m| m.source.as_str()),
+        Some("live-test")
+    );
+    let text = fs::read("/proc/self/mountinfo").expect("read mountinfo");
+    let parsed = MountTable::parse(&text).expect("parse mountinfo");
+    assert_eq!(
+        table.mount_at(&a),
+        parsed.mount_at(&a),
+        "spelled exactly as mountinfo spells it, options too: a measurement cached on it stays valid"
+    );
+    disks::run("mount", &["--move", &a_text, &b_text]);
+    let table = live_step(&live, "a move");
+    assert!(
+        table.mount_at(&a).is_none(),
+        "the moved mount left its old place"
+    );
+    assert_eq!(
+        table.mount_at(&b).map(|m| m.source.as_str()),
+        Some("live-test")
+    );
+    disks::run("umount", &[&b_text]);
+    let table = live_step(&live, "an unmount");
+    assert!(
+        table.mount_at(&b).is_none(),
+        "the unmounted filesystem is gone"
+    );
 }
 
 #[test]

@@ -35,11 +35,11 @@ use super::wiper::{Done, Failed};
 use super::{Options, load_config};
 use crate::config::Config;
 use crate::contract::NODE_LABEL;
-use crate::discover::{Probed, discover_again, discover_with};
+use crate::discover::{Probed, discover_changed};
 use crate::disk::{Discovery, VolumeMode};
 use crate::effects::{self, Reason, Writer};
-use crate::host::Host;
 use crate::host::watch::MountWatcher;
+use crate::host::{Host, HostChanges};
 use crate::inventory::{self, LocalDisk, WipeFailures};
 use crate::plan::incremental::Incremental;
 use crate::plan::pv::adoptable;
@@ -97,9 +97,9 @@ pub struct Agent {
     inventory_builder: inventory::incremental::Incremental,
     /// Measurements of the last discovery, reused for entries whose mount did not change.
     probed: Probed,
-    /// The host may have changed since the last discovery looked (a mount or directory event, no watcher, a
-    /// directory the watcher could not watch): the next pass lists it again.
-    host_changed: bool,
+    /// What may have changed on the host since the last discovery looked (mount and directory events; everything
+    /// without a watcher, or on a directory the watcher could not watch): what the next pass looks at again.
+    changes: HostChanges,
     /// This pass stored a volume id: plan again at once (the disk is published next pass).
     tagged: bool,
     /// The last pass stored a volume id (`tagged`), so the disk can be published: the next pass starts at once,
@@ -151,7 +151,7 @@ impl Agent {
             planner: Incremental::default(),
             inventory_builder: Default::default(),
             probed: Probed::default(),
-            host_changed: true,
+            changes: HostChanges::all(),
             tagged: false,
             publish_now: false,
             tagged_last: false,
@@ -183,14 +183,14 @@ impl Agent {
             // event queued meanwhile: it measures that entry again and nothing else (the pass after it handles the
             // event, listing the host if it changed).
             if std::mem::take(&mut self.publish_now) {
-                self.host_changed |= !watched;
+                self.changes.list_all |= !watched;
                 requeue = self.pass().await;
                 continue;
             }
             let wake_at = requeue.map_or(resync_at, |r| (Instant::now() + r).min(resync_at));
             let mut settle = false;
             tokio::select! {
-                _ = async { match watcher.as_mut() { Some(w) => w.changed().await, None => std::future::pending().await } } => self.host_changed = true,
+                changes = async { match watcher.as_mut() { Some(w) => w.changed().await, None => std::future::pending().await } } => self.changes.merge(changes),
                 _ = self.s.changed.notified() => settle = true,
                 Some(done) = self.done_rx.recv() => self.finish_wipe(done).await,
                 _ = tokio::time::sleep_until(wake_at.into()) => {}
@@ -198,12 +198,12 @@ impl Agent {
                     if !self.reload_config().await { continue; }
                     watcher = self.mount_watcher();
                     watched = watcher.as_ref().is_some_and(MountWatcher::watches_every_dir);
-                    self.host_changed = true;
+                    self.changes.list_all = true;
                 }
                 _ = shutdown.changed() => break,
             }
             // NB: without a watcher on every directory nothing says when the host changed: list it every pass.
-            self.host_changed |= !watched;
+            self.changes.list_all |= !watched;
             if settle {
                 tokio::time::sleep(SETTLE).await;
             }
@@ -211,6 +211,7 @@ impl Agent {
                 resync_at = Instant::now() + self.s.config.min_resync_period;
                 // NB: what no mount event shows (free space, an id changed by hand) is measured again here.
                 self.probed.clear();
+                self.changes.list_all = true;
             }
             requeue = self.pass().await;
         }
@@ -376,13 +377,10 @@ impl Agent {
         let mut probed = std::mem::take(&mut self.probed);
         // NB: block entries may change with no event in their directory (a symlink's target device appearing):
         // a configuration with a Block class lists the host in every pass.
-        let fresh = std::mem::take(&mut self.host_changed)
-            || classes.iter().any(|c| c.mode == VolumeMode::Block);
+        let mut changes = std::mem::take(&mut self.changes);
+        changes.list_all |= classes.iter().any(|c| c.mode == VolumeMode::Block);
         let discovered = tokio::task::spawn_blocking(move || {
-            let found = match fresh {
-                true => discover_with(host.as_ref(), &classes, &mut probed),
-                false => discover_again(host.as_ref(), &classes, &mut probed),
-            };
+            let found = discover_changed(host.as_ref(), &classes, &mut probed, &changes);
             (found, probed)
         })
         .await;
@@ -393,7 +391,7 @@ impl Agent {
             }
             Err(error) => {
                 warn!(%error, "discovery task failed");
-                self.host_changed = true;
+                self.changes.list_all = true;
                 return Some(FIRST_BACKOFF);
             }
         };

@@ -763,6 +763,92 @@ fn a_pass_after_one_new_mount_measures_only_that_mount() {
     assert_eq!(probed.last_measured, 1);
 }
 
+fn dir_reads(host: &FakeHost) -> usize {
+    host.calls()
+        .iter()
+        .filter(|c| matches!(c, Call::ReadDir(_)))
+        .count()
+}
+
+fn named(names: &[&str]) -> HostChanges {
+    HostChanges {
+        mounts: true,
+        entries: names
+            .iter()
+            .map(|n| (PathBuf::from(MOUNT_DIR), (*n).into()))
+            .collect(),
+        list_all: false,
+    }
+}
+
+#[test]
+fn a_pass_after_a_named_entry_and_a_mount_looks_at_that_entry_alone() {
+    let mut probed = Probed::default();
+    discover_with(
+        &tmpfs_host(&[(30, "vol1"), (31, "vol2")]),
+        &[fs_class()],
+        &mut probed,
+    );
+    let after = tmpfs_host(&[(30, "vol1"), (31, "vol2"), (32, "vol3")]);
+    let discovery = discover_changed(&after, &[fs_class()], &mut probed, &named(&["vol3"]));
+    assert_eq!(published(&discovery), ["vol1", "vol2", "vol3"]);
+    assert_eq!(dir_reads(&after), 0, "the directory is not listed again");
+    assert!(
+        after
+            .calls()
+            .contains(&Call::DirEntry(PathBuf::from(MOUNT_DIR).join("vol3")))
+    );
+    assert_eq!(statvfs_calls(&after), [probe_path("vol3")]);
+    // Only a mount event (the directory existed): the listing stands, the new mount table decides.
+    let unmounted = tmpfs_host(&[(30, "vol1"), (32, "vol3")])
+        .with_dir(MOUNT_DIR, vec![dir("vol1"), dir("vol2"), dir("vol3")]);
+    let discovery = discover_changed(&unmounted, &[fs_class()], &mut probed, &named(&[]));
+    assert_eq!(published(&discovery), ["vol1", "vol3"]);
+    assert_eq!(dir_reads(&unmounted), 0);
+    assert_eq!(
+        reasons(&discovery),
+        [("vol2", UnusableReason::NotAMountPoint)]
+    );
+    // A named entry that is gone leaves the listing.
+    let removed = tmpfs_host(&[(30, "vol1"), (32, "vol3")]);
+    let discovery = discover_changed(&removed, &[fs_class()], &mut probed, &named(&["vol2"]));
+    assert_eq!(published(&discovery), ["vol1", "vol3"]);
+    assert!(discovery.unusable.is_empty(), "{:?}", discovery.unusable);
+}
+
+#[test]
+fn a_listing_with_a_symlink_or_a_failed_class_is_not_reused() {
+    let mut probed = Probed::default();
+    let with_link = || {
+        tmpfs_host(&[(30, "vol1")]).with_dir(
+            MOUNT_DIR,
+            vec![dir("vol1"), entry("link", link_to(EntryKind::Directory))],
+        )
+    };
+    discover_with(&with_link(), &[fs_class()], &mut probed);
+    let again = with_link();
+    discover_changed(&again, &[fs_class()], &mut probed, &named(&[]));
+    assert_eq!(
+        dir_reads(&again),
+        1,
+        "a symlink's target can change with no event in the directory"
+    );
+    let mut probed = Probed::default();
+    let mut failing = FakeHost::new().with_mountinfo(&root_line());
+    failing.dirs.insert(MOUNT_DIR.into(), Err(EACCES));
+    discover_with(&failing, &[fs_class()], &mut probed);
+    let fixed = tmpfs_host(&[(30, "vol1")]);
+    let discovery = discover_changed(&fixed, &[fs_class()], &mut probed, &named(&[]));
+    assert_eq!(
+        published(&discovery),
+        ["vol1"],
+        "a class that failed is listed again"
+    );
+    let everything = tmpfs_host(&[(30, "vol1")]);
+    discover_changed(&everything, &[fs_class()], &mut probed, &HostChanges::all());
+    assert_eq!(dir_reads(&everything), 1);
+}
+
 #[test]
 fn another_mount_at_the_same_path_is_measured_again() {
     let mut probed = Probed::default();

@@ -18,6 +18,7 @@ pub enum Call {
     MountTable,
     Canonicalize(PathBuf),
     ReadDir(PathBuf),
+    DirEntry(PathBuf),
     Statvfs(PathBuf),
     BlockDeviceSize(PathBuf),
     ProbeFilesystem(PathBuf),
@@ -173,6 +174,17 @@ impl Host for FakeHost {
             path: dir.into(),
             source,
         })
+    }
+
+    fn dir_entry(&self, dir: &Path, name: &std::ffi::OsStr) -> Result<Option<DirEntry>, HostError> {
+        self.record(Call::DirEntry(dir.join(name)));
+        let entries = answer(&self.dirs, dir).map_err(|source| HostError::ReadDir {
+            path: dir.into(),
+            source,
+        })?;
+        Ok(entries
+            .into_iter()
+            .find(|entry| std::ffi::OsStr::new(&entry.name) == name))
     }
 
     fn statvfs(&self, path: &Path) -> Result<FsSize, HostError> {

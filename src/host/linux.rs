@@ -9,6 +9,7 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use blkid::prober::{ProbeState, Prober};
 use tracing::debug;
@@ -17,6 +18,7 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
 use nix::sys::stat::Mode;
 
+use super::live::LiveMounts;
 use super::{
     DirEntry, EntryKind, FsProbe, FsSize, HardwareIds, Host, HostError, MountTable, VolumeTag,
 };
@@ -31,15 +33,20 @@ pub struct LinuxHost {
     pub sys: PathBuf,
     pub dev: PathBuf,
     pub udev_data: PathBuf,
+    /// This process's mount table kept current from mount events, used while `mountinfo` is this process's own.
+    live: Arc<LiveMounts>,
 }
+
+const OWN_MOUNTINFO: &str = "/proc/self/mountinfo";
 
 impl Default for LinuxHost {
     fn default() -> Self {
         LinuxHost {
-            mountinfo: "/proc/self/mountinfo".into(),
+            mountinfo: OWN_MOUNTINFO.into(),
             sys: "/sys".into(),
             dev: "/dev".into(),
             udev_data: "/run/udev/data".into(),
+            live: Arc::default(),
         }
     }
 }
@@ -69,6 +76,12 @@ impl LinuxHost {
 impl Host for LinuxHost {
     fn mount_table(&self) -> Result<MountTable, HostError> {
         let path = &self.mountinfo;
+        if path.as_os_str() == OWN_MOUNTINFO
+            && let Some((table, read)) = self.live.table(path)
+        {
+            debug!(?read, mounts = table.entries.len(), "mount table");
+            return Ok(table);
+        }
         let text = fs::read(path).map_err(|source| HostError::ReadMountTable {
             path: path.clone(),
             source,
@@ -107,6 +120,25 @@ impl Host for LinuxHost {
             entries.push(DirEntry { name, kind });
         }
         Ok(entries)
+    }
+
+    fn dir_entry(&self, dir: &Path, name: &std::ffi::OsStr) -> Result<Option<DirEntry>, HostError> {
+        let path = dir.join(name);
+        match fs::symlink_metadata(&path) {
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            // Anything else is the entry's own trouble, reported in its kind as a listing does.
+            _ => {}
+        }
+        let kind = match name.to_str() {
+            Some(_) => entry_kind(&path),
+            None => EntryKind::Unreadable {
+                error: "the name is not valid UTF-8; rename the entry".into(),
+            },
+        };
+        Ok(Some(DirEntry {
+            name: name.to_string_lossy().into_owned(),
+            kind,
+        }))
     }
 
     // NB: the conversions are no-ops on 64-bit targets only; `c_ulong` and `fsblkcnt_t` are narrower elsewhere.

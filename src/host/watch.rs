@@ -1,8 +1,9 @@
 //! Wake the agent when what discovery would find may have changed.
 //!
 //! ```text
-//!  /proc/self/mountinfo ── POLLPRI|POLLERR on any mount/unmount in our namespace ──┐
-//!  inotify(discovery dirs) ── create/delete/move/attrib of a first-level entry ────┴─> changed().await (at once)
+//!  /proc/self/mountinfo ── POLLPRI|POLLERR on any mount/unmount in our namespace ──┐  HostChanges {
+//!  inotify(discovery dirs) ── create/delete/move/attrib of a first-level entry ────┴─> mounts, entries (dir, name),
+//!                                                                                        list_all } = changed().await
 //! ```
 //!
 //! No debounce: the agent's pass only re-probes entries whose mount or kind changed, so a burst costs a few cheap
@@ -11,21 +12,28 @@
 //!
 //! NB: inotify does not fire when something is mounted on a directory, which is why mountinfo is watched too; and
 //! both sources can drop events (inotify queue overflow, a directory created after the watch), so the agent must
-//! also resync periodically. A wake-up only says "look again", never what changed.
+//! also resync periodically. A wake-up says what to look at again: the mount table, the entries inotify named, or
+//! (queue overflow, a watched directory itself moved or deleted, more than [`MAX_NAMED`] entries) every directory.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use tokio::sync::Notify;
 use tracing::warn;
+
+use super::HostChanges;
+
+/// Named entries kept between two passes; past this, a pass lists every directory instead (a flood costs one
+/// listing, not unbounded memory).
+pub const MAX_NAMED: usize = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -48,6 +56,8 @@ pub enum WatchError {
 /// accumulate, which already coalesces events that arrive while nobody waits.
 pub struct MountWatcher {
     events: Arc<Notify>,
+    /// What changed since the last [`MountWatcher::changed`] took it.
+    changes: Arc<Mutex<HostChanges>>,
     /// Every discovery directory is watched: no change to one goes unseen (short of a dropped event).
     every_dir: bool,
     /// Dropping this closes the pipe, which the thread sees as POLLHUP and exits on.
@@ -78,22 +88,32 @@ impl MountWatcher {
             | AddWatchFlags::IN_MOVE_SELF
             | AddWatchFlags::IN_ONLYDIR;
         let mut every_dir = true;
+        let mut watched = Vec::new();
         for dir in dirs {
-            if let Err(errno) = inotify.add_watch(dir.as_path(), mask) {
-                warn!(dir = %dir.display(), error = %errno, "cannot watch discovery directory; relying on resync");
-                every_dir = false;
+            match inotify.add_watch(dir.as_path(), mask) {
+                Ok(wd) => watched.push((wd, dir.clone())),
+                Err(errno) => {
+                    warn!(dir = %dir.display(), error = %errno, "cannot watch discovery directory; relying on resync");
+                    every_dir = false;
+                }
             }
         }
         let (stopped, stop) =
             nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|errno| WatchError::Pipe(errno.into()))?;
         let events = Arc::new(Notify::new());
-        let notify = Arc::clone(&events);
+        let changes = Arc::new(Mutex::new(HostChanges::default()));
+        let sink = Sink {
+            notify: Arc::clone(&events),
+            changes: Arc::clone(&changes),
+            watched,
+        };
         let thread = std::thread::Builder::new()
             .name("mount-watch".into())
-            .spawn(move || watch_loop(&mountinfo, &inotify, &stopped, &notify))
+            .spawn(move || watch_loop(&mountinfo, &inotify, &stopped, &sink))
             .map_err(WatchError::Spawn)?;
         Ok(MountWatcher {
             events,
+            changes,
             every_dir,
             stop: Some(stop),
             thread: Some(thread),
@@ -105,10 +125,12 @@ impl MountWatcher {
         self.every_dir
     }
 
-    /// Wait until the mount table or a watched directory changed. Cancel-safe: [`Notify::notified`] takes the
-    /// permit only when it completes, so a cancelled call loses nothing.
-    pub async fn changed(&mut self) {
+    /// Wait until the mount table or a watched directory changed, and say what. Cancel-safe: [`Notify::notified`]
+    /// takes the permit only when it completes, and the changes are taken after that, so a cancelled call loses
+    /// nothing. (A permit left over from changes an earlier call already took answers with no change.)
+    pub async fn changed(&mut self) -> HostChanges {
         self.events.notified().await;
+        std::mem::take(&mut *self.changes.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -123,7 +145,29 @@ impl Drop for MountWatcher {
     }
 }
 
-fn watch_loop(mountinfo: &File, inotify: &Inotify, stopped: &OwnedFd, notify: &Notify) {
+/// Where the watcher thread reports: what changed, then a wake-up.
+struct Sink {
+    notify: Arc<Notify>,
+    changes: Arc<Mutex<HostChanges>>,
+    /// Each inotify watch and the directory it is on, as configured.
+    watched: Vec<(WatchDescriptor, PathBuf)>,
+}
+
+impl Sink {
+    fn report(&self, update: impl FnOnce(&mut HostChanges)) {
+        {
+            let mut changes = self.changes.lock().unwrap_or_else(|e| e.into_inner());
+            update(&mut changes);
+            if changes.entries.len() > MAX_NAMED {
+                changes.entries = Vec::new();
+                changes.list_all = true;
+            }
+        }
+        self.notify.notify_one();
+    }
+}
+
+fn watch_loop(mountinfo: &File, inotify: &Inotify, stopped: &OwnedFd, sink: &Sink) {
     loop {
         // NB: the kernel reports a changed mount table as POLLPRI|POLLERR, never as readable (it always is), and
         // polling the file is itself what re-arms it: no need to read it.
@@ -144,25 +188,40 @@ fn watch_loop(mountinfo: &File, inotify: &Inotify, stopped: &OwnedFd, notify: &N
         if fired(&fds[2]) {
             return;
         }
-        let mut changed = fired(&fds[0]);
+        let mounts = fired(&fds[0]);
+        let mut named = HostChanges {
+            mounts,
+            ..HostChanges::default()
+        };
         if fired(&fds[1]) {
-            drain(inotify);
-            changed = true;
+            drain(inotify, &sink.watched, &mut named);
         }
-        if changed {
-            notify.notify_one();
+        if named.mounts || named.list_all || !named.entries.is_empty() {
+            sink.report(|changes| changes.merge(named));
         }
     }
 }
 
-/// Read and discard every queued inotify event: which entry changed does not matter, discovery rereads all.
-fn drain(inotify: &Inotify) {
+/// Read every queued inotify event into `changes`: the entry it names, or, for one that names none (the queue
+/// overflowed, a watched directory itself went away), every directory.
+fn drain(inotify: &Inotify, watched: &[(WatchDescriptor, PathBuf)], changes: &mut HostChanges) {
     loop {
         match inotify.read_events() {
-            Ok(events) if !events.is_empty() => continue,
+            Ok(events) if !events.is_empty() => {
+                for event in events {
+                    let dir = watched.iter().find(|(wd, _)| *wd == event.wd);
+                    match (dir, event.name) {
+                        (Some((_, dir)), Some(name)) if changes.entries.len() < MAX_NAMED => {
+                            changes.entries.push((dir.clone(), name));
+                        }
+                        _ => changes.list_all = true,
+                    }
+                }
+            }
             Ok(_) | Err(Errno::EAGAIN) => return,
             Err(errno) => {
                 warn!(error = %errno, "failed to read inotify events");
+                changes.list_all = true;
                 return;
             }
         }
