@@ -158,9 +158,10 @@ impl Sink {
         {
             let mut changes = self.changes.lock().unwrap_or_else(|e| e.into_inner());
             update(&mut changes);
-            if changes.entries.len() > MAX_NAMED {
+            changes.list_all |= changes.entries.len() > MAX_NAMED;
+            if changes.list_all {
+                // Listing everything covers every entry named.
                 changes.entries = Vec::new();
-                changes.list_all = true;
             }
         }
         self.notify.notify_one();
@@ -225,5 +226,48 @@ fn drain(inotify: &Inotify, watched: &[(WatchDescriptor, PathBuf)], changes: &mu
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink() -> Sink {
+        Sink {
+            notify: Arc::new(Notify::new()),
+            changes: Arc::default(),
+            watched: Vec::new(),
+        }
+    }
+
+    fn name(dir: &str, entry: &str) -> (PathBuf, std::ffi::OsString) {
+        (dir.into(), entry.into())
+    }
+
+    #[test]
+    fn named_entries_accumulate_until_taken_and_a_flood_turns_into_listing_everything() {
+        let sink = sink();
+        sink.report(|c| c.entries.push(name("/d", "a")));
+        sink.report(|c| c.mounts = true);
+        let kept = sink.changes.lock().unwrap().clone();
+        assert_eq!(
+            (kept.mounts, kept.list_all, kept.entries),
+            (true, false, vec![name("/d", "a")])
+        );
+        for i in 0..MAX_NAMED {
+            sink.report(|c| c.entries.push(name("/d", &format!("e{i}"))));
+        }
+        let flooded = sink.changes.lock().unwrap().clone();
+        assert!(
+            flooded.list_all,
+            "more than MAX_NAMED names: list everything"
+        );
+        assert!(
+            flooded.entries.is_empty(),
+            "and keep no names: memory stays bounded"
+        );
+        sink.report(|c| c.entries.push(name("/d", "late")));
+        assert!(sink.changes.lock().unwrap().entries.is_empty());
     }
 }
