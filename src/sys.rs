@@ -199,6 +199,34 @@ const SYS_LISTMOUNT: nix::libc::c_long = 458;
 /// `listmount(2)`'s "the root of this process's mount namespace".
 const LSMT_ROOT: u64 = u64::MAX;
 
+/// One `listmount`/`statmount` call on `mnt_id` with `param`, writing at most `out.len()` items (ids for
+/// listmount, bytes for statmount) into `out`; returns what the kernel returned.
+fn mount_call<T>(
+    nr: nix::libc::c_long,
+    mnt_id: u64,
+    param: u64,
+    out: &mut [T],
+) -> nix::Result<usize> {
+    let req = MntIdReq {
+        size: size_of::<MntIdReq>() as u32,
+        spare: 0,
+        mnt_id,
+        param,
+    };
+    // SAFETY: both calls read one `mnt_id_req` and write at most `out.len()` items of `T` (u64 ids, or bytes) into
+    // `out`; both stay valid for the call.
+    let rc = unsafe {
+        nix::libc::syscall(
+            nr,
+            &req as *const MntIdReq,
+            out.as_mut_ptr(),
+            out.len(),
+            0 as nix::libc::c_uint,
+        )
+    };
+    nix::errno::Errno::result(rc).map(|n| usize::try_from(n).unwrap_or(0))
+}
+
 /// The unique ids (Linux 6.8+) of every mount this process's mount table shows, ascending: one `listmount(2)` per
 /// 4,096 mounts. `ENOSYS` on an older kernel.
 pub fn list_mounts() -> nix::Result<Vec<u64>> {
@@ -207,26 +235,7 @@ pub fn list_mounts() -> nix::Result<Vec<u64>> {
     let mut batch = vec![0u64; BATCH];
     let mut last = 0;
     loop {
-        let req = MntIdReq {
-            size: size_of::<MntIdReq>() as u32,
-            spare: 0,
-            mnt_id: LSMT_ROOT,
-            param: last,
-        };
-        // SAFETY: listmount reads one `mnt_id_req` and writes at most `batch.len()` u64s into `batch`, both valid
-        // for the call.
-        let rc = unsafe {
-            nix::libc::syscall(
-                SYS_LISTMOUNT,
-                &req as *const MntIdReq,
-                batch.as_mut_ptr(),
-                batch.len(),
-                0 as nix::libc::c_uint,
-            )
-        };
-        let written = usize::try_from(nix::errno::Errno::result(rc)?)
-            .unwrap_or(0)
-            .min(BATCH);
+        let written = mount_call(SYS_LISTMOUNT, LSMT_ROOT, last, &mut batch)?.min(BATCH);
         ids.extend_from_slice(&batch[..written]);
         match batch[..written].last() {
             Some(&id) if written == BATCH => last = id,
@@ -236,7 +245,7 @@ pub fn list_mounts() -> nix::Result<Vec<u64>> {
 }
 
 /// `statmount(2)` (Linux 6.8+) of the mount with unique id `id`, asking for the fields in `mask`: the kernel's
-/// `struct statmount` and the strings after it, as bytes, for [`crate::host::statmount`] to read. Grows `buf`
+/// `struct statmount` and the strings after it, as bytes, for [`crate::host::mountapi`] to read. Grows `buf`
 /// while the kernel says it is too small (`EOVERFLOW`). `ENOENT` when the mount is gone.
 pub fn stat_mount(id: u64, mask: u64, buf: &mut Vec<u8>) -> nix::Result<()> {
     const MAX: usize = 16 << 20;
@@ -244,24 +253,7 @@ pub fn stat_mount(id: u64, mask: u64, buf: &mut Vec<u8>) -> nix::Result<()> {
         buf.resize(4096, 0);
     }
     loop {
-        let req = MntIdReq {
-            size: size_of::<MntIdReq>() as u32,
-            spare: 0,
-            mnt_id: id,
-            param: mask,
-        };
-        // SAFETY: statmount reads one `mnt_id_req` and writes at most `buf.len()` bytes into `buf`, both valid for
-        // the call.
-        let rc = unsafe {
-            nix::libc::syscall(
-                SYS_STATMOUNT,
-                &req as *const MntIdReq,
-                buf.as_mut_ptr(),
-                buf.len(),
-                0 as nix::libc::c_uint,
-            )
-        };
-        match nix::errno::Errno::result(rc) {
+        match mount_call(SYS_STATMOUNT, id, mask, buf) {
             Ok(_) => return Ok(()),
             Err(nix::errno::Errno::EOVERFLOW) if buf.len() < MAX => {
                 let grown = buf.len() * 4;

@@ -240,12 +240,7 @@ pub fn mount_events(buf: &[u8], events: &mut MountEvents) -> Result<(), &'static
         // struct fanotify_event_metadata: event_len u32, vers u8, reserved u8, metadata_len u16, mask u64, fd, pid.
         let event_len = u32_at(buf, at)? as usize;
         let version = *buf.get(at + 4).ok_or("event cut short")?;
-        let metadata_len = u16::from_ne_bytes(
-            buf.get(at + 6..at + 8)
-                .ok_or("event cut short")?
-                .try_into()
-                .expect("two bytes"),
-        ) as usize;
+        let metadata_len = u16_at(buf, at + 6)? as usize;
         let mask = u64_at(buf, at + 8)?;
         if version != FANOTIFY_METADATA_VERSION {
             return Err("unknown fanotify metadata version");
@@ -261,12 +256,7 @@ pub fn mount_events(buf: &[u8], events: &mut MountEvents) -> Result<(), &'static
         let mut record = at + metadata_len;
         while record < end {
             let kind = buf[record];
-            let len = u16::from_ne_bytes(
-                buf.get(record + 2..record + 4)
-                    .ok_or("record cut short")?
-                    .try_into()
-                    .expect("two bytes"),
-            ) as usize;
+            let len = u16_at(buf, record + 2)? as usize;
             if len < 4 || record + len > end {
                 return Err("record length out of bounds");
             }
@@ -281,6 +271,11 @@ pub fn mount_events(buf: &[u8], events: &mut MountEvents) -> Result<(), &'static
         at = end;
     }
     Ok(())
+}
+
+fn u16_at(buf: &[u8], at: usize) -> Result<u16, &'static str> {
+    let bytes = buf.get(at..at + 2).ok_or("buffer cut short")?;
+    Ok(u16::from_ne_bytes(bytes.try_into().expect("two bytes")))
 }
 
 fn u32_at(buf: &[u8], at: usize) -> Result<u32, &'static str> {
