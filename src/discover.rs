@@ -49,10 +49,22 @@ use classify::{Candidate, CandidateKind, Listing};
 /// pass listed and classified.
 #[derive(Debug, Default)]
 pub struct Probed {
-    disks: FastMap<PathBuf, (ProbeKey, Arc<Disk>)>,
+    disks: FastMap<PathBuf, Cached>,
     gathered: Option<Gathered>,
+    /// Positions in the kept candidates of the entries forgotten since the last pass: measured again by
+    /// [`discover_again`], which finds them without looking every candidate up.
+    forgotten: Vec<usize>,
     /// Candidates measured by the last pass (cache misses and block entries).
     pub last_measured: usize,
+}
+
+/// One filesystem measurement, with the mount it was taken on and the candidate's position in the kept
+/// classification.
+#[derive(Debug)]
+struct Cached {
+    key: ProbeKey,
+    disk: Arc<Disk>,
+    at: usize,
 }
 
 /// What identifies the mount a measurement was taken on.
@@ -71,6 +83,9 @@ struct Gathered {
     /// Each class's listing (or why it failed), in class order.
     listed: Vec<Result<Listed, String>>,
     candidates: Vec<KeptCandidate>,
+    /// Per candidate, the measurement a pass with no change on the host reuses: a filesystem entry's cached one;
+    /// `None` for what every pass measures again (block entries, entries that failed to measure).
+    reusable: Vec<Option<Arc<Disk>>>,
     /// Rejected entries and failed classes (probe failures are decided again with each measurement).
     unusable: Vec<Unusable>,
     failed_classes: Vec<ClassFailure>,
@@ -103,7 +118,8 @@ impl Gathered {
 /// A [`Candidate`] without the borrow of its class.
 #[derive(Debug)]
 struct KeptCandidate {
-    class: String,
+    /// Its class's position in `Gathered::classes`.
+    class: usize,
     entry: String,
     host_path: PathBuf,
     probe_path: PathBuf,
@@ -113,13 +129,16 @@ struct KeptCandidate {
 impl Probed {
     /// Measure the entry at `host_path` again in the next pass (the agent changed it).
     pub fn forget(&mut self, host_path: &Path) {
-        self.disks.remove(host_path);
+        if let Some(cached) = self.disks.remove(host_path) {
+            self.forgotten.push(cached.at);
+        }
     }
 
     /// Measure everything again in the next pass, after listing it again.
     pub fn clear(&mut self) {
         self.disks.clear();
         self.gathered = None;
+        self.forgotten.clear();
     }
 
     pub fn len(&self) -> usize {
@@ -144,26 +163,74 @@ pub fn discover_again(
     classes: &[DiscoveryClass],
     probed: &mut Probed,
 ) -> Discovery {
-    let Some(gathered) = probed.gathered.take().filter(|g| g.classes == classes) else {
+    let Some(mut gathered) = probed.gathered.take().filter(|g| g.classes == classes) else {
         return discover_with(host, classes, probed);
     };
-    let candidates = gathered.candidates.iter().filter_map(|c| {
-        Some(Probe {
-            class: classes.iter().find(|class| class.name == c.class)?,
+    // NB: only the candidates forgotten since and those every pass measures are looked at; the others' cached
+    // measurements stand as they are, found by position, not by path.
+    let mut again: Vec<usize> = std::mem::take(&mut probed.forgotten);
+    again.extend(
+        gathered
+            .reusable
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_none())
+            .map(|(i, _)| i),
+    );
+    again.sort_unstable();
+    again.dedup();
+    let mut disks: Vec<Option<Arc<Disk>>> = gathered.reusable.clone();
+    let mut unusable = gathered.unusable.clone();
+    let mut measured = 0;
+    for &i in &again {
+        let (Some(c), Some(slot)) = (gathered.candidates.get(i), disks.get_mut(i)) else {
+            continue;
+        };
+        let candidate = Probe {
+            class: &gathered.classes[c.class],
             entry: &c.entry,
             host_path: &c.host_path,
             probe_path: &c.probe_path,
             kind: &c.kind,
-        })
-    });
+        };
+        measured += 1;
+        *slot = None;
+        gathered.reusable[i] = None;
+        probed.disks.remove(candidate.host_path);
+        match measure(host, &candidate) {
+            Ok(disk) => {
+                let disk = Arc::new(disk);
+                if let CandidateKind::Filesystem { mount } = candidate.kind {
+                    probed
+                        .disks
+                        .insert(candidate.host_path.to_path_buf(), cached(&candidate, mount, &disk, i));
+                    gathered.reusable[i] = Some(disk.clone());
+                }
+                *slot = Some(disk);
+            }
+            Err(error) => unusable.push(probe_failed(&candidate, &error)),
+        }
+    }
+    probed.last_measured = measured;
     let discovery = Discovery {
-        disks: Vec::new(),
-        unusable: gathered.unusable.clone(),
+        disks: disks.into_iter().flatten().collect(),
+        unusable,
         failed_classes: gathered.failed_classes.clone(),
     };
-    let discovery = measure_all(host, candidates, discovery, probed);
     probed.gathered = Some(gathered);
     discovery
+}
+
+fn cached(candidate: &Probe<'_>, mount: &Arc<MountEntry>, disk: &Arc<Disk>, at: usize) -> Cached {
+    Cached {
+        key: ProbeKey {
+            class: candidate.class.name.clone(),
+            probe_path: candidate.probe_path.to_path_buf(),
+            mount: mount.clone(),
+        },
+        disk: disk.clone(),
+        at,
+    }
 }
 
 /// [`discover`], reusing the measurements in `probed` for filesystem entries whose mount did not change. Keeps
@@ -264,12 +331,15 @@ fn discover_listed(
         failed_classes: failed_classes.clone(),
     };
     let candidates = classified.candidates.iter().map(Probe::of);
-    let discovery = measure_all(host, candidates, discovery, probed);
+    let (discovery, reusable) = measure_all(host, candidates, discovery, probed);
     let candidates = classified
         .candidates
         .into_iter()
         .map(|c| KeptCandidate {
-            class: c.class.name.clone(),
+            class: classes
+                .iter()
+                .position(|k| std::ptr::eq(k, c.class))
+                .expect("a candidate's class is one of the classes listed"),
             entry: c.entry,
             host_path: c.host_path,
             probe_path: c.probe_path,
@@ -289,6 +359,7 @@ fn discover_listed(
         classes: classes.to_vec(),
         listed: kept,
         candidates,
+        reusable,
         unusable: classified.unusable,
         failed_classes,
     });
@@ -296,30 +367,35 @@ fn discover_listed(
 }
 
 /// Measures each candidate into `discovery`, reusing what `probed` measured on the same mount; keeps only this
-/// pass's measurements. The cache is updated in place: an unchanged entry costs a lookup and a copy.
+/// pass's measurements. The cache is updated in place: an unchanged entry costs a lookup and a copy. Returns, per
+/// candidate, the measurement a later pass with no change may reuse (see `Gathered::reusable`).
 fn measure_all<'c>(
     host: &dyn Host,
     candidates: impl Iterator<Item = Probe<'c>>,
     mut discovery: Discovery,
     probed: &mut Probed,
-) -> Discovery {
+) -> (Discovery, Vec<Option<Arc<Disk>>>) {
+    // NB: a fresh classification: what was forgotten is out of the cache, and positions start over.
+    probed.forgotten.clear();
     let mut measured = 0;
     let mut cached_now = 0;
     let mut present: Vec<&Path> = Vec::new();
-    for candidate in candidates {
+    for (at, candidate) in candidates.enumerate() {
         present.push(candidate.host_path);
         let mount = match candidate.kind {
             CandidateKind::Filesystem { mount } => Some(mount),
             CandidateKind::Block { .. } => None,
         };
         let hit = mount.and_then(|mount| {
-            let (seen, disk) = probed.disks.get(candidate.host_path)?;
+            let cached = probed.disks.get_mut(candidate.host_path)?;
+            let seen = &cached.key;
             // NB: paths compared as bytes: both are spelled by the same join, and a spelling that differed would
             // only cost a measurement.
             let same = seen.class == candidate.class.name
                 && seen.probe_path.as_os_str() == candidate.probe_path.as_os_str()
                 && seen.mount == *mount;
-            same.then(|| disk.clone())
+            cached.at = at;
+            same.then(|| cached.disk.clone())
         });
         if let Some(disk) = hit {
             cached_now += 1;
@@ -333,14 +409,10 @@ fn measure_all<'c>(
             Ok(disk) => {
                 let disk = Arc::new(disk);
                 if let Some(mount) = mount {
-                    let key = ProbeKey {
-                        class: candidate.class.name.clone(),
-                        probe_path: candidate.probe_path.to_path_buf(),
-                        mount: mount.clone(),
-                    };
-                    probed
-                        .disks
-                        .insert(candidate.host_path.to_path_buf(), (key, disk.clone()));
+                    probed.disks.insert(
+                        candidate.host_path.to_path_buf(),
+                        cached(&candidate, mount, &disk, at),
+                    );
                     cached_now += 1;
                 }
                 discovery.disks.push(disk);
@@ -348,6 +420,7 @@ fn measure_all<'c>(
             Err(error) => discovery.unusable.push(probe_failed(&candidate, &error)),
         }
     }
+    let count = present.len();
     if probed.disks.len() > cached_now {
         // Entries gone since the last pass.
         let present: FastSet<&Path> = present.into_iter().collect();
@@ -355,8 +428,16 @@ fn measure_all<'c>(
             .disks
             .retain(|path, _| present.contains(path.as_path()));
     }
+    // NB: from the cache, not from each hit: a path two candidates share (classes the configuration refuses)
+    // keeps one measurement, and the other candidate is measured every pass, as before.
+    let mut reusable = vec![None; count];
+    for cached in probed.disks.values() {
+        if let Some(slot) = reusable.get_mut(cached.at) {
+            *slot = Some(cached.disk.clone());
+        }
+    }
     probed.last_measured = measured;
-    discovery
+    (discovery, reusable)
 }
 
 /// Validate the class's patterns and read its directory. The error is a message for the operator.

@@ -265,6 +265,12 @@ impl<T> Store<T> {
         self.lock().items.values().cloned().collect()
     }
 
+    /// [`Store::shared`] with the generation it is the contents of, read together.
+    pub fn shared_at(&self) -> (u64, Vec<Arc<T>>) {
+        let s = self.lock();
+        (s.generation, s.items.values().cloned().collect())
+    }
+
     /// Runs `read` over the entries (key order) under the store's lock; keep it short, the watch waits for it.
     pub fn read<R>(&self, read: impl FnOnce(&BTreeMap<String, Arc<T>>) -> R) -> R {
         read(&self.lock().items)

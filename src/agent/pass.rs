@@ -30,7 +30,7 @@ use super::http::{Disks as HttpDisks, State as HttpState};
 use super::inventory::{self as inv, InventoryWriter};
 use super::ledger::LedgerFile;
 use super::metrics::{Metrics, Outcome, OutcomeLabels};
-use super::pvindex::PvIndex;
+use super::pvindex::{PvIndex, Snapshot};
 use super::wiper::{Done, Failed};
 use super::{Options, load_config};
 use crate::config::Config;
@@ -116,6 +116,8 @@ pub struct Agent {
     notices: inventory::notices::Notices,
     /// What the last pass published to the metrics and `/disks`, to do it again only on a change.
     published: Published,
+    /// The last pass's `existing` PVs, with the PV index generation they were picked from.
+    existing: Option<(u64, Arc<Vec<Arc<PersistentVolume>>>)>,
 }
 
 #[derive(Default)]
@@ -159,6 +161,7 @@ impl Agent {
             backoff: HashMap::new(),
             notices: Default::default(),
             published: Published::default(),
+            existing: None,
             done_tx,
             done_rx,
             last_config_error: None,
@@ -403,34 +406,24 @@ impl Agent {
         self.s.pvs.set_node(&node);
         let classes = self.class_facts();
         let view = self.s.pvs.view();
-        // The planner's `existing`: this node's labelled PVs and the reference provisioner's; the whole index (every
-        // PV that can reach this node) stands in for the list of every PV once it is complete.
-        let existing: Vec<Arc<PersistentVolume>> = view
-            .pvs
-            .iter()
-            .filter(|pv| {
-                let labels = pv.metadata.labels.as_ref();
-                labels.and_then(|l| l.get(NODE_LABEL)) == Some(&self.s.node)
-                    || adoptable(pv, &self.s.node)
-            })
-            .cloned()
-            .collect();
-        let mut cluster = view.complete.then_some(view.pvs);
+        let existing = self.existing(&view.pvs);
+        // The whole index (every PV that can reach this node) stands in for the list of every PV once it is complete.
+        let mut cluster = view.complete.then_some(view.pvs.pvs);
         let facts = Facts {
             node: &node,
             classes: &classes,
             found: &found,
             existing: &existing,
         };
-        let mut plan = self.plan(&facts, cluster.as_deref());
+        let mut plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
         let mut retry = false;
         if plan.needs_cluster_list && cluster.is_none() && view.overdue {
             // NB: planned again on a list taken just now; the actions of the plan without it are dropped.
             match self.list_all_pvs().await {
                 Ok(all) => {
                     self.s.pvs.listed();
-                    cluster = Some(all.into_iter().map(Arc::new).collect());
-                    plan = self.plan(&facts, cluster.as_deref());
+                    cluster = Some(Arc::new(all.into_iter().map(Arc::new).collect()));
+                    plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
                 }
                 Err(error) => {
                     warn!(error = %format!("{error:#}"), "failed to list PersistentVolumes; no wipe and no new PV this pass");
@@ -537,6 +530,29 @@ impl Agent {
         .into_iter()
         .flatten()
         .min()
+    }
+
+    /// The planner's `existing`: this node's labelled PVs and the reference provisioner's, from the index at one
+    /// generation; picked again only when the index changed since the last pass.
+    fn existing(&mut self, index: &Snapshot) -> Arc<Vec<Arc<PersistentVolume>>> {
+        if let Some((generation, existing)) = &self.existing
+            && *generation == index.generation
+        {
+            return existing.clone();
+        }
+        let node = &self.s.node;
+        let existing: Vec<Arc<PersistentVolume>> = index
+            .pvs
+            .iter()
+            .filter(|pv| {
+                let labels = pv.metadata.labels.as_ref();
+                labels.and_then(|l| l.get(NODE_LABEL)) == Some(node) || adoptable(pv, node)
+            })
+            .cloned()
+            .collect();
+        let existing = Arc::new(existing);
+        self.existing = Some((index.generation, existing.clone()));
+        existing
     }
 
     fn plan(&mut self, facts: &Facts<'_>, cluster: Option<&[Arc<PersistentVolume>]>) -> plan::Plan {
@@ -723,8 +739,8 @@ impl Agent {
                 })
                 .collect(),
         );
-        for (uid, _) in &created {
-            self.s.pvs.created(uid);
+        for (uid, pv) in &created {
+            self.s.pvs.created(&pv.name, uid);
         }
         if recorded { step } else { Step::Halt }
     }

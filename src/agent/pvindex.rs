@@ -51,6 +51,16 @@ pub struct PvIndex {
     /// Kept beside the store; NB: taken before the store's lock wherever both are held.
     book: Mutex<Book>,
     node: watch::Sender<Option<NodeFacts>>,
+    /// The last [`View::pvs`] with the store's generation it shows: a pass with no PV changed since shares it
+    /// instead of copying thousands of pointers. NB: taken after the book's lock, before the store's.
+    last: Mutex<Option<Snapshot>>,
+}
+
+/// Every PV in the index at one generation of the store.
+#[derive(Clone)]
+pub struct Snapshot {
+    pub generation: u64,
+    pub pvs: Arc<Vec<Arc<PersistentVolume>>>,
 }
 
 #[derive(Default)]
@@ -65,8 +75,8 @@ struct Book {
 
 /// What one pass reads from the index.
 pub struct View {
-    /// Shared with the store: a pass copies pointers, not PVs.
-    pub pvs: Vec<Arc<PersistentVolume>>,
+    /// Shared with the store: a pass copies pointers, not PVs (and none when nothing changed since the last view).
+    pub pvs: Snapshot,
     /// The index may stand in for a fresh list of every PV (see the module doc).
     pub complete: bool,
     /// A PV the agent created has been missing for longer than [`AWAIT_LIMIT`]: list every PV instead.
@@ -79,6 +89,7 @@ impl PvIndex {
             pvs: Store::new(),
             book: Mutex::new(Book::default()),
             node: watch::Sender::new(None),
+            last: Mutex::new(None),
         })
     }
 
@@ -103,16 +114,39 @@ impl PvIndex {
         // NB: `saw` removes an awaited UID as soon as the watch shows it, so what is left is still missing.
         View {
             complete: self.pvs.synced() && b.filtered_for == *node && b.awaited.is_empty(),
-            pvs: self.pvs.shared(),
+            pvs: self.snapshot(),
             overdue: b.awaited.values().any(|at| at.elapsed() > AWAIT_LIMIT),
         }
     }
 
-    /// The agent created a PV with this UID: the index is not complete until the watch shows it.
-    pub fn created(&self, uid: &str) {
+    fn snapshot(&self) -> Snapshot {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = self.pvs.generation();
+        match &*last {
+            // NB: equal generations, equal contents (`Store::generation`).
+            Some(s) if s.generation == generation => s.clone(),
+            _ => {
+                let (generation, pvs) = self.pvs.shared_at();
+                let s = Snapshot {
+                    generation,
+                    pvs: Arc::new(pvs),
+                };
+                *last = Some(s.clone());
+                s
+            }
+        }
+    }
+
+    /// The agent created a PV with this name and UID: the index is not complete until the watch shows it.
+    pub fn created(&self, name: &str, uid: &str) {
         let mut b = self.book();
-        // NB: the watch event can arrive before the create response is handled.
-        if !self.shows(uid) {
+        // NB: the watch event can arrive before the create response is handled. Looked up by name (the store's
+        // key), not by a walk of every PV.
+        let shown = self
+            .pvs
+            .get_shared(name)
+            .is_some_and(|pv| pv.metadata.uid.as_deref() == Some(uid));
+        if !shown {
             b.awaited.insert(uid.to_string(), Instant::now());
         }
     }
@@ -120,14 +154,6 @@ impl PvIndex {
     /// A fresh list of every PV was taken: nothing the agent created is awaited any more.
     pub fn listed(&self) {
         self.book().awaited.clear();
-    }
-
-    fn shows(&self, uid: &str) -> bool {
-        self.pvs.read(|items| {
-            items
-                .values()
-                .any(|pv| pv.metadata.uid.as_deref() == Some(uid))
-        })
     }
 
     fn book(&self) -> MutexGuard<'_, Book> {
@@ -457,7 +483,7 @@ mod tests {
         index.apply(&node(), Event::Init);
         index.apply(&node(), Event::InitDone);
         assert!(index.view().complete);
-        index.created("uid-mine");
+        index.created("mine", "uid-mine");
         assert!(!index.view().complete, "an own create not yet shown");
         let mine = pv("mine", json!({NODE_LABEL: "n1"}));
         assert!(index.apply(&node(), Event::Apply(mine)));
@@ -476,7 +502,7 @@ mod tests {
         assert!(index.apply(&node(), Event::Apply(labelled)));
         let moved = pv("p", json!({NODE_LABEL: "n2"}));
         assert!(index.apply(&node(), Event::Apply(moved)));
-        assert!(index.view().pvs.is_empty());
+        assert!(index.view().pvs.pvs.is_empty());
     }
 
     #[test]
@@ -484,9 +510,9 @@ mod tests {
         let index = synced();
         let mine = pv("mine", json!({NODE_LABEL: "n1"}));
         index.apply(&node(), Event::Apply(mine));
-        index.created("uid-mine");
+        index.created("mine", "uid-mine");
         assert!(index.view().complete, "shown before the create response");
-        index.created("uid-gone");
+        index.created("gone", "uid-gone");
         let gone = pv("gone", json!({NODE_LABEL: "n1"}));
         index.apply(&node(), Event::Delete(gone));
         assert!(index.view().complete, "a delete shows the PV too");
@@ -495,13 +521,37 @@ mod tests {
     #[test]
     fn a_relist_shows_own_creates_only_when_it_completes() {
         let index = synced();
-        index.created("uid-mine");
+        index.created("mine", "uid-mine");
         index.apply(&node(), Event::Init);
         let mine = pv("mine", json!({NODE_LABEL: "n1"}));
         index.apply(&node(), Event::InitApply(mine));
         assert!(!index.view().complete, "listed but not yet in the store");
         index.apply(&node(), Event::InitDone);
         let view = index.view();
-        assert!(view.complete && view.pvs.len() == 1);
+        assert!(view.complete && view.pvs.pvs.len() == 1);
+    }
+
+    #[test]
+    fn a_view_with_no_pv_changed_shares_the_last_one_and_a_change_makes_a_new_one() {
+        let index = synced();
+        index.apply(&node(), Event::Apply(pv("a", json!({NODE_LABEL: "n1"}))));
+        let first = index.view().pvs;
+        let second = index.view().pvs;
+        assert!(Arc::ptr_eq(&first.pvs, &second.pvs), "nothing changed: the same list");
+        index.apply(&node(), Event::Apply(pv("b", json!({NODE_LABEL: "n1"}))));
+        let third = index.view().pvs;
+        assert!(third.generation > first.generation);
+        assert_eq!(third.pvs.len(), 2);
+        index.apply(&node(), Event::Delete(pv("a", json!({NODE_LABEL: "n1"}))));
+        assert_eq!(index.view().pvs.pvs.len(), 1, "a delete shows too");
+    }
+
+    #[test]
+    fn an_own_create_is_not_taken_as_shown_by_an_older_pv_of_that_name() {
+        let index = synced();
+        // The store still holds an earlier PV of the name (UID uid-mine); the new one is another object.
+        index.apply(&node(), Event::Apply(pv("mine", json!({NODE_LABEL: "n1"}))));
+        index.created("mine", "uid-recreated");
+        assert!(!index.view().complete, "the new UID is not shown yet");
     }
 }

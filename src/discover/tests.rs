@@ -932,3 +932,45 @@ fn a_pass_after_a_resync_or_with_other_classes_lists_the_host_again() {
     discover_again(&reconfigured, &[other], &mut probed);
     assert!(reconfigured.calls().contains(&Call::MountTable));
 }
+
+/// A pass on an unchanged host keeps every other measurement as it was, the very same allocation (the planner
+/// recognises unchanged disks by address), and measures again what failed and what was forgotten; after a listing
+/// pass (positions start over) the next unchanged pass measures only what failed.
+#[test]
+fn a_pass_on_an_unchanged_host_keeps_the_same_disks_and_measures_again_what_failed() {
+    let lines: Vec<String> = [(30, "vol1"), (31, "vol2"), (32, "vol3")]
+        .iter()
+        .map(|(id, name)| mount(*id, &format!("0:{id}"), "/", name, "tmpfs", "tmpfs"))
+        .collect();
+    // vol2 cannot be measured: the fake host has no statvfs answer for it.
+    let host = || {
+        host(vec![dir("vol1"), dir("vol2"), dir("vol3")], &lines)
+            .with_statvfs(probe_path("vol1"), 10, 5)
+            .with_statvfs(probe_path("vol3"), 10, 5)
+    };
+    let mut probed = Probed::default();
+    let first = discover_with(&host(), &[fs_class()], &mut probed);
+    assert_eq!(published(&first), ["vol1", "vol3"]);
+    let again = host();
+    let second = discover_again(&again, &[fs_class()], &mut probed);
+    assert_eq!(statvfs_calls(&again), [probe_path("vol2")], "only what failed");
+    assert_eq!(second, first);
+    assert!(
+        first
+            .disks
+            .iter()
+            .zip(&second.disks)
+            .all(|(a, b)| Arc::ptr_eq(a, b)),
+        "unchanged disks are the same allocations"
+    );
+    probed.forget(&PathBuf::from(HOST_DIR).join("vol3"));
+    let listed = host();
+    discover_with(&listed, &[fs_class()], &mut probed);
+    assert_eq!(
+        statvfs_calls(&listed),
+        [probe_path("vol2"), probe_path("vol3")]
+    );
+    let third = host();
+    discover_again(&third, &[fs_class()], &mut probed);
+    assert_eq!(statvfs_calls(&third), [probe_path("vol2")]);
+}

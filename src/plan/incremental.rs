@@ -162,6 +162,12 @@ struct SeenDisk {
     links: Vec<Link>,
 }
 
+/// The address of a shared item, to find it again without reading it. NB: valid only while the item is held (the
+/// `Last` that records an address keeps its `Arc`), so an address is never reused for another item meanwhile.
+fn address<T>(item: &Arc<T>) -> usize {
+    Arc::as_ptr(item) as usize
+}
+
 /// The world as the last pass saw it, and what it decided about each path.
 struct Last {
     global: Global,
@@ -172,6 +178,10 @@ struct Last {
     ledger: DiskLedger,
     owned: BTreeMap<String, OwnedPv>,
     links: FastMap<Link, FastSet<PathBuf>>,
+    /// Addresses of the PVs and disks in `pvs` and `disks`: an item the pass hands over again, unchanged, is
+    /// recognised by its address alone, without hashing its UID or path (a pass after one event finds thousands).
+    pv_addresses: FastSet<usize>,
+    disk_addresses: FastSet<usize>,
     /// Paths whose decision wrote, reported or asked for another pass: planned again in the next pass.
     noisy: BTreeSet<PathBuf>,
     unpublished: BTreeMap<PathBuf, Vec<Unpublished>>,
@@ -245,6 +255,8 @@ impl Last {
             ledger: inputs.ledger.clone(),
             owned: owners.pvs.clone(),
             links: FastMap::default(),
+            pv_addresses: FastSet::default(),
+            disk_addresses: FastSet::default(),
             noisy,
             unpublished: BTreeMap::new(),
             memory: plan.memory.clone(),
@@ -278,6 +290,7 @@ impl Last {
             .entry(view.path.clone())
             .or_default()
             .insert(uid.clone());
+        self.pv_addresses.insert(address(pv));
         let seen = SeenPv {
             pv: pv.clone(),
             resource_version: view.pv_ref.resource_version,
@@ -289,6 +302,7 @@ impl Last {
 
     fn remove_pv(&mut self, uid: &str) {
         if let Some(seen) = self.pvs.remove(uid) {
+            self.pv_addresses.remove(&address(&seen.pv));
             self.unlink(&seen.path, &seen.links);
             if let Some(at) = self.pvs_at.get_mut(&seen.path) {
                 at.remove(uid);
@@ -302,6 +316,7 @@ impl Last {
     fn add_disk(&mut self, inputs: &Inputs<'_>, disk: &Arc<Disk>) {
         let links = disk_links(inputs, disk);
         self.link(&disk.host_path, &links);
+        self.disk_addresses.insert(address(disk));
         let seen = SeenDisk {
             disk: disk.clone(),
             links,
@@ -311,6 +326,7 @@ impl Last {
 
     fn remove_disk(&mut self, path: &Path) {
         if let Some(seen) = self.disks.remove(path) {
+            self.disk_addresses.remove(&address(&seen.disk));
             self.unlink(path, &seen.links);
         }
     }
@@ -369,11 +385,20 @@ impl Last {
             changes.gone_disks,
         );
         self.unknown = changes.unknown;
-        if changes.ledger_changed {
-            self.ledger = inputs.ledger.clone();
+        // The copies follow the inputs key by key: a pass that changed one disk's state copies one entry.
+        for key in changes.ledger {
+            match inputs.ledger.get(&key) {
+                Some(state) => self.ledger.set(&key, state),
+                None => {
+                    self.ledger.disks.remove(&key);
+                }
+            }
         }
-        if changes.owners_changed {
-            self.owned = owners.pvs.clone();
+        for uid in changes.owned {
+            match owners.pvs.get(&uid) {
+                Some(pv) => self.owned.insert(uid, pv.clone()),
+                None => self.owned.remove(&uid),
+            };
         }
         let part_pvs: Vec<Arc<PersistentVolume>> = dirty
             .iter()
@@ -415,6 +440,11 @@ impl Last {
         }
         let mut kept = 0;
         for pv in known {
+            // NB: the very object seen last pass has the UID and resourceVersion it had then.
+            if self.pv_addresses.contains(&address(pv)) {
+                kept += 1;
+                continue;
+            }
             let uid = pv.metadata.uid.as_deref()?;
             let rv = pv.metadata.resource_version.as_deref().unwrap_or_default();
             match self.pvs.get(uid) {
@@ -446,16 +476,18 @@ impl Last {
                 }
             }
         }
-        if inputs.owners.pvs != self.owned {
-            c.owners_changed = true;
-            // Every PV is ours by UID (checked above for the changed ones; the counts match): a UID that left the
-            // owners while its PV stayed makes the world unclean.
-            for uid in self.owned.keys() {
-                if !inputs.owners.pvs.contains_key(uid) && self.pvs.contains_key(uid) {
-                    return None;
-                }
+        // NB: one walk of both maps, paths compared as bytes: a path spelled otherwise only counts as a change.
+        let owned = changed_keys_by(&self.owned, &inputs.owners.pvs, |a, b| {
+            a.name == b.name && a.path.as_os_str() == b.path.as_os_str()
+        });
+        // Every PV is ours by UID (checked above for the changed ones; the counts match): a UID that left the
+        // owners while its PV stayed makes the world unclean.
+        for uid in &owned {
+            if !inputs.owners.pvs.contains_key(*uid) && self.pvs.contains_key(*uid) {
+                return None;
             }
         }
+        c.owned = owned.into_iter().cloned().collect();
         c.gone_uids = c.gone_pvs.clone();
         c.gone_uids
             .extend(c.pvs.iter().map(|(uid, ..)| uid.clone()));
@@ -463,10 +495,10 @@ impl Last {
         c.unknown = unknown_paths(inputs.found);
         c.dirty
             .extend(c.unknown.symmetric_difference(&self.unknown).cloned());
-        if *inputs.ledger != self.ledger {
-            c.ledger_changed = true;
-            for key in changed_keys(&self.ledger.disks, &inputs.ledger.disks) {
-                let link = Link::Ledger(key.clone());
+        let ledger = changed_keys(&self.ledger.disks, &inputs.ledger.disks);
+        {
+            for key in &ledger {
+                let link = Link::Ledger((*key).clone());
                 c.dirty
                     .extend(self.links.get(&link).into_iter().flatten().cloned());
                 c.dirty.extend(
@@ -477,14 +509,39 @@ impl Last {
                 );
             }
         }
+        c.ledger = ledger.into_iter().cloned().collect();
         c.dirty.extend(self.noisy.iter().cloned());
         Some(c)
     }
 
     fn diff_disks<'i>(&self, inputs: &Inputs<'i>, c: &mut Changes<'i>) -> Option<()> {
+        let found = &inputs.found.disks;
+        // NB: a disk the pass hands over again unchanged is the same allocation: found by its address, its path
+        // never hashed. Only the others are looked up by path.
+        let mut addresses: FastSet<usize> = FastSet::default();
+        addresses.reserve(found.len());
         let mut kept = 0;
-        for disk in &inputs.found.disks {
+        let mut others: Vec<&'i Arc<Disk>> = Vec::new();
+        for disk in found {
+            if !addresses.insert(address(disk)) {
+                // One disk twice: the general planner keeps one of them; plan whole.
+                return None;
+            }
+            if self.disk_addresses.contains(&address(disk)) {
+                kept += 1;
+            } else {
+                others.push(disk);
+            }
+        }
+        let mut new_paths: FastSet<&Path> = FastSet::default();
+        for disk in others {
+            if !new_paths.insert(disk.host_path.as_path()) {
+                // Two disks at one path: plan whole.
+                return None;
+            }
             match self.disks.get(&disk.host_path) {
+                // The disk seen at this path is handed over too: two disks at one path.
+                Some(seen) if addresses.contains(&address(&seen.disk)) => return None,
                 Some(seen) if seen.disk == *disk => kept += 1,
                 seen => {
                     kept += usize::from(seen.is_some());
@@ -496,17 +553,8 @@ impl Last {
                 }
             }
         }
-        let paths: FastSet<&Path> = inputs
-            .found
-            .disks
-            .iter()
-            .map(|d| d.host_path.as_path())
-            .collect();
-        if paths.len() != inputs.found.disks.len() {
-            // Two disks at one path: the general planner keeps one of them; plan whole.
-            return None;
-        }
         if kept < self.disks.len() {
+            let paths: FastSet<&Path> = found.iter().map(|d| d.host_path.as_path()).collect();
             for path in self.disks.keys() {
                 if !paths.contains(path.as_path()) {
                     c.dirty.insert(path.clone());
@@ -636,8 +684,10 @@ struct Changes<'i> {
     disks: Vec<&'i Arc<Disk>>,
     gone_disks: Vec<PathBuf>,
     unknown: FastSet<PathBuf>,
-    ledger_changed: bool,
-    owners_changed: bool,
+    /// Ledger keys whose state changed (or appeared, or went).
+    ledger: Vec<String>,
+    /// Owner UIDs whose record changed (or appeared, or went).
+    owned: Vec<String>,
 }
 
 /// The unusable entries found at `paths`.
@@ -672,6 +722,15 @@ pub fn changed_keys<'a, K: Ord, V: PartialEq>(
     old: &'a BTreeMap<K, V>,
     new: &'a BTreeMap<K, V>,
 ) -> BTreeSet<&'a K> {
+    changed_keys_by(old, new, V::eq)
+}
+
+/// [`changed_keys`] with values compared by `same`.
+pub fn changed_keys_by<'a, K: Ord, V>(
+    old: &'a BTreeMap<K, V>,
+    new: &'a BTreeMap<K, V>,
+    same: impl Fn(&V, &V) -> bool,
+) -> BTreeSet<&'a K> {
     let mut changed = BTreeSet::new();
     let (mut a, mut b) = (old.iter().peekable(), new.iter().peekable());
     loop {
@@ -686,7 +745,7 @@ pub fn changed_keys<'a, K: Ord, V: PartialEq>(
                     b.next();
                 }
                 std::cmp::Ordering::Equal => {
-                    if va != vb {
+                    if !same(va, vb) {
                         changed.insert(*ka);
                     }
                     a.next();

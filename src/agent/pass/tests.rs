@@ -458,7 +458,7 @@ async fn a_mount_event_costs_the_same_work_at_10_and_2000_disks() {
     let mut costs = Vec::new();
     for n in [10, 2000] {
         let mut bed = settled(n).await;
-        let pvs = bed.agent.s.pvs.view().pvs.len();
+        let pvs = bed.agent.s.pvs.view().pvs.pvs.len();
         assert_eq!(pvs, n, "every disk is published before the event");
         let cost = one_event(&mut bed, "new").await;
         let creates = cost

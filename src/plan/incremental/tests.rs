@@ -302,3 +302,56 @@ fn a_world_with_a_pv_of_another_owner_is_planned_whole() {
         world.apply(&plan);
     }
 }
+
+/// Unchanged disks are recognised by address; the same disk handed over twice, or a new disk at a path a handed-over
+/// one holds, is two disks at one path, which the general planner decides (it keeps one): planned whole, same plan.
+#[test]
+fn one_disk_twice_or_two_disks_at_one_path_are_planned_whole() {
+    let disks: Vec<Disk> = (0..3).map(|i| disk(&format!("d{i}"))).collect();
+    let pvs = disks
+        .iter()
+        .map(|d| Pv::test().for_disk(d).build())
+        .collect();
+    let mut world = World::new(disks, pvs);
+    let mut incremental = Incremental::default();
+    world.with_inputs(|inputs| incremental.plan(inputs));
+    let twice = world.found.disks[1].clone();
+    world.found.disks.push(twice);
+    let plan = world.with_inputs(|inputs| incremental.plan(inputs));
+    assert_eq!(plan, world.plan());
+    assert!(incremental.work().whole, "the same disk twice plans whole");
+    world.found.disks.pop();
+    world.with_inputs(|inputs| incremental.plan(inputs));
+    let mut other = (*world.found.disks[2]).clone();
+    other.identity.fs_uuid = Some("another-filesystem".into());
+    world.found.disks.push(Arc::new(other));
+    let plan = world.with_inputs(|inputs| incremental.plan(inputs));
+    assert_eq!(plan, world.plan());
+    assert!(incremental.work().whole, "two disks at one path plan whole");
+}
+
+/// A copy of an unchanged disk (a new allocation with the same value) is kept like the disk itself: only its path
+/// is looked up, and nothing is planned again.
+#[test]
+fn a_copy_of_an_unchanged_disk_plans_nothing_again() {
+    let disks: Vec<Disk> = (0..3).map(|i| disk(&format!("d{i}"))).collect();
+    let pvs = disks
+        .iter()
+        .map(|d| Pv::test().for_disk(d).build())
+        .collect();
+    let mut world = World::new(disks, pvs);
+    let mut incremental = Incremental::default();
+    let first = world.with_inputs(|inputs| incremental.plan(inputs));
+    world.apply(&first);
+    world.with_inputs(|inputs| incremental.plan(inputs));
+    world.found.disks = world
+        .found
+        .disks
+        .iter()
+        .map(|d| Arc::new((**d).clone()))
+        .collect();
+    let plan = world.with_inputs(|inputs| incremental.plan(inputs));
+    assert_eq!(plan, world.plan());
+    let work = incremental.work();
+    assert_eq!((work.pvs, work.disks, work.whole), (0, 0, false));
+}
