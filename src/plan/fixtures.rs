@@ -328,6 +328,9 @@ pub struct World {
     pub memory: Memory,
     pub now: SystemTime,
     created: u32,
+    /// The objects the last pass was handed: a PV unchanged since is handed over as the same allocation, as the
+    /// agent's index does (the incremental planner recognises those by address).
+    handed: std::cell::RefCell<Vec<Arc<PersistentVolume>>>,
 }
 
 impl World {
@@ -389,6 +392,7 @@ impl World {
             memory: Memory::default(),
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000),
             created: 0,
+            handed: Default::default(),
         }
     }
 
@@ -398,8 +402,24 @@ impl World {
 
     /// Runs `f` on this world's inputs of a pass.
     pub fn with_inputs<R>(&self, f: impl FnOnce(&Inputs<'_>) -> R) -> R {
-        let existing: Vec<Arc<PersistentVolume>> =
-            self.existing.iter().cloned().map(Arc::new).collect();
+        let existing: Vec<Arc<PersistentVolume>> = {
+            let mut handed = self.handed.borrow_mut();
+            let by_name: std::collections::HashMap<Option<&str>, &Arc<PersistentVolume>> = handed
+                .iter()
+                .map(|h| (h.metadata.name.as_deref(), h))
+                .collect();
+            let existing: Vec<Arc<PersistentVolume>> = self
+                .existing
+                .iter()
+                .map(|pv| match by_name.get(&pv.metadata.name.as_deref()) {
+                    Some(same) if ***same == *pv => Arc::clone(same),
+                    _ => Arc::new(pv.clone()),
+                })
+                .collect();
+            drop(by_name);
+            handed.clone_from(&existing);
+            existing
+        };
         let cluster: Vec<Arc<PersistentVolume>> = match self.list_shares_objects {
             true => existing.to_vec(),
             false => self.existing.iter().cloned().map(Arc::new).collect(),
