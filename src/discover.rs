@@ -201,9 +201,10 @@ pub fn discover_again(
             Ok(disk) => {
                 let disk = Arc::new(disk);
                 if let CandidateKind::Filesystem { mount } = candidate.kind {
-                    probed
-                        .disks
-                        .insert(candidate.host_path.to_path_buf(), cached(&candidate, mount, &disk, i));
+                    probed.disks.insert(
+                        candidate.host_path.to_path_buf(),
+                        cached(&candidate, mount, &disk, i),
+                    );
                     gathered.reusable[i] = Some(disk.clone());
                 }
                 *slot = Some(disk);

@@ -51,7 +51,7 @@ use serde::Serialize;
 use crate::config::{ClassConfig, Config, WipeMethod};
 use crate::disk::{Discovery, DiskIdentity};
 pub use pv::{MetaPatch, PvRef};
-pub use state::{Condition, DiskLedger, DiskState, Memory, OwnedPv, Owners};
+pub use state::{Condition, DiskLedger, DiskState, Memory, OwnedPv, Owners, StateChanges};
 
 /// The node this agent runs on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -99,6 +99,9 @@ pub struct Inputs<'a> {
     pub cluster: Option<&'a [Arc<PersistentVolume>]>,
     pub memory: &'a Memory,
     pub now: SystemTime,
+    /// What the shell changed in `ledger` and `owners` since its last planning call, when it counts that; read only
+    /// by the incremental planner.
+    pub changes: Option<&'a StateChanges>,
 }
 
 /// The decisions of one pass.

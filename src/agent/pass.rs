@@ -45,7 +45,7 @@ use crate::plan::incremental::Incremental;
 use crate::plan::pv::adoptable;
 use crate::plan::{
     self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv, Owners,
-    StorageClassFacts, WipeOrder,
+    StateChanges, StorageClassFacts, WipeOrder,
 };
 use crate::watch::Store;
 
@@ -118,6 +118,10 @@ pub struct Agent {
     published: Published,
     /// The last pass's `existing` PVs, with the PV index generation they were picked from.
     existing: Option<(u64, Arc<Vec<Arc<PersistentVolume>>>)>,
+    /// The ledger keys and owner UIDs changed since the last planning call (see `plan::StateChanges`).
+    changes_since: StateChanges,
+    /// The next planning call names no changes: its planner compares ledger and owners whole.
+    compare_whole: bool,
 }
 
 #[derive(Default)]
@@ -162,6 +166,8 @@ impl Agent {
             notices: Default::default(),
             published: Published::default(),
             existing: None,
+            changes_since: StateChanges::default(),
+            compare_whole: false,
             done_tx,
             done_rx,
             last_config_error: None,
@@ -214,6 +220,7 @@ impl Agent {
                 resync_at = Instant::now() + self.s.config.min_resync_period;
                 // NB: what no mount event shows (free space, an id changed by hand) is measured again here.
                 self.probed.clear();
+                self.compare_whole = true;
                 self.changes.list_all = true;
             }
             requeue = self.pass().await;
@@ -556,7 +563,10 @@ impl Agent {
     }
 
     fn plan(&mut self, facts: &Facts<'_>, cluster: Option<&[Arc<PersistentVolume>]>) -> plan::Plan {
-        self.planner.plan(&Inputs {
+        // NB: the periodic resync plans without naming changes, so the planner compares its copies whole once per
+        // period whatever happened before.
+        let told = !std::mem::take(&mut self.compare_whole);
+        let plan = self.planner.plan(&Inputs {
             node: facts.node,
             config: &self.s.config,
             classes: facts.classes,
@@ -567,7 +577,10 @@ impl Agent {
             cluster,
             memory: &self.memory,
             now: SystemTime::now(),
-        })
+            changes: told.then_some(&self.changes_since),
+        });
+        self.changes_since.advance();
+        plan
     }
 
     /// Brings this node's LocalDisks in line with the pass; returns when to look again.

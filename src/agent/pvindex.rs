@@ -537,7 +537,10 @@ mod tests {
         index.apply(&node(), Event::Apply(pv("a", json!({NODE_LABEL: "n1"}))));
         let first = index.view().pvs;
         let second = index.view().pvs;
-        assert!(Arc::ptr_eq(&first.pvs, &second.pvs), "nothing changed: the same list");
+        assert!(
+            Arc::ptr_eq(&first.pvs, &second.pvs),
+            "nothing changed: the same list"
+        );
         index.apply(&node(), Event::Apply(pv("b", json!({NODE_LABEL: "n1"}))));
         let third = index.view().pvs;
         assert!(third.generation > first.generation);

@@ -953,7 +953,11 @@ fn a_pass_on_an_unchanged_host_keeps_the_same_disks_and_measures_again_what_fail
     assert_eq!(published(&first), ["vol1", "vol3"]);
     let again = host();
     let second = discover_again(&again, &[fs_class()], &mut probed);
-    assert_eq!(statvfs_calls(&again), [probe_path("vol2")], "only what failed");
+    assert_eq!(
+        statvfs_calls(&again),
+        [probe_path("vol2")],
+        "only what failed"
+    );
     assert_eq!(second, first);
     assert!(
         first

@@ -15,7 +15,7 @@ use super::identity;
 use super::pv::{ANN_PROVISIONED_BY, MetaPatch, lifetime};
 use super::{
     Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv, Owners, Plan,
-    StorageClassFacts,
+    StateChanges, StorageClassFacts,
 };
 use crate::config::{BlockWipe, ClassConfig, Config, FsWipe, WipeMethod};
 use crate::contract::{ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, KEY_PREFIX, NODE_LABEL};
@@ -331,6 +331,9 @@ pub struct World {
     /// The objects the last pass was handed: a PV unchanged since is handed over as the same allocation, as the
     /// agent's index does (the incremental planner recognises those by address).
     handed: std::cell::RefCell<Vec<Arc<PersistentVolume>>>,
+    /// Ledger keys and owner UIDs changed since the last [`World::with_changes`] call.
+    pub changes: StateChanges,
+    told: Option<StateChanges>,
 }
 
 impl World {
@@ -393,6 +396,8 @@ impl World {
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000),
             created: 0,
             handed: Default::default(),
+            changes: StateChanges::default(),
+            told: None,
         }
     }
 
@@ -437,7 +442,24 @@ impl World {
             cluster: self.listed.then_some(cluster.as_slice()),
             memory: &self.memory,
             now: self.now,
+            changes: self.told.as_ref(),
         })
+    }
+
+    /// [`World::with_inputs`] naming the ledger keys and owners changed since the last such call, as the agent
+    /// does (`StateChanges`); then counts the next call from this one.
+    pub fn with_changes<R>(&mut self, f: impl FnOnce(&Inputs<'_>) -> R) -> R {
+        self.told = Some(self.changes.clone());
+        let r = self.with_inputs(f);
+        self.told = None;
+        self.changes.advance();
+        r
+    }
+
+    /// Sets a disk's ledger state, naming the key as changed.
+    pub fn set_state(&mut self, key: &str, state: DiskState) {
+        self.ledger.set(key, state);
+        self.changes.ledger.insert(key.to_string());
     }
 
     /// Plans and applies until a pass writes nothing; returns every plan made (the last one writes nothing).
@@ -465,24 +487,26 @@ impl World {
                 }
                 Action::DeleteUnclaimedPv { pv, disk } => {
                     if self.delete(pv) {
-                        self.ledger.set(disk, DiskState::Clean);
+                        self.set_state(disk, DiskState::Clean);
                     }
                 }
                 Action::RecordOwner { uid, pv } => {
                     self.owners.creating.remove(&pv.name);
                     self.owners.pvs.insert(uid.clone(), pv.clone());
+                    self.changes.owners.insert(uid.clone());
                 }
                 Action::ForgetOwner { uid } => {
                     self.owners.pvs.remove(uid);
+                    self.changes.owners.insert(uid.clone());
                 }
                 Action::OwnersRecorded => self.owners.recorded = true,
                 Action::AdoptPv { patch, .. } | Action::RecordIdentity { patch, .. } => {
                     self.patch(patch)
                 }
-                Action::SetDiskState { key, state } => self.ledger.set(key, *state),
+                Action::SetDiskState { key, state } => self.set_state(key, *state),
                 Action::Wipe(order) => {
                     order.on_start.iter().for_each(|p| self.patch(p));
-                    self.ledger.set(&order.key, DiskState::Clean);
+                    self.set_state(&order.key, DiskState::Clean);
                     order.on_success.iter().for_each(|p| self.patch(p));
                 }
                 Action::TagVolume { host_path, .. } => {

@@ -186,6 +186,8 @@ struct Last {
     noisy: BTreeSet<PathBuf>,
     unpublished: BTreeMap<PathBuf, Vec<Unpublished>>,
     memory: Memory,
+    /// The shell's count of the call that left this state (`StateChanges::call`), if it counts.
+    call: Option<u64>,
 }
 
 /// Every PV the inputs know (`existing`, then what only the cluster list shows), each once.
@@ -260,6 +262,7 @@ impl Last {
             noisy,
             unpublished: BTreeMap::new(),
             memory: plan.memory.clone(),
+            call: inputs.changes.map(|c| c.call),
         };
         for pv in known_pvs(inputs) {
             let (uid, view) = owned_view(inputs, pv)?;
@@ -427,6 +430,7 @@ impl Last {
             disks: found.disks.len(),
             whole: false,
         };
+        self.call = inputs.changes.map(|c| c.call);
         Some((self.merge(plan, noisy, &dirty, &changes.gone_uids), work))
     }
 
@@ -476,18 +480,35 @@ impl Last {
                 }
             }
         }
-        // NB: one walk of both maps, paths compared as bytes: a path spelled otherwise only counts as a change.
-        let owned = changed_keys_by(&self.owned, &inputs.owners.pvs, |a, b| {
-            a.name == b.name && a.path.as_os_str() == b.path.as_os_str()
-        });
+        // The keys the shell says it changed since the call that left this state; otherwise one walk of both maps.
+        let told = inputs.changes.filter(|c| self.call == Some(c.since));
+        // NB: paths compared as bytes: a path spelled otherwise only counts as a change.
+        let same_owned =
+            |a: &OwnedPv, b: &OwnedPv| a.name == b.name && a.path.as_os_str() == b.path.as_os_str();
+        let owned: Vec<String> = match told {
+            Some(told) => told
+                .owners
+                .iter()
+                .filter(|uid| {
+                    let (old, new) = (self.owned.get(*uid), inputs.owners.pvs.get(*uid));
+                    !matches!((old, new), (Some(a), Some(b)) if same_owned(a, b))
+                        && (old.is_some() || new.is_some())
+                })
+                .cloned()
+                .collect(),
+            None => changed_keys_by(&self.owned, &inputs.owners.pvs, same_owned)
+                .into_iter()
+                .cloned()
+                .collect(),
+        };
         // Every PV is ours by UID (checked above for the changed ones; the counts match): a UID that left the
         // owners while its PV stayed makes the world unclean.
         for uid in &owned {
-            if !inputs.owners.pvs.contains_key(*uid) && self.pvs.contains_key(*uid) {
+            if !inputs.owners.pvs.contains_key(uid) && self.pvs.contains_key(uid) {
                 return None;
             }
         }
-        c.owned = owned.into_iter().cloned().collect();
+        c.owned = owned;
         c.gone_uids = c.gone_pvs.clone();
         c.gone_uids
             .extend(c.pvs.iter().map(|(uid, ..)| uid.clone()));
@@ -495,10 +516,21 @@ impl Last {
         c.unknown = unknown_paths(inputs.found);
         c.dirty
             .extend(c.unknown.symmetric_difference(&self.unknown).cloned());
-        let ledger = changed_keys(&self.ledger.disks, &inputs.ledger.disks);
+        let ledger: Vec<String> = match told {
+            Some(told) => told
+                .ledger
+                .iter()
+                .filter(|key| self.ledger.get(key) != inputs.ledger.get(key))
+                .cloned()
+                .collect(),
+            None => changed_keys(&self.ledger.disks, &inputs.ledger.disks)
+                .into_iter()
+                .cloned()
+                .collect(),
+        };
         {
             for key in &ledger {
-                let link = Link::Ledger((*key).clone());
+                let link = Link::Ledger(key.clone());
                 c.dirty
                     .extend(self.links.get(&link).into_iter().flatten().cloned());
                 c.dirty.extend(
@@ -509,7 +541,7 @@ impl Last {
                 );
             }
         }
-        c.ledger = ledger.into_iter().cloned().collect();
+        c.ledger = ledger;
         c.dirty.extend(self.noisy.iter().cloned());
         Some(c)
     }

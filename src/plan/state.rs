@@ -78,6 +78,32 @@ impl Owners {
     }
 }
 
+/// What the shell changed in its ledger and recorded owners between two planning calls, named by key: the
+/// incremental planner follows those keys instead of comparing both maps whole (thousands of entries on a node with
+/// thousands of disks). NB: the shell must name every key it changed; the agent changes them in one place
+/// (`pass::record`), which names each. A planner that did not make the call `since` names compares whole.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateChanges {
+    /// The call these changes are counted from.
+    pub since: u64,
+    /// This call.
+    pub call: u64,
+    /// Ledger keys set or removed since then (changed back or not).
+    pub ledger: BTreeSet<String>,
+    /// UIDs recorded in or removed from `Owners::pvs` since then.
+    pub owners: BTreeSet<String>,
+}
+
+impl StateChanges {
+    /// Counts the next call from the one just made.
+    pub fn advance(&mut self) {
+        self.since = self.call;
+        self.call += 1;
+        self.ledger.clear();
+        self.owners.clear();
+    }
+}
+
 /// A standing situation on a PV that was reported once with an Event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Condition {

@@ -86,6 +86,19 @@ impl Agent {
 
     /// Persists what `undo` says changed; puts it back when that fails. True when nothing changed.
     fn store(&mut self, undo: Vec<Undo>) -> bool {
+        // NB: the one place the ledger and owners change: each key is named to the planner (`StateChanges`),
+        // stored or put back alike.
+        for step in &undo {
+            match step {
+                Undo::Disk(key, _) => {
+                    self.changes_since.ledger.insert(key.clone());
+                }
+                Undo::Owned(uid, _) => {
+                    self.changes_since.owners.insert(uid.clone());
+                }
+                Undo::Creating(..) | Undo::Recorded(_) => {}
+            }
+        }
         if undo.is_empty() || self.persist() {
             return true;
         }
