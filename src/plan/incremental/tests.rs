@@ -308,17 +308,21 @@ fn a_world_with_a_pv_of_another_owner_is_planned_whole() {
     }
 }
 
-/// Unchanged disks are recognised by address; the same disk handed over twice, or a new disk at a path a handed-over
-/// one holds, is two disks at one path, which the general planner decides (it keeps one): planned whole, same plan.
-#[test]
-fn one_disk_twice_or_two_disks_at_one_path_are_planned_whole() {
-    let disks: Vec<Disk> = (0..3).map(|i| disk(&format!("d{i}"))).collect();
+/// A world of `n` disks, each with its PV, and a planner that has not planned it yet.
+fn published(n: usize) -> (World, Incremental) {
+    let disks: Vec<Disk> = (0..n).map(|i| disk(&format!("d{i}"))).collect();
     let pvs = disks
         .iter()
         .map(|d| Pv::test().for_disk(d).build())
         .collect();
-    let mut world = World::new(disks, pvs);
-    let mut incremental = Incremental::default();
+    (World::new(disks, pvs), Incremental::default())
+}
+
+/// Unchanged disks are recognised by address; the same disk handed over twice, or a new disk at a path a handed-over
+/// one holds, is two disks at one path, which the general planner decides (it keeps one): planned whole, same plan.
+#[test]
+fn one_disk_twice_or_two_disks_at_one_path_are_planned_whole() {
+    let (mut world, mut incremental) = published(3);
     world.with_inputs(|inputs| incremental.plan(inputs));
     let twice = world.found.disks[1].clone();
     world.found.disks.push(twice);
@@ -339,13 +343,7 @@ fn one_disk_twice_or_two_disks_at_one_path_are_planned_whole() {
 /// is looked up, and nothing is planned again.
 #[test]
 fn a_copy_of_an_unchanged_disk_plans_nothing_again() {
-    let disks: Vec<Disk> = (0..3).map(|i| disk(&format!("d{i}"))).collect();
-    let pvs = disks
-        .iter()
-        .map(|d| Pv::test().for_disk(d).build())
-        .collect();
-    let mut world = World::new(disks, pvs);
-    let mut incremental = Incremental::default();
+    let (mut world, mut incremental) = published(3);
     let first = world.with_inputs(|inputs| incremental.plan(inputs));
     world.apply(&first);
     world.with_inputs(|inputs| incremental.plan(inputs));
@@ -365,13 +363,7 @@ fn a_copy_of_an_unchanged_disk_plans_nothing_again() {
 /// so still sees a change nobody named.
 #[test]
 fn changes_counted_from_another_call_are_not_trusted() {
-    let disks: Vec<Disk> = (0..3).map(|i| disk(&format!("d{i}"))).collect();
-    let pvs = disks
-        .iter()
-        .map(|d| Pv::test().for_disk(d).build())
-        .collect();
-    let mut world = World::new(disks, pvs);
-    let mut incremental = Incremental::default();
+    let (mut world, mut incremental) = published(3);
     for _ in 0..3 {
         let plan = world.with_changes(|inputs| incremental.plan(inputs));
         world.apply(&plan);
