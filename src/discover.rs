@@ -194,22 +194,16 @@ pub fn discover_again(
             kind: &c.kind,
         };
         measured += 1;
-        *slot = None;
-        gathered.reusable[i] = None;
-        probed.disks.remove(candidate.host_path);
-        match measure(host, &candidate) {
-            Ok(disk) => {
-                let disk = Arc::new(disk);
-                if let CandidateKind::Filesystem { mount } = candidate.kind {
-                    probed.disks.insert(
-                        candidate.host_path.to_path_buf(),
-                        cached(&candidate, mount, &disk, i),
-                    );
-                    gathered.reusable[i] = Some(disk.clone());
-                }
+        match measure_into(host, &candidate, i, probed) {
+            Ok((disk, cached)) => {
+                gathered.reusable[i] = cached.then(|| disk.clone());
                 *slot = Some(disk);
             }
-            Err(error) => unusable.push(probe_failed(&candidate, &error)),
+            Err(failed) => {
+                gathered.reusable[i] = None;
+                *slot = None;
+                unusable.push(failed);
+            }
         }
     }
     probed.last_measured = measured;
@@ -222,8 +216,21 @@ pub fn discover_again(
     discovery
 }
 
-fn cached(candidate: &Probe<'_>, mount: &Arc<MountEntry>, disk: &Arc<Disk>, at: usize) -> Cached {
-    Cached {
+/// Measures one candidate (the `at`-th of the kept classification) and caches a filesystem entry's measurement;
+/// true beside the disk when it was cached. NB: a measurement that failed or is a block entry's leaves nothing
+/// cached at the path.
+fn measure_into(
+    host: &dyn Host,
+    candidate: &Probe<'_>,
+    at: usize,
+    probed: &mut Probed,
+) -> Result<(Arc<Disk>, bool), Unusable> {
+    probed.disks.remove(candidate.host_path);
+    let disk = Arc::new(measure(host, candidate).map_err(|e| probe_failed(candidate, &e))?);
+    let CandidateKind::Filesystem { mount } = candidate.kind else {
+        return Ok((disk, false));
+    };
+    let cached = Cached {
         key: ProbeKey {
             class: candidate.class.name.clone(),
             probe_path: candidate.probe_path.to_path_buf(),
@@ -231,7 +238,11 @@ fn cached(candidate: &Probe<'_>, mount: &Arc<MountEntry>, disk: &Arc<Disk>, at: 
         },
         disk: disk.clone(),
         at,
-    }
+    };
+    probed
+        .disks
+        .insert(candidate.host_path.to_path_buf(), cached);
+    Ok((disk, true))
 }
 
 /// [`discover`], reusing the measurements in `probed` for filesystem entries whose mount did not change. Keeps
@@ -404,21 +415,12 @@ fn measure_all<'c>(
             continue;
         }
         measured += 1;
-        // NB: a measurement that failed or is a block entry's leaves nothing cached at the path.
-        probed.disks.remove(candidate.host_path);
-        match measure(host, &candidate) {
-            Ok(disk) => {
-                let disk = Arc::new(disk);
-                if let Some(mount) = mount {
-                    probed.disks.insert(
-                        candidate.host_path.to_path_buf(),
-                        cached(&candidate, mount, &disk, at),
-                    );
-                    cached_now += 1;
-                }
+        match measure_into(host, &candidate, at, probed) {
+            Ok((disk, cached)) => {
+                cached_now += usize::from(cached);
                 discovery.disks.push(disk);
             }
-            Err(error) => discovery.unusable.push(probe_failed(&candidate, &error)),
+            Err(failed) => discovery.unusable.push(failed),
         }
     }
     let count = present.len();

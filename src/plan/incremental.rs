@@ -528,18 +528,16 @@ impl Last {
                 .cloned()
                 .collect(),
         };
-        {
-            for key in &ledger {
-                let link = Link::Ledger(key.clone());
-                c.dirty
-                    .extend(self.links.get(&link).into_iter().flatten().cloned());
-                c.dirty.extend(
-                    c.links
-                        .iter()
-                        .filter(|(l, _)| *l == link)
-                        .map(|(_, p)| p.clone()),
-                );
-            }
+        for key in &ledger {
+            let link = Link::Ledger(key.clone());
+            c.dirty
+                .extend(self.links.get(&link).into_iter().flatten().cloned());
+            c.dirty.extend(
+                c.links
+                    .iter()
+                    .filter(|(l, _)| *l == link)
+                    .map(|(_, p)| p.clone()),
+            );
         }
         c.ledger = ledger;
         c.dirty.extend(self.noisy.iter().cloned());
