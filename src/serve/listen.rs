@@ -2,7 +2,7 @@
 //! time, hyper with header and idle timeouts, and a drain on shutdown. The loop never dies on an accept error.
 //!
 //! ```text
-//!  TcpListener ─accept (EMFILE: back off, go on)─> Table::admit ─refused─> close at once
+//!  TcpListener ─accept (EMFILE: back off, go on)─> Table::admit (a peek-only duplicate) ─refused─> close at once
 //!                                                      └─> task: handshake (≤ header_timeout) ─> hyper (h1/h2)
 //!                                                          (runs before the next accept)
 //!                                                          closed on: end, eviction, idle_timeout, shutdown
@@ -11,6 +11,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,7 +91,14 @@ pub async fn serve<C, F, I>(
                 }
             }
         };
-        let entry = match table.admit() {
+        // NB: a duplicate descriptor, so the table can see a request waiting unread (see `conns`); without one
+        // (out of descriptors) the connection is judged by its activity alone.
+        let socket = tcp
+            .as_fd()
+            .try_clone_to_owned()
+            .map(std::net::TcpStream::from)
+            .ok();
+        let entry = match table.admit(socket) {
             Admission::Admitted(entry) => entry,
             Admission::Refused => {
                 debug!(%peer, cap = limits.max_connections, "connection refused: every connection is busy");

@@ -137,25 +137,27 @@ fn flood_report(child: Child) -> (usize, usize) {
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
-/// POST `body` on a fresh connection; the status, or `None` when nothing answered within `timeout`.
-fn post(port: u16, path: &str, body: &[u8], timeout: Duration) -> Option<u16> {
-    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout).ok()?;
-    s.set_read_timeout(Some(timeout)).ok()?;
-    s.set_write_timeout(Some(timeout * 4)).ok()?;
+/// POST `body` on a fresh connection; the status, or which step failed (nothing answered within `timeout`).
+fn post(port: u16, path: &str, body: &[u8], timeout: Duration) -> Result<u16, String> {
+    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout)
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(timeout))
+        .and_then(|()| s.set_write_timeout(Some(timeout * 4)))
+        .map_err(|e| format!("set timeout: {e}"))?;
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    s.write_all(head.as_bytes()).ok()?;
+    s.write_all(head.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
     let _ = s.write_all(body);
     let mut buf = [0u8; 64];
-    let n = s.read(&mut buf).ok()?;
-    std::str::from_utf8(&buf[..n])
-        .ok()?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    let n = s.read(&mut buf).map_err(|e| format!("read: {e}"))?;
+    let text = String::from_utf8_lossy(&buf[..n]);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|status| status.parse().ok())
+        .ok_or_else(|| format!("no status in {n} bytes: {text:?}"))
 }
 
 fn filter_body() -> Vec<u8> {
@@ -192,11 +194,28 @@ fn big_body(mib: usize) -> Vec<u8> {
     body.into_bytes()
 }
 
-/// Checks `probe` every 250 ms until `until`; panics naming the first miss.
+/// GET `path` on a fresh connection (HTTP/1.0, as a kubelet probe does); the status, or which step failed.
+fn get_status(port: u16, path: &str) -> Result<u16, String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| format!("set timeout: {e}"))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer)
+        .map_err(|e| format!("read: {e}"))?;
+    let text = String::from_utf8_lossy(&answer);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|status| status.parse().ok())
+        .ok_or_else(|| format!("no status in {} bytes: {text:?}", answer.len()))
+}
+
+/// Checks `probe` every 250 ms until `until`; panics naming the first miss and the step that failed.
 fn answered_throughout(
     what: &str,
     until: Instant,
-    mut probe: impl FnMut() -> Option<u16>,
+    mut probe: impl FnMut() -> Result<u16, String>,
 ) -> usize {
     let mut n = 0;
     while Instant::now() < until {
@@ -204,7 +223,7 @@ fn answered_throughout(
         let status = probe();
         assert_eq!(
             status,
-            Some(200),
+            Ok(200),
             "{what} not answered during the flood (after {n} answers, {:?})",
             started.elapsed()
         );
@@ -255,7 +274,7 @@ async fn the_extender_answers_filter_through_floods_slowloris_and_big_bodies_und
     let filter = filter_body();
     assert_eq!(
         post(port, "/filter", &filter, Duration::from_secs(5)),
-        Some(200)
+        Ok(200)
     );
 
     // 1. 21,000 idle connections (more than the process's 20,000 descriptors) from three helpers, for 25 s.
@@ -290,7 +309,7 @@ async fn the_extender_answers_filter_through_floods_slowloris_and_big_bodies_und
     let answers = answered_throughout("/filter", Instant::now() + Duration::from_secs(8), || {
         post(port, "/filter", &filter, Duration::from_secs(5))
     });
-    let statuses: Vec<Option<u16>> = senders
+    let statuses: Vec<Result<u16, String>> = senders
         .into_iter()
         .map(|t| t.join().expect("sender"))
         .collect();
@@ -299,7 +318,7 @@ async fn the_extender_answers_filter_through_floods_slowloris_and_big_bodies_und
         cgroup.max_usage_mib()
     );
     assert!(
-        statuses.contains(&Some(503)),
+        statuses.contains(&Ok(503)),
         "the body budget refused none of four 60 MiB bodies: {statuses:?}"
     );
     assert!(
@@ -310,7 +329,7 @@ async fn the_extender_answers_filter_through_floods_slowloris_and_big_bodies_und
     assert_eq!(cgroup.oom_kills(), 0, "the extender was OOM-killed");
     assert_eq!(
         post(port, "/filter", &filter, Duration::from_secs(5)),
-        Some(200)
+        Ok(200)
     );
     process.stop(Duration::from_secs(10));
 }
@@ -347,7 +366,7 @@ async fn the_agent_publishes_a_new_disk_and_answers_readyz_while_its_port_is_flo
     let port = agent.port;
     let probing = std::thread::spawn(move || {
         answered_throughout("/readyz", Instant::now() + Duration::from_secs(15), || {
-            http_get(port, "/readyz").map(|(status, _)| status)
+            get_status(port, "/readyz")
         })
     });
     tokio::time::timeout(
@@ -356,9 +375,14 @@ async fn the_agent_publishes_a_new_disk_and_answers_readyz_while_its_port_is_flo
     )
     .await
     .unwrap_or_else(|_| panic!("vol2 not published during the flood:\n{}", agent.log()));
-    let answers = probing
-        .join()
-        .expect("/readyz answered throughout the flood");
+    let answers = probing.join().unwrap_or_else(|_| {
+        let log = agent.log();
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains("connection")).collect();
+        panic!(
+            "/readyz was not answered throughout the flood; the agent's last connection lines:\n{}",
+            lines[lines.len().saturating_sub(20)..].join("\n")
+        )
+    });
     let reports: Vec<(usize, usize)> = floods.into_iter().map(flood_report).collect();
     let slow = flood_report(slow);
     eprintln!(
