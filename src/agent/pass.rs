@@ -134,7 +134,7 @@ struct Published {
 
 impl Agent {
     pub fn new(s: Setup) -> anyhow::Result<Agent> {
-        let ledger_file = LedgerFile::new(&s.opts.state_dir);
+        let mut ledger_file = LedgerFile::new(&s.opts.state_dir);
         let (ledger, owners) = ledger_file.load()?;
         let writer = Writer::new(
             s.client.clone(),
@@ -176,7 +176,7 @@ impl Agent {
 
     pub async fn run(mut self, mut shutdown: tokio_watch::Receiver<bool>) {
         if !self.start(&mut shutdown).await {
-            return;
+            return self.close_ledger();
         }
         let mut watcher = self.mount_watcher();
         let mut watched = watcher
@@ -226,6 +226,14 @@ impl Agent {
             requeue = self.pass().await;
         }
         self.stop_wipes().await;
+        self.close_ledger();
+    }
+
+    /// Writes the ledger back whole in one file on shutdown, so that a downgrade reads every change (see `ledger`).
+    fn close_ledger(&mut self) {
+        if let Err(error) = self.ledger_file.close(&self.ledger, &self.owners) {
+            warn!(error = %crate::host::error_chain(&error), "failed to write the disk ledger whole on shutdown; an older release will refuse it");
+        }
     }
 
     /// Waits for the caches (the PV index needs the Node first: it keeps the PVs that can reach it). False when

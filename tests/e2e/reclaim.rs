@@ -1,6 +1,6 @@
 //! Reclaim end to end: released volumes are verified, wiped and recycled as new PVs; Retain is left alone; a crash
 //! mid-wipe restarts the wipe; a hand-deleted PV's disk is wiped before it is exposed again; a swapped disk is
-//! never wiped.
+//! never wiped; a dirty disk stays dirty through a kill and a clean stop of the agent (its ledger journal).
 
 use std::fs;
 use std::path::Path;
@@ -294,4 +294,105 @@ async fn retained_hand_deleted_and_swapped_disks_are_handled_without_leaks() {
     assert_eq!(phase(&pvs.get(&name2).await.expect("PV kept")), "Released");
     assert_eq!(phase(&pvs.get(&kname).await.expect("PV kept")), "Released");
     w.agent.process.take();
+}
+
+/// The ledger as an older release parses it: `None` when it refuses the file (a journal in use).
+fn whole_ledger(state_dir: &Path) -> Option<serde_json::Value> {
+    let bytes = fs::read(state_dir.join("disk-ledger.json")).expect("the ledger file exists");
+    let value: serde_json::Value = serde_json::from_slice(&bytes).expect("the ledger file is JSON");
+    value["disks"].is_object().then_some(value)
+}
+
+/// The disk ledger is journaled while the agent runs: a tenant's disk marked dirty survives a kill at once and a
+/// clean stop, after which the file on disk is whole again (what a downgrade reads), and the disk is wiped before
+/// it is exposed again. Our PV stays ours through it all (no Foreign report).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dirty_disk_stays_dirty_through_a_kill_and_a_clean_stop_leaves_a_ledger_every_release_reads()
+ {
+    let mut w = world(
+        &[("local-storage", "disks", "")],
+        &[("local-storage", "Delete")],
+    )
+    .await;
+    let vol1 = w.agent.disk("vol1");
+    let _m1 = Mount::tmpfs(&vol1, "64M", w.cp.reaper());
+    w.agent.start(&w.cp);
+    w.agent.wait_ready().await;
+    let pv1 = w.pv_at(&vol1, "Available").await;
+    w.claim("data-1", &pv1, "local-storage").await;
+    fs::write(vol1.join("secret.txt"), "tenant data").unwrap();
+    let state = w.agent.state_dir().to_path_buf();
+    let dirty = |ledger: &serde_json::Value| {
+        ledger["disks"]
+            .as_object()
+            .is_some_and(|d| d.values().any(|s| s == "Dirty"))
+    };
+    // While it runs, an older release refuses the file rather than read a ledger without the journal's changes.
+    eventually(
+        "the ledger to be journaled",
+        Duration::from_secs(30),
+        || async {
+            match whole_ledger(&state) {
+                None => Ok(()),
+                Some(v) => Err(v.to_string()),
+            }
+        },
+    )
+    .await;
+    // The Bound claim marks the disk dirty (a journal line); kill the agent right after.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    w.agent.process.as_mut().expect("agent running").kill();
+    w.agent.start(&w.cp);
+    w.agent.wait_ready().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    w.agent
+        .process
+        .as_mut()
+        .expect("agent running")
+        .stop(Duration::from_secs(10));
+    let whole = whole_ledger(&state).expect("a clean stop leaves the ledger whole");
+    assert!(dirty(&whole), "the tenant's disk is not dirty: {whole}");
+    assert!(
+        whole["owners"]["pvs"].get(uid(&pv1)).is_some(),
+        "our PV is not recorded: {whole}"
+    );
+    let leftovers: Vec<String> = fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "disk-ledger.json")
+        .collect();
+    assert!(leftovers.is_empty(), "journal files left: {leftovers:?}");
+
+    // Started again on the whole file: the release is wiped before the disk is exposed again.
+    w.agent.start(&w.cp);
+    w.agent.wait_ready().await;
+    w.release("data-1").await;
+    eventually(
+        "vol1 to come back as a new Available PV",
+        Duration::from_secs(60),
+        || async {
+            match pvs_of(&w.client(), "node-1")
+                .await
+                .get(&vol1.display().to_string())
+            {
+                Some(pv) if uid(pv) != uid(&pv1) && phase(pv) == "Available" => Ok(()),
+                other => Err(format!("{:?}", other.map(|p| (uid(p), phase(p))))),
+            }
+        },
+    )
+    .await;
+    assert!(
+        !vol1.join("secret.txt").exists(),
+        "the tenant's file survived"
+    );
+    let reasons: Vec<String> = w
+        .events(&pv1.metadata.name.clone().unwrap_or_default())
+        .await
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    assert!(
+        !reasons.iter().any(|r| r.contains("Foreign")),
+        "our PV was reported as foreign: {reasons:?}"
+    );
 }

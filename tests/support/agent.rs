@@ -88,6 +88,11 @@ impl Agent {
         self.process = Some(c);
     }
 
+    /// The agent's state directory (its disk ledger).
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
     /// GET a path of the agent's HTTP server; `None` when it does not answer.
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
         http_get(self.port, path)

@@ -5,6 +5,7 @@
 //! to undo (not a copy of the maps), so recording one new PV does not copy thousands.
 
 use super::Agent;
+use crate::agent::ledger::Delta;
 use crate::plan::{DiskState, OwnedPv};
 use tracing::warn;
 
@@ -99,7 +100,22 @@ impl Agent {
                 Undo::Creating(..) | Undo::Recorded(_) => {}
             }
         }
-        if undo.is_empty() || self.persist() {
+        if undo.is_empty() {
+            return true;
+        }
+        let mut delta = Delta::default();
+        for step in &undo {
+            match step {
+                Undo::Disk(key, _) => delta.disks.insert(key.clone()),
+                Undo::Creating(name, _) => delta.creating.insert(name.clone()),
+                Undo::Owned(uid, _) => delta.pvs.insert(uid.clone()),
+                Undo::Recorded(_) => {
+                    delta.recorded = true;
+                    true
+                }
+            };
+        }
+        if self.persist(&delta) {
             return true;
         }
         for step in undo.into_iter().rev() {
@@ -126,10 +142,10 @@ impl Agent {
         false
     }
 
-    fn persist(&mut self) -> bool {
+    fn persist(&mut self, delta: &Delta) -> bool {
         // NB: counted before the write: a failed one restores the ledger, which is a change too.
         self.stored += 1;
-        match self.ledger_file.store(&self.ledger, &self.owners) {
+        match self.ledger_file.store(&self.ledger, &self.owners, delta) {
             Ok(()) => true,
             Err(error) => {
                 // NB: an unpersisted ledger change must not be acted on (a dirty disk could be forgotten on restart).
