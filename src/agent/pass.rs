@@ -34,7 +34,6 @@ use super::pvindex::{PvIndex, Snapshot};
 use super::wiper::{Done, Failed};
 use super::{Options, load_config};
 use crate::config::Config;
-use crate::contract::NODE_LABEL;
 use crate::discover::{Probed, discover_changed};
 use crate::disk::{Discovery, VolumeMode};
 use crate::effects::{self, Reason, Writer};
@@ -42,7 +41,7 @@ use crate::host::watch::MountWatcher;
 use crate::host::{Host, HostChanges};
 use crate::inventory::{self, LocalDisk, WipeFailures};
 use crate::plan::incremental::Incremental;
-use crate::plan::pv::adoptable;
+use crate::plan::pv::planned_on;
 use crate::plan::{
     self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv, Owners,
     StateChanges, StorageClassFacts, WipeOrder,
@@ -555,14 +554,10 @@ impl Agent {
         {
             return existing.clone();
         }
-        let node = &self.s.node;
         let existing: Vec<Arc<PersistentVolume>> = index
             .pvs
             .iter()
-            .filter(|pv| {
-                let labels = pv.metadata.labels.as_ref();
-                labels.and_then(|l| l.get(NODE_LABEL)) == Some(node) || adoptable(pv, node)
-            })
+            .filter(|pv| planned_on(pv, &self.s.node))
             .cloned()
             .collect();
         let existing = Arc::new(existing);

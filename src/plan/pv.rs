@@ -162,6 +162,14 @@ fn provisioned_by_reference_for(pv: &PersistentVolume, node: &str) -> bool {
     }
 }
 
+/// Whether the planner takes `pv` as one of node `node`'s existing PVs: labelled with this node (ours, or a forgery
+/// the planner reports: a label proves nothing, see `owners`), or a reference-provisioner PV of this node it may
+/// adopt. Every other PV of the index matters only as part of the cluster's list.
+pub fn planned_on(pv: &PersistentVolume, node: &str) -> bool {
+    let labels = pv.metadata.labels.as_ref();
+    labels.and_then(|l| l.get(NODE_LABEL)).map(String::as_str) == Some(node) || adoptable(pv, node)
+}
+
 /// A reference-provisioner PV of `node` that carries no label of ours yet: what the agent's one start-up list
 /// looks for, since its label-scoped watch cannot see such PVs.
 pub fn adoptable(pv: &PersistentVolume, node: &str) -> bool {
@@ -430,5 +438,28 @@ mod adoptable_tests {
         #[case] want: bool,
     ) {
         assert_eq!(adoptable(&by(text, labelled), "node-1"), want);
+    }
+
+    fn labelled(node: &str) -> PersistentVolume {
+        let mut pv = PersistentVolume::default();
+        pv.metadata.labels = Some([(NODE_LABEL.to_string(), node.to_string())].into());
+        pv
+    }
+
+    #[test]
+    fn the_planner_takes_this_nodes_labelled_pvs_and_the_reference_pvs_it_may_adopt_and_no_other() {
+        assert!(planned_on(&labelled("node-1"), "node-1"));
+        assert!(planned_on(
+            &by("local-volume-provisioner-node-1", false),
+            "node-1"
+        ));
+        assert!(!planned_on(&labelled("node-10"), "node-1"));
+        assert!(!planned_on(&labelled("node-1"), "node-10"));
+        assert!(!planned_on(
+            &by("local-volume-provisioner-node-10", false),
+            "node-1"
+        ));
+        assert!(!planned_on(&by("example.com/csi", false), "node-1"));
+        assert!(!planned_on(&PersistentVolume::default(), "node-1"));
     }
 }
