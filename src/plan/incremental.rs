@@ -490,9 +490,11 @@ impl Last {
                 .owners
                 .iter()
                 .filter(|uid| {
-                    let (old, new) = (self.owned.get(*uid), inputs.owners.pvs.get(*uid));
-                    !matches!((old, new), (Some(a), Some(b)) if same_owned(a, b))
-                        && (old.is_some() || new.is_some())
+                    value_changed(
+                        self.owned.get(*uid),
+                        inputs.owners.pvs.get(*uid),
+                        same_owned,
+                    )
                 })
                 .cloned()
                 .collect(),
@@ -792,6 +794,15 @@ pub fn changed_keys_by<'a, K: Ord, V>(
             }
             (None, None) => return changed,
         }
+    }
+}
+
+/// Whether one key's value differs between two maps' lookups: it appeared, it went, or `same` says it changed.
+fn value_changed<V>(old: Option<&V>, new: Option<&V>, same: impl Fn(&V, &V) -> bool) -> bool {
+    match (old, new) {
+        (Some(a), Some(b)) => !same(a, b),
+        (None, None) => false,
+        _ => true,
     }
 }
 
