@@ -23,12 +23,11 @@ mod record;
 mod tests;
 mod wipes;
 
-use self::record::OwnerChange;
+use self::record::{Book, OwnerChange};
 use self::wipes::{Backoff, Running};
 use super::exec::PvWriter;
 use super::http::{Disks as HttpDisks, State as HttpState};
 use super::inventory::{self as inv, InventoryWriter};
-use super::ledger::LedgerFile;
 use super::metrics::{Metrics, Outcome, OutcomeLabels};
 use super::pvindex::{PvIndex, Snapshot};
 use super::wiper::{Done, Failed};
@@ -43,8 +42,8 @@ use crate::inventory::{self, LocalDisk, WipeFailures};
 use crate::plan::incremental::Incremental;
 use crate::plan::pv::planned_on;
 use crate::plan::{
-    self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv, Owners,
-    StateChanges, StorageClassFacts, WipeOrder,
+    self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv,
+    StorageClassFacts, WipeOrder,
 };
 use crate::watch::Store;
 
@@ -84,11 +83,8 @@ pub struct Agent {
     host: Arc<dyn Host>,
     writer: PvWriter,
     inventory: InventoryWriter,
-    ledger: DiskLedger,
-    owners: Owners,
-    ledger_file: LedgerFile,
-    /// Writes of the ledger file so far: the ledger changes only with one.
-    stored: u64,
+    /// The disk ledger and recorded owners (changed only through it).
+    book: Book,
     memory: Memory,
     /// The planner between passes: plans again only what changed.
     planner: Incremental,
@@ -117,8 +113,6 @@ pub struct Agent {
     published: Published,
     /// The last pass's `existing` PVs, with the PV index generation they were picked from.
     existing: Option<(u64, Arc<Vec<Arc<PersistentVolume>>>)>,
-    /// The ledger keys and owner UIDs changed since the last planning call (see `plan::StateChanges`).
-    changes_since: StateChanges,
     /// The next planning call names no changes: its planner compares ledger and owners whole.
     compare_whole: bool,
 }
@@ -133,8 +127,7 @@ struct Published {
 
 impl Agent {
     pub fn new(s: Setup) -> anyhow::Result<Agent> {
-        let mut ledger_file = LedgerFile::new(&s.opts.state_dir);
-        let (ledger, owners) = ledger_file.load()?;
+        let book = Book::open(&s.opts.state_dir)?;
         let writer = Writer::new(
             s.client.clone(),
             crate::contract::NODE_MANAGER,
@@ -148,10 +141,7 @@ impl Agent {
             s,
             writer: PvWriter { writer },
             inventory,
-            ledger,
-            owners,
-            ledger_file,
-            stored: 0,
+            book,
             memory: Memory::default(),
             planner: Incremental::default(),
             inventory_builder: Default::default(),
@@ -165,7 +155,6 @@ impl Agent {
             notices: Default::default(),
             published: Published::default(),
             existing: None,
-            changes_since: StateChanges::default(),
             compare_whole: false,
             done_tx,
             done_rx,
@@ -175,7 +164,7 @@ impl Agent {
 
     pub async fn run(mut self, mut shutdown: tokio_watch::Receiver<bool>) {
         if !self.start(&mut shutdown).await {
-            return self.close_ledger();
+            return self.book.close();
         }
         let mut watcher = self.mount_watcher();
         let mut watched = watcher
@@ -225,14 +214,7 @@ impl Agent {
             requeue = self.pass().await;
         }
         self.stop_wipes().await;
-        self.close_ledger();
-    }
-
-    /// Writes the ledger back whole in one file on shutdown, so that a downgrade reads every change (see `ledger`).
-    fn close_ledger(&mut self) {
-        if let Err(error) = self.ledger_file.close(&self.ledger, &self.owners) {
-            warn!(error = %crate::host::error_chain(&error), "failed to write the disk ledger whole on shutdown; an older release will refuse it");
-        }
+        self.book.close();
     }
 
     /// Waits for the caches (the PV index needs the Node first: it keeps the PVs that can reach it). False when
@@ -575,14 +557,14 @@ impl Agent {
             classes: facts.classes,
             found: facts.found,
             existing: facts.existing,
-            ledger: &self.ledger,
-            owners: &self.owners,
+            ledger: self.book.ledger(),
+            owners: self.book.owners(),
             cluster,
             memory: &self.memory,
             now: SystemTime::now(),
-            changes: told.then_some(&self.changes_since),
+            changes: told.then_some(self.book.changes()),
         });
-        self.changes_since.advance();
+        self.book.planned();
         plan
     }
 
@@ -617,7 +599,7 @@ impl Agent {
             found,
             unpublished,
             pvs,
-            ledger: &self.ledger,
+            ledger: self.book.ledger(),
             wipes: &wipes.running,
             wipe_failures: &wipes.failures,
             existing: &existing,
@@ -653,10 +635,10 @@ impl Agent {
             self.published.unusable = found.unusable.clone();
         }
         let ledger = match &self.published.ledger {
-            Some((stored, ledger)) if *stored == self.stored => ledger.clone(),
+            Some((stored, ledger)) if *stored == self.book.stored() => ledger.clone(),
             _ => {
-                let ledger = Arc::new(self.ledger.clone());
-                self.published.ledger = Some((self.stored, ledger.clone()));
+                let ledger = Arc::new(self.book.ledger().clone());
+                self.published.ledger = Some((self.book.stored(), ledger.clone()));
                 ledger
             }
         };
@@ -677,21 +659,22 @@ impl Agent {
             Action::CreatePv(pv) => self.publish_batch(vec![Action::CreatePv(pv)]).await,
             Action::DeletePv(r) => retry(self.writer.delete(&r).await.is_ok()),
             Action::DeleteUnclaimedPv { pv, disk } => match self.writer.delete(&pv).await {
-                Ok(true) => halt(self.set_disk_state(&disk, DiskState::Clean)),
+                Ok(true) => halt(self.book.set_disk_state(&disk, DiskState::Clean)),
                 Ok(false) => Step::Done,
                 Err(_) => Step::Retry,
             },
             Action::AdoptPv { name, patch } | Action::RecordIdentity { name, patch } => {
                 retry(self.writer.patch(&name, &patch).await.is_ok())
             }
-            Action::SetDiskState { key, state } => halt(self.set_disk_state(&key, state)),
-            Action::RecordOwner { uid, pv } => {
-                halt(self.update_owners(vec![OwnerChange::Record { uid, pv }]))
-            }
+            Action::SetDiskState { key, state } => halt(self.book.set_disk_state(&key, state)),
+            Action::RecordOwner { uid, pv } => halt(
+                self.book
+                    .update_owners(vec![OwnerChange::Record { uid, pv }]),
+            ),
             Action::ForgetOwner { uid } => {
-                halt(self.update_owners(vec![OwnerChange::Forget { uid }]))
+                halt(self.book.update_owners(vec![OwnerChange::Forget { uid }]))
             }
-            Action::OwnersRecorded => halt(self.update_owners(vec![OwnerChange::Recorded])),
+            Action::OwnersRecorded => halt(self.book.update_owners(vec![OwnerChange::Recorded])),
             Action::Wipe(order) => retry(self.start_wipe(*order).await),
             Action::TagVolume { host_path, path } => match self.host.tag_volume(&path) {
                 Ok(id) => {
@@ -727,7 +710,7 @@ impl Agent {
             }
         }
         let owned: Vec<OwnedPv> = pvs.iter().map(owned_pv).collect();
-        if !self.remember_before_create(&states, &owned) {
+        if !self.book.remember_before_create(&states, &owned) {
             return Step::Halt;
         }
         let writer = &self.writer;
@@ -746,7 +729,7 @@ impl Agent {
                 Err(effects::Failed) => step = Step::Retry,
             }
         }
-        let recorded = self.update_owners(
+        let recorded = self.book.update_owners(
             created
                 .iter()
                 .map(|(uid, pv)| OwnerChange::Record {

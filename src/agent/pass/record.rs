@@ -1,12 +1,15 @@
-//! The agent's changes of its disk ledger and recorded owners: each persisted before anything acts on it, and
+//! The agent's disk ledger and recorded owners ([`Book`]): each change persisted before anything acts on it, and
 //! undone in memory when it could not be stored.
 //!
 //! A change touches a few keys of maps that hold every disk and every PV of the node; what it changed is kept
-//! to undo (not a copy of the maps), so recording one new PV does not copy thousands.
+//! to undo (not a copy of the maps), so recording one new PV does not copy thousands. The same list names the
+//! keys to the journal (`ledger::Delta`) and to the planner (`plan::StateChanges`): only `Book`'s methods change
+//! the maps, so no change can go unnamed.
 
-use super::Agent;
-use crate::agent::ledger::Delta;
-use crate::plan::{DiskState, OwnedPv};
+use std::path::Path;
+
+use crate::agent::ledger::{Delta, LedgerError, LedgerFile};
+use crate::plan::{DiskLedger, DiskState, OwnedPv, Owners, StateChanges};
 use tracing::warn;
 
 /// One change of the recorded owners.
@@ -27,7 +30,60 @@ enum Undo {
     Recorded(bool),
 }
 
-impl Agent {
+/// The disk ledger and recorded owners, their file, and the keys changed since the last planning call.
+pub(super) struct Book {
+    ledger: DiskLedger,
+    owners: Owners,
+    file: LedgerFile,
+    /// Writes of the ledger file so far: the ledger changes only with one.
+    stored: u64,
+    changes: StateChanges,
+}
+
+impl Book {
+    /// The ledger stored in `state_dir` (empty when there is none yet).
+    pub(super) fn open(state_dir: &Path) -> Result<Book, LedgerError> {
+        let mut file = LedgerFile::new(state_dir);
+        let (ledger, owners) = file.load()?;
+        Ok(Book {
+            ledger,
+            owners,
+            file,
+            stored: 0,
+            changes: StateChanges::default(),
+        })
+    }
+
+    pub(super) fn ledger(&self) -> &DiskLedger {
+        &self.ledger
+    }
+
+    pub(super) fn owners(&self) -> &Owners {
+        &self.owners
+    }
+
+    /// How many writes the ledger has seen: equal counts, equal ledgers.
+    pub(super) fn stored(&self) -> u64 {
+        self.stored
+    }
+
+    /// The keys changed since the last planning call.
+    pub(super) fn changes(&self) -> &StateChanges {
+        &self.changes
+    }
+
+    /// A planning call was made: count changes from it.
+    pub(super) fn planned(&mut self) {
+        self.changes.advance();
+    }
+
+    /// Writes the ledger back whole in one file on shutdown, so that a downgrade reads every change.
+    pub(super) fn close(&mut self) {
+        if let Err(error) = self.file.close(&self.ledger, &self.owners) {
+            warn!(error = %crate::host::error_chain(&error), "failed to write the disk ledger whole on shutdown; an older release will refuse it");
+        }
+    }
+
     /// Sets the ledger states and records every name as being created, with one write; false (and nothing
     /// changed) when it could not be stored.
     pub(super) fn remember_before_create(
@@ -89,31 +145,25 @@ impl Agent {
     fn store(&mut self, undo: Vec<Undo>) -> bool {
         // NB: the one place the ledger and owners change: each key is named to the planner (`StateChanges`),
         // stored or put back alike.
-        for step in &undo {
-            match step {
-                Undo::Disk(key, _) => {
-                    self.changes_since.ledger.insert(key.clone());
-                }
-                Undo::Owned(uid, _) => {
-                    self.changes_since.owners.insert(uid.clone());
-                }
-                Undo::Creating(..) | Undo::Recorded(_) => {}
-            }
-        }
         if undo.is_empty() {
             return true;
         }
         let mut delta = Delta::default();
         for step in &undo {
             match step {
-                Undo::Disk(key, _) => delta.disks.insert(key.clone()),
-                Undo::Creating(name, _) => delta.creating.insert(name.clone()),
-                Undo::Owned(uid, _) => delta.pvs.insert(uid.clone()),
-                Undo::Recorded(_) => {
-                    delta.recorded = true;
-                    true
+                Undo::Disk(key, _) => {
+                    self.changes.ledger.insert(key.clone());
+                    delta.disks.insert(key.clone());
                 }
-            };
+                Undo::Owned(uid, _) => {
+                    self.changes.owners.insert(uid.clone());
+                    delta.pvs.insert(uid.clone());
+                }
+                Undo::Creating(name, _) => {
+                    delta.creating.insert(name.clone());
+                }
+                Undo::Recorded(_) => delta.recorded = true,
+            }
         }
         if self.persist(&delta) {
             return true;
@@ -145,7 +195,7 @@ impl Agent {
     fn persist(&mut self, delta: &Delta) -> bool {
         // NB: counted before the write: a failed one restores the ledger, which is a change too.
         self.stored += 1;
-        match self.ledger_file.store(&self.ledger, &self.owners, delta) {
+        match self.file.store(&self.ledger, &self.owners, delta) {
             Ok(()) => true,
             Err(error) => {
                 // NB: an unpersisted ledger change must not be acted on (a dirty disk could be forgotten on restart).

@@ -108,7 +108,7 @@ impl Agent {
                 self.s.metrics.wipe_entries.inc_by(done.entries);
                 self.backoff.remove(&order.key);
                 info!(disk = %order.key, method = done.method, bytes = done.bytes, entries = done.entries, "wipe completed");
-                if !self.set_disk_state(&order.key, DiskState::Clean) {
+                if !self.book.set_disk_state(&order.key, DiskState::Clean) {
                     return;
                 }
                 if let (Some(pv), Some(patch)) = (&order.pv, &order.on_success) {
