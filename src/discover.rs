@@ -42,6 +42,7 @@ use crate::host::{
 
 pub mod classify;
 pub mod pattern;
+mod touched;
 
 use classify::{Candidate, CandidateKind, Listing};
 
@@ -56,6 +57,8 @@ pub struct Probed {
     forgotten: Vec<usize>,
     /// Candidates measured by the last pass (cache misses and block entries).
     pub last_measured: usize,
+    /// Entries the last pass classified: every listed entry, only those an event touched, or none.
+    pub last_classified: usize,
 }
 
 /// One filesystem measurement, with the mount it was taken on and the candidate's position in the kept
@@ -89,6 +92,9 @@ struct Gathered {
     /// Rejected entries and failed classes (probe failures are decided again with each measurement).
     unusable: Vec<Unusable>,
     failed_classes: Vec<ClassFailure>,
+    /// The mount table classified against (`None` when it could not be read): the next pass after a mount event
+    /// looks again at only the entries under mounts that changed since ([`touched`]).
+    table: Option<MountTable>,
 }
 
 /// A class's directory as listed, without the borrow of its class.
@@ -207,6 +213,7 @@ pub fn discover_again(
         }
     }
     probed.last_measured = measured;
+    probed.last_classified = 0;
     let discovery = Discovery {
         disks: disks.into_iter().flatten().collect(),
         unusable,
@@ -256,7 +263,7 @@ pub fn discover_with(
         .iter()
         .map(|class| list_class(host, class))
         .collect();
-    discover_listed(host, classes, listed, probed)
+    discover_listed(host, classes, listed, host.mount_table(), probed)
 }
 
 /// [`discover_with`] looking at only what `changes` names: the named entries of the last pass's listings looked
@@ -296,7 +303,22 @@ pub fn discover_changed(
             listed.entries.extend(found);
         }
     }
-    discover_listed(host, classes, gathered.listed, probed)
+    let table = host.mount_table();
+    if let Ok(table) = &table {
+        let named: Vec<(&Path, std::borrow::Cow<'_, str>)> = changes
+            .entries
+            .iter()
+            .map(|(dir, name)| (dir.as_path(), name.to_string_lossy()))
+            .collect();
+        let named: Vec<(&Path, &str)> = named.iter().map(|(d, n)| (*d, n.as_ref())).collect();
+        if let Some(discovery) =
+            touched::discover_touched(host, classes, &mut gathered, table, &named, probed)
+        {
+            probed.gathered = Some(gathered);
+            return discovery;
+        }
+    }
+    discover_listed(host, classes, gathered.listed, table, probed)
 }
 
 /// The common part: read the mount table, classify the listings against it, measure what changed, keep it all.
@@ -304,10 +326,10 @@ fn discover_listed(
     host: &dyn Host,
     classes: &[DiscoveryClass],
     listed: Vec<Result<Listed, String>>,
+    table: Result<MountTable, HostError>,
     probed: &mut Probed,
 ) -> Discovery {
     let mut failed_classes = Vec::new();
-    let table = host.mount_table();
     let mut listings = Vec::new();
     let mut kept: Vec<Result<Listed, String>> = Vec::with_capacity(listed.len());
     for (class, listed) in classes.iter().zip(listed) {
@@ -337,6 +359,7 @@ fn discover_listed(
     }
     let empty = MountTable::default();
     let classified = classify::classify(&listings, table.as_ref().unwrap_or(&empty));
+    probed.last_classified = listings.iter().map(|l| l.entries.len()).sum();
     let discovery = Discovery {
         disks: Vec::new(),
         unusable: classified.unusable.clone(),
@@ -374,6 +397,7 @@ fn discover_listed(
         reusable,
         unusable: classified.unusable,
         failed_classes,
+        table: table.ok(),
     });
     discovery
 }
@@ -394,22 +418,7 @@ fn measure_all<'c>(
     let mut present: Vec<&Path> = Vec::new();
     for (at, candidate) in candidates.enumerate() {
         present.push(candidate.host_path);
-        let mount = match candidate.kind {
-            CandidateKind::Filesystem { mount } => Some(mount),
-            CandidateKind::Block { .. } => None,
-        };
-        let hit = mount.and_then(|mount| {
-            let cached = probed.disks.get_mut(candidate.host_path)?;
-            let seen = &cached.key;
-            // NB: paths compared as bytes: both are spelled by the same join, and a spelling that differed would
-            // only cost a measurement.
-            let same = seen.class == candidate.class.name
-                && seen.probe_path.as_os_str() == candidate.probe_path.as_os_str()
-                && seen.mount == *mount;
-            cached.at = at;
-            same.then(|| cached.disk.clone())
-        });
-        if let Some(disk) = hit {
+        if let Some(disk) = cache_hit(probed, &candidate, at) {
             cached_now += 1;
             discovery.disks.push(disk);
             continue;
@@ -441,6 +450,23 @@ fn measure_all<'c>(
     }
     probed.last_measured = measured;
     (discovery, reusable)
+}
+
+/// The cached measurement of a filesystem candidate, when it was taken on the same mount (moved to position `at`
+/// of the kept classification); block entries are never cached.
+fn cache_hit(probed: &mut Probed, candidate: &Probe<'_>, at: usize) -> Option<Arc<Disk>> {
+    let CandidateKind::Filesystem { mount } = candidate.kind else {
+        return None;
+    };
+    let cached = probed.disks.get_mut(candidate.host_path)?;
+    let seen = &cached.key;
+    // NB: paths compared as bytes: both are spelled by the same join, and a spelling that differed would only
+    // cost a measurement.
+    let same = seen.class == candidate.class.name
+        && seen.probe_path.as_os_str() == candidate.probe_path.as_os_str()
+        && seen.mount == *mount;
+    cached.at = at;
+    same.then(|| cached.disk.clone())
 }
 
 /// Validate the class's patterns and read its directory. The error is a message for the operator.

@@ -464,6 +464,7 @@ impl Agent {
         debug!(
             disks = found.disks.len(),
             probed = self.probed.last_measured,
+            classified = self.probed.last_classified,
             planned_pvs = work.pvs,
             planned_disks = work.disks,
             planned_whole = work.whole,

@@ -92,7 +92,8 @@ pub fn classify<'a>(listings: &[Listing<'a>], table: &MountTable) -> Classified<
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         let dir = mounts.dir_of[position];
         for entry in entries {
-            match classify_entry(listing, entry, mounts.at(dir, &entry.name)) {
+            let at = mounts.at(dir, &entry.name);
+            match classify_entry(listing.class, entry, at, &mounts.of_dev) {
                 Ok(candidate) => {
                     let first = first_of_dev.get(&candidate.kind.dev()).copied();
                     let same_dev = std::iter::successors(first, |&i| next_of_dev[i]);
@@ -179,23 +180,13 @@ impl<'t> Mounts<'t> {
     }
 
     /// The mount visible at `name` in the `dir`-th distinct directory.
-    fn at(&self, dir: usize, name: &str) -> Lookup<'_, 't> {
-        Lookup {
-            mount: self.at.get(&(dir, Cow::Borrowed(name.as_bytes()))).copied(),
-            of_dev: &self.of_dev,
-        }
+    fn at(&self, dir: usize, name: &str) -> Option<&'t Arc<MountEntry>> {
+        self.at.get(&(dir, Cow::Borrowed(name.as_bytes()))).copied()
     }
 }
 
-/// What classifying one entry reads of the mount table.
-struct Lookup<'m, 't> {
-    /// The mount visible at the entry's path.
-    mount: Option<&'t Arc<MountEntry>>,
-    of_dev: &'m HashMap<DevId, &'t MountEntry>,
-}
-
 /// `path` as bytes in its normal form: borrowed when it already is (always, for the kernel's paths).
-fn normal(path: &Path) -> Cow<'_, [u8]> {
+pub(super) fn normal(path: &Path) -> Cow<'_, [u8]> {
     let bytes = path.as_os_str().as_bytes();
     let odd = bytes.windows(2).any(|w| w == b"//")
         || bytes.windows(3).any(|w| w == b"/./")
@@ -213,7 +204,7 @@ fn normal(path: &Path) -> Cow<'_, [u8]> {
 }
 
 /// The last component of `path` when `path` lies directly in `dir` (both in normal form).
-fn child_name<'p>(path: &'p [u8], dir: &[u8]) -> Option<&'p [u8]> {
+pub(super) fn child_name<'p>(path: &'p [u8], dir: &[u8]) -> Option<&'p [u8]> {
     let rest = path.strip_prefix(dir)?;
     let rest = match dir.ends_with(b"/") {
         true => rest,
@@ -232,12 +223,14 @@ impl CandidateKind {
     }
 }
 
-fn classify_entry<'a>(
-    listing: &Listing<'a>,
+/// One entry of `class`'s directory: `mount` is the mount visible at its path, `of_dev` the first mount of each
+/// device number (asked by Block classes only).
+pub(super) fn classify_entry<'a>(
+    class: &'a DiscoveryClass,
     entry: &DirEntry,
-    mounts: Lookup<'_, '_>,
+    mount: Option<&Arc<MountEntry>>,
+    of_dev: &HashMap<DevId, &MountEntry>,
 ) -> Result<Candidate<'a>, Unusable> {
-    let class = listing.class;
     let host_path = class.host_dir.join(&entry.name);
     let unusable = |reason, message: String| Unusable {
         class: class.name.clone(),
@@ -248,7 +241,6 @@ fn classify_entry<'a>(
     };
     // NB: only a rejection's message shows the path; most entries are volumes.
     let shown = || format!("{:?}", host_path.display().to_string());
-    let mount = mounts.mount;
     let kind = match (class.mode, &entry.kind, mount, block_rdev(&entry.kind)) {
         (_, EntryKind::Unreadable { error }, _, _) => {
             return Err(unusable(
@@ -261,7 +253,7 @@ fn classify_entry<'a>(
                 mount: mount.clone(),
             }
         }
-        (VolumeMode::Block, _, _, Some(rdev)) => match mounts.of_dev.get(&rdev) {
+        (VolumeMode::Block, _, _, Some(rdev)) => match of_dev.get(&rdev) {
             Some(used) => {
                 return Err(unusable(
                     UnusableReason::DeviceInUse,

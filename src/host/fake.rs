@@ -45,6 +45,9 @@ pub struct FakeHost {
     /// `fake-id:<path>` here unless the entry is an error or [`VolumeTag::Unsupported`].
     pub volume_ids: Mutex<HashMap<PathBuf, Canned<VolumeTag>>>,
     calls: Mutex<Vec<Call>>,
+    /// The last mount table answered: a mount whose line did not change is handed over as the same allocation,
+    /// as the live host does.
+    last_table: Mutex<Vec<std::sync::Arc<super::MountEntry>>>,
 }
 
 impl FakeHost {
@@ -147,8 +150,19 @@ impl Host for FakeHost {
             }
             None => String::new(),
         };
-        MountTable::parse(text.as_bytes())
-            .map_err(|source| HostError::ParseMountTable { path, source })
+        let mut table = MountTable::parse(text.as_bytes())
+            .map_err(|source| HostError::ParseMountTable { path, source })?;
+        let mut last = self
+            .last_table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for entry in &mut table.entries {
+            if let Some(same) = last.iter().find(|old| **old == *entry) {
+                *entry = same.clone();
+            }
+        }
+        last.clone_from(&table.entries);
+        Ok(table)
     }
 
     fn canonicalize(&self, path: &Path) -> Result<PathBuf, HostError> {
