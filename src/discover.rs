@@ -172,10 +172,23 @@ pub fn discover_again(
     let Some(mut gathered) = probed.gathered.take().filter(|g| g.classes == classes) else {
         return discover_with(host, classes, probed);
     };
-    // NB: only the candidates forgotten since and those every pass measures are looked at; the others' cached
-    // measurements stand as they are, found by position, not by path.
-    let mut again: Vec<usize> = std::mem::take(&mut probed.forgotten);
-    again.extend(
+    let again = measured_again(&gathered, probed, Vec::new());
+    let discovery = measure_kept(host, &mut gathered, &again, probed);
+    probed.last_classified = 0;
+    probed.gathered = Some(gathered);
+    discovery
+}
+
+/// `positions` and the kept candidates every pass measures again: those forgotten since (the agent changed them)
+/// and those with nothing to reuse (block entries, failed measurements). NB: only these are looked at; the others'
+/// cached measurements stand as they are, found by position, not by path.
+fn measured_again(
+    gathered: &Gathered,
+    probed: &mut Probed,
+    mut positions: Vec<usize>,
+) -> Vec<usize> {
+    positions.append(&mut probed.forgotten);
+    positions.extend(
         gathered
             .reusable
             .iter()
@@ -183,12 +196,23 @@ pub fn discover_again(
             .filter(|(_, r)| r.is_none())
             .map(|(i, _)| i),
     );
-    again.sort_unstable();
-    again.dedup();
+    positions.sort_unstable();
+    positions.dedup();
+    positions
+}
+
+/// Measures the kept candidates at `positions` (one found in the cache on the same mount is not measured again)
+/// and hands over the others' kept measurements, found by position.
+fn measure_kept(
+    host: &dyn Host,
+    gathered: &mut Gathered,
+    positions: &[usize],
+    probed: &mut Probed,
+) -> Discovery {
     let mut disks: Vec<Option<Arc<Disk>>> = gathered.reusable.clone();
     let mut unusable = gathered.unusable.clone();
     let mut measured = 0;
-    for &i in &again {
+    for &i in positions {
         let (Some(c), Some(slot)) = (gathered.candidates.get(i), disks.get_mut(i)) else {
             continue;
         };
@@ -199,6 +223,11 @@ pub fn discover_again(
             probe_path: &c.probe_path,
             kind: &c.kind,
         };
+        if let Some(disk) = cache_hit(probed, &candidate, i) {
+            gathered.reusable[i] = Some(disk.clone());
+            *slot = Some(disk);
+            continue;
+        }
         measured += 1;
         match measure_into(host, &candidate, i, probed) {
             Ok((disk, cached)) => {
@@ -213,14 +242,11 @@ pub fn discover_again(
         }
     }
     probed.last_measured = measured;
-    probed.last_classified = 0;
-    let discovery = Discovery {
+    Discovery {
         disks: disks.into_iter().flatten().collect(),
         unusable,
         failed_classes: gathered.failed_classes.clone(),
-    };
-    probed.gathered = Some(gathered);
-    discovery
+    }
 }
 
 /// Measures one candidate (the `at`-th of the kept classification) and caches a filesystem entry's measurement;

@@ -19,8 +19,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::classify::{self, Candidate, CandidateKind};
-use super::{Gathered, KeptCandidate, Probe, Probed, measure_into, pattern};
-use crate::disk::{Discovery, DiscoveryClass, Disk, Unusable, UnusableReason, VolumeMode};
+use super::{Gathered, KeptCandidate, Probed, pattern};
+use crate::disk::{Discovery, DiscoveryClass, Unusable, UnusableReason, VolumeMode};
 use crate::fasthash::FastSet;
 use crate::host::{Host, MountEntry, MountTable};
 
@@ -107,20 +107,12 @@ pub(super) fn discover_touched(
     if shares_a_device(gathered, &decided) {
         return None;
     }
-    let mut measure_now = apply(gathered, &order, decided, probed);
+    let added = apply(gathered, &order, decided, probed);
+    // NB: the kept table keeps the last pass's mounts alive until here, so no new mount can have been allocated at
+    // the address of one that went (which would read as unchanged).
     gathered.table = Some(table.clone());
-    measure_now.extend(std::mem::take(&mut probed.forgotten));
-    measure_now.extend(
-        gathered
-            .reusable
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.is_none())
-            .map(|(i, _)| i),
-    );
-    measure_now.sort_unstable();
-    measure_now.dedup();
-    Some(measure(host, gathered, &measure_now, probed))
+    let measure_now = super::measured_again(gathered, probed, added);
+    Some(super::measure_kept(host, gathered, &measure_now, probed))
 }
 
 /// The mounts that appeared, went or changed (a changed mount is a new entry): by address, since an unchanged
@@ -367,54 +359,6 @@ fn shift(probed: &mut Probed, at: usize, how: Shift) {
         probed.forgotten.retain(|&p| p != at);
     }
     probed.forgotten.iter_mut().for_each(moved);
-}
-
-/// Measures the candidates at `positions` (a new one found in the cache on the same mount is not measured) and
-/// hands over the others' kept measurements.
-fn measure(
-    host: &dyn Host,
-    gathered: &mut Gathered,
-    positions: &[usize],
-    probed: &mut Probed,
-) -> Discovery {
-    let mut disks: Vec<Option<Arc<Disk>>> = gathered.reusable.clone();
-    let mut unusable = gathered.unusable.clone();
-    let mut measured = 0;
-    for &i in positions {
-        let (Some(c), Some(slot)) = (gathered.candidates.get(i), disks.get_mut(i)) else {
-            continue;
-        };
-        let candidate = Probe {
-            class: &gathered.classes[c.class],
-            entry: &c.entry,
-            host_path: &c.host_path,
-            probe_path: &c.probe_path,
-            kind: &c.kind,
-        };
-        if let Some(disk) = super::cache_hit(probed, &candidate, i) {
-            gathered.reusable[i] = Some(disk.clone());
-            *slot = Some(disk);
-            continue;
-        }
-        measured += 1;
-        match measure_into(host, &candidate, i, probed) {
-            Ok((disk, cached)) => {
-                gathered.reusable[i] = cached.then(|| disk.clone());
-                *slot = Some(disk);
-            }
-            Err(failed) => {
-                gathered.reusable[i] = None;
-                *slot = None;
-                unusable.push(failed);
-            }
-        }
-    }
-    probed.last_measured = measured;
-    Discovery {
-        disks: disks.into_iter().flatten().collect(),
-        unusable,
-        failed_classes: gathered.failed_classes.clone(),
-    }
 }
 
 #[cfg(test)]
