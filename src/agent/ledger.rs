@@ -147,8 +147,13 @@ pub enum LedgerError {
         #[source]
         source: serde_json::Error,
     },
-    #[error("disk ledger {} names journal generation {generation}, whose base is missing", path.display())]
-    MissingBase { path: PathBuf, generation: u64 },
+    #[error("disk ledger {} names journal generation {generation}, whose {part} is missing", path.display())]
+    Missing {
+        path: PathBuf,
+        generation: u64,
+        /// `base` or `journal`.
+        part: &'static str,
+    },
     #[error("failed to write disk ledger {}", path.display())]
     Write {
         path: PathBuf,
@@ -240,19 +245,18 @@ impl LedgerFile {
         let (mut ledger, mut owners) = match fs::read(&base) {
             Ok(bytes) => parse(&base, &bytes)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(LedgerError::MissingBase {
-                    path: self.path.clone(),
-                    generation,
-                });
+                return Err(self.missing(generation, "base"));
             }
             Err(source) => return Err(LedgerError::Read { path: base, source }),
         };
         let journal = self.journal_path(generation);
         let text = match fs::read(&journal) {
             Ok(text) => text,
-            // NB: a generation's journal is created before its marker is written: missing means nothing appended
-            // survived a lost directory entry only if the filesystem broke its promise; an empty journal reads the same.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            // NB: a generation's journal is durable before its marker names it: missing, it was deleted or lost, and
+            // with it changes such as a disk marked dirty. Never read as empty.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(self.missing(generation, "journal"));
+            }
             Err(source) => {
                 return Err(LedgerError::Read {
                     path: journal,
@@ -273,6 +277,14 @@ impl LedgerFile {
             line.apply(&mut ledger, &mut owners);
         }
         Ok((ledger, owners))
+    }
+
+    fn missing(&self, generation: u64, part: &'static str) -> LedgerError {
+        LedgerError::Missing {
+            path: self.path.clone(),
+            generation,
+            part,
+        }
     }
 
     /// Makes one change durable: `ledger` and `owners` as they are now, `delta` the keys the change touched.

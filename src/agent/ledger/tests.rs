@@ -172,7 +172,7 @@ fn a_line_torn_by_a_crash_is_ignored_and_the_next_change_starts_a_new_generation
 }
 
 #[test]
-fn a_damaged_whole_line_or_a_missing_base_is_an_error_not_a_guess() {
+fn a_damaged_whole_line_a_deleted_journal_or_a_missing_base_is_an_error_not_a_guess() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Subject::new(dir.path());
     s.disk("fs:1", Some(DiskState::Published));
@@ -185,10 +185,25 @@ fn a_damaged_whole_line_or_a_missing_base_is_an_error_not_a_guess() {
         Err(LedgerError::Parse { .. })
     ));
     fs::write(&journal, good).unwrap();
+    // A careless operator deletes the journal (it holds the disk marked dirty): refused, never read as empty.
+    fs::rename(&journal, dir.path().join("saved")).unwrap();
+    assert!(matches!(
+        LedgerFile::new(dir.path()).load(),
+        Err(LedgerError::Missing {
+            generation: 1,
+            part: "journal",
+            ..
+        })
+    ));
+    fs::rename(dir.path().join("saved"), &journal).unwrap();
     fs::remove_file(dir.path().join("disk-ledger.1.base.json")).unwrap();
     assert!(matches!(
         LedgerFile::new(dir.path()).load(),
-        Err(LedgerError::MissingBase { generation: 1, .. })
+        Err(LedgerError::Missing {
+            generation: 1,
+            part: "base",
+            ..
+        })
     ));
 }
 
