@@ -330,19 +330,18 @@ pub fn discover_changed(
         }
     }
     let table = host.mount_table();
-    if let Ok(table) = &table {
-        let named: Vec<(&Path, std::borrow::Cow<'_, str>)> = changes
-            .entries
-            .iter()
-            .map(|(dir, name)| (dir.as_path(), name.to_string_lossy()))
-            .collect();
-        let named: Vec<(&Path, &str)> = named.iter().map(|(d, n)| (*d, n.as_ref())).collect();
-        if let Some(discovery) =
-            touched::discover_touched(host, classes, &mut gathered, table, &named, probed)
-        {
-            probed.gathered = Some(gathered);
-            return discovery;
-        }
+    if let Ok(table) = &table
+        && let Some(discovery) = touched::discover_touched(
+            host,
+            classes,
+            &mut gathered,
+            table,
+            &changes.entries,
+            probed,
+        )
+    {
+        probed.gathered = Some(gathered);
+        return discovery;
     }
     discover_listed(host, classes, gathered.listed, table, probed)
 }

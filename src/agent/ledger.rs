@@ -164,7 +164,6 @@ pub enum LedgerError {
 
 /// The journal of the current generation, open for appends.
 struct Journal {
-    generation: u64,
     file: fs::File,
     len: u64,
     /// The base's size: the journal is compacted once it grows past this (or `MIN_COMPACT`).
@@ -232,12 +231,17 @@ impl LedgerFile {
                     source,
                 })
         };
-        let head: Head = serde_json::from_slice(&bytes).map_err(|source| LedgerError::Parse {
-            path: self.path.clone(),
-            source,
-        })?;
-        let Some(generation) = head.journal else {
-            return parse(&self.path, &bytes);
+        // NB: a whole file is parsed once; only what is not one (a marker's `disks` is a string) is asked for its
+        // generation.
+        let whole = parse(&self.path, &bytes);
+        let Err(error) = whole else {
+            return whole;
+        };
+        let Some(generation) = serde_json::from_slice::<Head>(&bytes)
+            .ok()
+            .and_then(|h| h.journal)
+        else {
+            return Err(error);
         };
         self.generation = generation;
         self.marked = true;
@@ -348,7 +352,6 @@ impl LedgerFile {
         self.generation = generation;
         self.marked = true;
         self.journal = Some(Journal {
-            generation,
             file,
             len: 0,
             base_len: base.len() as u64,
@@ -370,12 +373,9 @@ impl LedgerFile {
         replace(&self.path, &whole).map_err(self.write_err())?;
         sync_dir(&self.dir).map_err(self.write_err())?;
         self.marked = false;
-        let generation = self
-            .journal
-            .take()
-            .map_or(self.generation, |j| j.generation);
-        let _ = fs::remove_file(self.base_path(generation));
-        let _ = fs::remove_file(self.journal_path(generation));
+        self.journal = None;
+        let _ = fs::remove_file(self.base_path(self.generation));
+        let _ = fs::remove_file(self.journal_path(self.generation));
         Ok(())
     }
 }

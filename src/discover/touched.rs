@@ -15,7 +15,8 @@
 //! same listing would decide the same, and what it hides in the directory is the watcher's to report.) The result is the whole classification's, entry for entry
 //! and in the same order (random worlds check it against `classify`).
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::classify::{self, Candidate, CandidateKind};
@@ -45,13 +46,13 @@ struct Decided {
 
 /// Classifies the touched entries of `gathered` against `table` and measures what needs it; `None` (nothing
 /// changed) when the pass must classify everything. `named` are the entries a directory event named, as
-/// (directory as configured, name); their listings are already updated.
+/// (directory as configured, name); their listings are already updated (names spelled as the listing does).
 pub(super) fn discover_touched(
     host: &dyn Host,
     classes: &[DiscoveryClass],
     gathered: &mut Gathered,
     table: &MountTable,
-    named: &[(&Path, &str)],
+    named: &[(PathBuf, OsString)],
     probed: &mut Probed,
 ) -> Option<Discovery> {
     let last = gathered.table.as_ref()?;
@@ -91,7 +92,7 @@ pub(super) fn discover_touched(
             if c.mount_dir == *dir {
                 touched.push(Touched {
                     class,
-                    entry: name.to_string(),
+                    entry: name.to_string_lossy().into_owned(),
                 });
             }
         }

@@ -50,6 +50,21 @@ impl World {
     async fn events(&self, pv: &str) -> Vec<(String, String)> {
         events_of(&self.client(), pv).await
     }
+
+    /// The new Available PV the disk at `path` comes back as once `old` is recycled (another UID).
+    async fn recycled(&self, path: &Path, old: &PersistentVolume) -> PersistentVolume {
+        let what = format!("{} to come back as a new Available PV", path.display());
+        eventually(&what, Duration::from_secs(60), || async {
+            match pvs_of(&self.client(), "node-1")
+                .await
+                .get(&path.display().to_string())
+            {
+                Some(pv) if uid(pv) != uid(old) && phase(pv) == "Available" => Ok(pv.clone()),
+                other => Err(format!("{:?}", other.map(|p| (uid(p), phase(p))))),
+            }
+        })
+        .await
+    }
 }
 
 async fn world(classes: &[(&str, &str, &str)], policies: &[(&str, &str)]) -> World {
@@ -94,18 +109,7 @@ async fn released_volumes_are_wiped_and_recycled_even_across_a_crash_mid_wipe() 
     fs::create_dir_all(vol1.join("app/nested")).unwrap();
     fs::write(vol1.join("app/nested/secret.txt"), "tenant data").unwrap();
     w.release("data-1").await;
-    let fresh = eventually(
-        "vol1 to come back as a new Available PV",
-        Duration::from_secs(60),
-        || async {
-            let pvs = pvs_of(&w.client(), "node-1").await;
-            match pvs.get(&vol1.display().to_string()) {
-                Some(pv) if uid(pv) != uid(&pv1) && phase(pv) == "Available" => Ok(pv.clone()),
-                other => Err(format!("{:?}", other.map(|p| (uid(p), phase(p))))),
-            }
-        },
-    )
-    .await;
+    let fresh = w.recycled(&vol1, &pv1).await;
     assert!(!vol1.join("app").exists(), "the tenant's files are wiped");
     assert_eq!(
         fs::read_dir(&vol1).unwrap().count(),
@@ -164,18 +168,7 @@ async fn released_volumes_are_wiped_and_recycled_even_across_a_crash_mid_wipe() 
     assert_eq!(uid(&survivor), uid(&pv2));
     assert_eq!(phase(&survivor), "Released");
     w.agent.start(&w.cp);
-    eventually(
-        "vol2 to come back as a new Available PV",
-        Duration::from_secs(60),
-        || async {
-            let all = pvs_of(&w.client(), "node-1").await;
-            match all.get(&vol2.display().to_string()) {
-                Some(pv) if uid(pv) != uid(&pv2) && phase(pv) == "Available" => Ok(()),
-                other => Err(format!("{:?}", other.map(|p| (uid(p), phase(p))))),
-            }
-        },
-    )
-    .await;
+    w.recycled(&vol2, &pv2).await;
     let runs = fs::read_to_string(&log).unwrap_or_default();
     let vol2_runs = runs.lines().filter(|l| l.ends_with("vol2")).count();
     assert!(
@@ -367,20 +360,7 @@ async fn a_dirty_disk_stays_dirty_through_a_kill_and_a_clean_stop_leaves_a_ledge
     w.agent.start(&w.cp);
     w.agent.wait_ready().await;
     w.release("data-1").await;
-    eventually(
-        "vol1 to come back as a new Available PV",
-        Duration::from_secs(60),
-        || async {
-            match pvs_of(&w.client(), "node-1")
-                .await
-                .get(&vol1.display().to_string())
-            {
-                Some(pv) if uid(pv) != uid(&pv1) && phase(pv) == "Available" => Ok(()),
-                other => Err(format!("{:?}", other.map(|p| (uid(p), phase(p))))),
-            }
-        },
-    )
-    .await;
+    w.recycled(&vol1, &pv1).await;
     assert!(
         !vol1.join("secret.txt").exists(),
         "the tenant's file survived"

@@ -96,6 +96,15 @@ fn files(dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
+/// A ledger in generation 1: fs:1 Published in its base, fs:2 Dirty one line of its journal.
+fn journaled() -> (tempfile::TempDir, Subject) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Subject::new(dir.path());
+    s.disk("fs:1", Some(DiskState::Published));
+    s.disk("fs:2", Some(DiskState::Dirty));
+    (dir, s)
+}
+
 #[test]
 fn a_stored_ledger_reads_back_and_a_missing_one_is_empty() {
     let dir = tempfile::tempdir().unwrap();
@@ -153,10 +162,7 @@ fn while_a_journal_is_in_use_an_older_release_refuses_the_file_instead_of_readin
 
 #[test]
 fn a_line_torn_by_a_crash_is_ignored_and_the_next_change_starts_a_new_generation() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = Subject::new(dir.path());
-    s.disk("fs:1", Some(DiskState::Published));
-    s.disk("fs:2", Some(DiskState::Dirty));
+    let (dir, s) = journaled();
     let journal = dir.path().join("disk-ledger.1.journal");
     let mut f = fs::OpenOptions::new().append(true).open(&journal).unwrap();
     f.write_all(br#"{"disks":{"fs:3":"Pub"#).unwrap();
@@ -173,10 +179,7 @@ fn a_line_torn_by_a_crash_is_ignored_and_the_next_change_starts_a_new_generation
 
 #[test]
 fn a_damaged_whole_line_a_deleted_journal_or_a_missing_base_is_an_error_not_a_guess() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = Subject::new(dir.path());
-    s.disk("fs:1", Some(DiskState::Published));
-    s.disk("fs:2", Some(DiskState::Dirty));
+    let (dir, _s) = journaled();
     let journal = dir.path().join("disk-ledger.1.journal");
     let good = fs::read(&journal).unwrap();
     fs::write(&journal, b"{not json\n").unwrap();
@@ -226,10 +229,7 @@ fn a_journal_grown_past_its_base_is_compacted_into_a_new_generation() {
 /// old one. The old generation is read whole; the next change compacts over the leftovers.
 #[test]
 fn a_compaction_cut_short_leaves_the_previous_generation_in_force() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = Subject::new(dir.path());
-    s.disk("fs:1", Some(DiskState::Published));
-    s.disk("fs:2", Some(DiskState::Dirty));
+    let (dir, s) = journaled();
     // The leftovers of a compaction to generation 2 that never moved the marker (a different state in them).
     fs::write(
         dir.path().join("disk-ledger.2.base.json"),
@@ -252,21 +252,15 @@ fn a_compaction_cut_short_leaves_the_previous_generation_in_force() {
 /// state after some change at most one behind the last acknowledged one (the torn one), never a mix.
 #[test]
 fn a_crash_at_any_byte_of_the_journal_reads_back_a_state_the_agent_acknowledged() {
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut next = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut rng = crate::plan::fixtures::Rng::seeded(7);
     for _ in 0..20 {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Subject::new(dir.path());
         s.file.min_compact = 2_000;
         let mut states = vec![(s.ledger.clone(), s.owners.clone())];
         for _ in 0..60 {
-            let key = format!("k{}", next(12));
-            match next(4) {
+            let key = format!("k{}", rng.below(12));
+            match rng.below(4) {
                 0 => s.disk(&key, None),
                 1 => s.disk(&key, Some(DiskState::Dirty)),
                 2 => s.pv(
@@ -279,7 +273,7 @@ fn a_crash_at_any_byte_of_the_journal_reads_back_a_state_the_agent_acknowledged(
         }
         let journal = s.file.journal_path(s.file.generation);
         let bytes = fs::read(&journal).unwrap();
-        let cut = next(bytes.len() as u64 + 1) as usize;
+        let cut = rng.below(bytes.len() + 1);
         fs::write(&journal, &bytes[..cut]).unwrap();
         let read = LedgerFile::new(dir.path()).load().unwrap();
         let whole_lines = bytes[..cut].iter().filter(|&&b| b == b'\n').count();

@@ -10,6 +10,7 @@ use super::super::{Probed, discover_changed, discover_with};
 use crate::disk::{DiscoveryClass, VolumeMode};
 use crate::host::fake::FakeHost;
 use crate::host::{DirEntry, EntryKind, HostChanges};
+use crate::plan::fixtures::Rng;
 
 const MOUNT_DIR: &str = "/host/mnt/disks";
 
@@ -20,17 +21,6 @@ fn class(name: &str, host_dir: &str, pattern: &str) -> DiscoveryClass {
         mount_dir: MOUNT_DIR.into(),
         mode: VolumeMode::Filesystem,
         name_patterns: vec![pattern.into()],
-    }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n.max(1) as u64) as usize
     }
 }
 
@@ -216,7 +206,7 @@ fn a_pass_classifying_only_what_changed_reports_what_a_whole_pass_reports() {
     let names = ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3", "c0"];
     let (mut incremental, mut total) = (0, 0);
     for seed in 1..=300u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut rng = Rng::seeded(seed);
         let classes = match seed % 3 {
             0 => vec![class("fast", "/mnt/disks", "*")],
             // Two classes over one directory, listed out of name order: the whole pass orders by class name.
