@@ -10,7 +10,6 @@ use super::super::{Probed, discover_changed, discover_with};
 use crate::disk::{DiscoveryClass, VolumeMode};
 use crate::host::fake::FakeHost;
 use crate::host::{DirEntry, EntryKind, HostChanges};
-use crate::plan::fixtures::Rng;
 
 const MOUNT_DIR: &str = "/host/mnt/disks";
 
@@ -21,6 +20,22 @@ fn class(name: &str, host_dir: &str, pattern: &str) -> DiscoveryClass {
         mount_dir: MOUNT_DIR.into(),
         mode: VolumeMode::Filesystem,
         name_patterns: vec![pattern.into()],
+    }
+}
+
+/// A small deterministic generator (xorshift); discover may not import plan's, even in tests (`tests/layout.rs`).
+struct Rng(u64);
+
+impl Rng {
+    fn seeded(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n.max(1) as u64) as usize
     }
 }
 
