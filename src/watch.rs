@@ -409,9 +409,19 @@ pub enum Seen {
     Listed,
 }
 
-/// Keeps every object as it is.
-pub fn objects<K>() -> Reader<impl Fn(K) -> Result<Option<K>, Infallible>, impl Fn(Seen)> {
-    models(|k| Ok::<K, Infallible>(k))
+/// Keeps every object as it is, less its `managedFields` ([`without_managed_fields`]).
+pub fn objects<K: Resource>() -> Reader<impl Fn(K) -> Result<Option<K>, Infallible>, impl Fn(Seen)>
+{
+    models(|k| Ok::<K, Infallible>(without_managed_fields(k)))
+}
+
+/// The object less its `managedFields`: the API server's record of which client set which field, which nothing
+/// that keeps whole objects reads (every write here sends an object it built, or a patch), and which is most of a
+/// small object's memory: ~6 KB of a PV the agent created once kube-controller-manager has set its phase, against
+/// ~2 KB for the rest of it. A node agent with 100 disks keeps ~1 MiB less.
+pub fn without_managed_fields<K: Resource>(mut object: K) -> K {
+    object.meta_mut().managed_fields = None;
+    object
 }
 
 /// Keeps every object as the model `convert` makes (an object it refuses is logged and skipped).
@@ -737,6 +747,23 @@ mod tests {
         }
         assert!(apply(&store, "Pod", Event::InitDone, &keep));
         assert_eq!(store.len(), 2);
+    }
+
+    #[test]
+    fn objects_are_kept_without_their_managed_fields() {
+        let (store, keep) = (Store::<Node>::new(), objects());
+        let managed = json!([{"manager": "kubelet", "operation": "Update", "apiVersion": "v1",
+                              "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:images": {}}}}]);
+        let node = object::<Node>(
+            json!({"metadata": {"name": "node-1", "labels": {"zone": "a"}, "managedFields": managed}}),
+        );
+        apply(&store, "Node", Event::Apply(node), &keep);
+        let kept = store.get("node-1").expect("kept");
+        assert_eq!(kept.metadata.managed_fields, None);
+        assert_eq!(
+            kept.metadata.labels,
+            Some([("zone".into(), "a".into())].into())
+        );
     }
 
     #[test]

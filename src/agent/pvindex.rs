@@ -209,7 +209,7 @@ fn keep(node: &NodeFacts, text: &Text<PersistentVolume>) -> Kept {
         return Ok(None);
     }
     let pv = text.decode()?;
-    Ok(reaches(node, &pv).then_some(pv))
+    Ok(reaches(node, &pv).then_some(crate::watch::without_managed_fields(pv)))
 }
 
 /// Exactly the fields of a PV that [`reaches`] reads; serde passes over the rest of the text without building it.
@@ -492,6 +492,20 @@ mod tests {
         relabelled.labels.insert("zone".into(), "b".into());
         index.set_node(&relabelled);
         assert!(!index.view().complete, "filtered with stale labels");
+    }
+
+    #[test]
+    fn a_kept_pv_is_kept_without_its_managed_fields() {
+        let index = synced();
+        let mut mine = pv_json("mine", json!({NODE_LABEL: "n1"}), json!({}));
+        mine["metadata"]["managedFields"] = json!([{"manager": "kube-controller-manager", "operation": "Update",
+            "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:phase": {}}}}]);
+        assert!(index.apply(&node(), Event::Apply(text(mine))));
+        let view = index.view();
+        let kept: Vec<_> = view.pvs.pvs.iter().map(|pv| &pv.metadata).collect();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].name.as_deref(), Some("mine"));
+        assert_eq!(kept[0].managed_fields, None);
     }
 
     #[test]
