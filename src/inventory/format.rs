@@ -79,8 +79,7 @@ fn list(disks: &[LocalDisk]) -> serde_json::Value {
     let items: Vec<serde_json::Value> = disks
         .iter()
         .map(|disk| {
-            let mut disk = disk.clone();
-            disk.metadata.managed_fields = None;
+            let disk = crate::watch::without_managed_fields(disk.clone());
             serde_json::to_value(&disk).unwrap_or(serde_json::Value::Null)
         })
         .collect();
