@@ -267,9 +267,13 @@ def agent_rows(s, env):
           lambda: "-")
     row18(s, f"burst of {burst:,} mounts -> all PVs created", "(no target)",
           ours("burst_created"), both("burst_created"), times("burst_created"), lambda: "-")
+    floor = s.figures.get(a("localpv", "start_floor"))
     row18(s, f"{disks:,} disks present at start -> all PVs created", "<= 1.5 s",
-          ours("start_created"), both("start_created"), times("start_created"),
-          lambda: "pass" if s.med(a("localpv", "start_created")) <= 1.5 else "**missed**")
+          lambda: show(s.get(a("localpv", "start_created")))
+          + (f"; the API server's floor (the same PVs by a bare client): {show(floor)}" if floor else ""),
+          both("start_created"), times("start_created"),
+          lambda: "pass" if s.med(a("localpv", "start_created")) <= 1.5
+          else "**missed**" + (f" (the floor alone: {num(floor['median'])} s)" if floor and floor["median"] > 1.5 else ""))
     row18(s, f"restart with {pvs:,} PVs in the cluster -> ready", "<= the reference's",
           ours("restart_ready"), both("restart_ready"), times("restart_ready"),
           lambda: "pass" if s.med(a("localpv", "restart_ready")) <= s.med(a("lsp_default", "restart_ready"))

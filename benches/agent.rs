@@ -11,7 +11,8 @@
 //!   released volume.
 //!
 //! Sizes come from the environment so a quick run is possible: LOCALPV_BENCH_REPEATS (3), LOCALPV_BENCH_LSP_REPEATS
-//! (1: busy rounds with LSP, whose 1,000 creates at client-go's default 5 requests/s take minutes each),
+//! (1: busy rounds with LSP, whose 1,000 creates at client-go's default 5 requests/s take minutes each; 0: localpv
+//! alone, for a quick look at its own rows while working on them),
 //! LOCALPV_BENCH_QUIET_REPEATS (as REPEATS: restarts and recycles per provisioner), LOCALPV_BENCH_SERIAL (0: the
 //! busy and quiet planes run at the same time),
 //! LOCALPV_BENCH_MOUNTS (100), LOCALPV_BENCH_LSP_MOUNTS (20: one-by-one mounts for LSP, each waiting up to its
@@ -88,7 +89,7 @@ impl Sizes {
         let repeats = env("LOCALPV_BENCH_REPEATS", 3).max(1);
         Sizes {
             repeats,
-            lsp_repeats: env("LOCALPV_BENCH_LSP_REPEATS", 1).clamp(1, repeats),
+            lsp_repeats: env("LOCALPV_BENCH_LSP_REPEATS", 1).min(repeats),
             quiet_repeats: env("LOCALPV_BENCH_QUIET_REPEATS", repeats).max(1),
             mounts: env("LOCALPV_BENCH_MOUNTS", 100),
             lsp_mounts: env("LOCALPV_BENCH_LSP_MOUNTS", 20),
@@ -243,6 +244,14 @@ fn rows(s: &Sizes) -> Vec<Row> {
         row(
             "start_created",
             format!("{} disks present at start: all PVs created", s.disks),
+            "s",
+        ),
+        row(
+            "start_floor",
+            format!(
+                "the same {} PVs created by a bare client, 16 at a time (the API server's floor)",
+                s.disks
+            ),
             "s",
         ),
         row(

@@ -125,6 +125,96 @@ async fn one(
         r.add(kind, "one_available", ms(available));
     }
     subject.stop();
+    if kind == Kind::Localpv {
+        let floor = api_floor(cp, watch, &node, &present).await;
+        r.add(kind, "start_floor", floor.as_secs_f64());
+    }
+}
+
+/// The API server's floor under "disks present at start": copies of the PVs the agent created for `present`, made
+/// by a bare client with the agent's concurrency (16 creates at once) on the same plane once the agent stopped,
+/// from the first create until the benchmark's watch saw the last. What the agent adds to it (its start, the
+/// discovery, the ledger writes) is the difference. The copies go again before the next provisioner starts.
+async fn api_floor(cp: &ControlPlane, watch: &Watch, node: &str, present: &[String]) -> Duration {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::PersistentVolume;
+    use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+
+    const CONCURRENCY: usize = 16;
+    let api: Api<PersistentVolume> = Api::all(cp.client());
+    let ours = api
+        .list(&ListParams::default().labels(&format!("localpv.io/node={node}")))
+        .await
+        .expect("the agent's PVs listed");
+    let wanted: std::collections::BTreeSet<&str> = present.iter().map(String::as_str).collect();
+    let floor_label = format!("localpv-bench-floor={node}");
+    let copies: Vec<PersistentVolume> = ours
+        .items
+        .into_iter()
+        .filter_map(|pv| {
+            let mut spec = pv.spec?;
+            let local = spec.local.as_mut()?;
+            if !wanted.contains(local.path.as_str()) {
+                return None;
+            }
+            local.path = format!("{}-floor", local.path);
+            let mut labels = pv.metadata.labels.unwrap_or_default();
+            labels.remove("localpv.io/node");
+            labels.insert("localpv-bench-floor".into(), node.into());
+            Some(PersistentVolume {
+                metadata: ObjectMeta {
+                    name: pv.metadata.name.map(|n| format!("floor-{n}")),
+                    labels: Some(labels),
+                    annotations: pv.metadata.annotations,
+                    ..ObjectMeta::default()
+                },
+                spec: Some(spec),
+                status: None,
+            })
+        })
+        .collect();
+    assert_eq!(
+        copies.len(),
+        present.len(),
+        "a PV for every disk present at start"
+    );
+    let paths: Vec<String> = copies
+        .iter()
+        .filter_map(|pv| Some(pv.spec.as_ref()?.local.as_ref()?.path.clone()))
+        .collect();
+    let t0 = Instant::now();
+    futures::stream::iter(copies.iter())
+        .map(|pv| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), pv)
+                    .await
+                    .expect("floor PV created")
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .for_each(|_| async {})
+        .await;
+    let floor = watch.all(&paths, false, Duration::from_secs(600)).await - t0;
+    let selector = ListParams::default().labels(&floor_label);
+    api.delete_collection(&DeleteParams::default(), &selector)
+        .await
+        .expect("floor PVs deleted");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !api
+        .list(&selector)
+        .await
+        .expect("floor PVs listed")
+        .items
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the floor's PVs were not gone within 300 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    floor
 }
 
 /// localpv's cost per mount event with `n` disks already on the node, for each `n` of `sizes`: mount to PV
