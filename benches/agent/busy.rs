@@ -139,11 +139,12 @@ async fn api_floor(cp: &ControlPlane, watch: &Watch, node: &str, present: &[Stri
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::PersistentVolume;
     use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+    use localpv::contract::NODE_LABEL;
 
     const CONCURRENCY: usize = 16;
     let api: Api<PersistentVolume> = Api::all(cp.client());
     let ours = api
-        .list(&ListParams::default().labels(&format!("localpv.io/node={node}")))
+        .list(&ListParams::default().labels(&format!("{NODE_LABEL}={node}")))
         .await
         .expect("the agent's PVs listed");
     let wanted: std::collections::BTreeSet<&str> = present.iter().map(String::as_str).collect();
@@ -157,9 +158,9 @@ async fn api_floor(cp: &ControlPlane, watch: &Watch, node: &str, present: &[Stri
             if !wanted.contains(local.path.as_str()) {
                 return None;
             }
-            local.path = format!("{}-floor", local.path);
+            local.path = floor_path(&local.path);
             let mut labels = pv.metadata.labels.unwrap_or_default();
-            labels.remove("localpv.io/node");
+            labels.remove(NODE_LABEL);
             labels.insert("localpv-bench-floor".into(), node.into());
             Some(PersistentVolume {
                 metadata: ObjectMeta {
@@ -178,10 +179,7 @@ async fn api_floor(cp: &ControlPlane, watch: &Watch, node: &str, present: &[Stri
         present.len(),
         "a PV for every disk present at start"
     );
-    let paths: Vec<String> = copies
-        .iter()
-        .filter_map(|pv| Some(pv.spec.as_ref()?.local.as_ref()?.path.clone()))
-        .collect();
+    let paths: Vec<String> = present.iter().map(|p| floor_path(p)).collect();
     let t0 = Instant::now();
     futures::stream::iter(copies.iter())
         .map(|pv| {
@@ -200,21 +198,26 @@ async fn api_floor(cp: &ControlPlane, watch: &Watch, node: &str, present: &[Stri
     api.delete_collection(&DeleteParams::default(), &selector)
         .await
         .expect("floor PVs deleted");
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !api
-        .list(&selector)
-        .await
-        .expect("floor PVs listed")
-        .items
-        .is_empty()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the floor's PVs were not gone within 300 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    crate::support::eventually("the floor's PVs gone", Duration::from_secs(300), || async {
+        let left = api
+            .list(&selector)
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .len();
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} left"))
+        }
+    })
+    .await;
     floor
+}
+
+/// Where a floor copy of the PV for `path` points (a path under the plane, so the benchmark's watch sees it).
+fn floor_path(path: &str) -> String {
+    format!("{path}-floor")
 }
 
 /// localpv's cost per mount event with `n` disks already on the node, for each `n` of `sizes`: mount to PV
