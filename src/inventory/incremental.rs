@@ -16,6 +16,7 @@
 //! a list of this node's objects out of name order (the watch store gives them by name).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -104,6 +105,13 @@ struct Last {
     unused: BTreeSet<String>,
     /// Filesystem entries whose plain name this node does not hold, by path.
     wanted: BTreeMap<PathBuf, String>,
+    /// The found disks and unusable entries the last build took, in its order: a pass whose disks are the same
+    /// pointers in the same order, and whose unusable entries are equal, compares no entry.
+    disks: Vec<Arc<Disk>>,
+    unusable: Vec<Unusable>,
+    /// The PVs the last build took, in its order: a PV at the same place, the same pointer, is the one seen under
+    /// its UID (UIDs are unique), and is not looked up.
+    pv_order: Vec<Arc<PersistentVolume>>,
 }
 
 fn entry_key(entry: &Entry) -> DiskKey {
@@ -148,12 +156,55 @@ fn mine<'e>(
     node: &str,
     existing: &'e [Arc<LocalDisk>],
 ) -> Option<Vec<(&'e str, &'e Arc<LocalDisk>)>> {
-    let mine: Vec<(&str, &Arc<LocalDisk>)> = existing
-        .iter()
-        .filter(|d| d.spec.node == node)
-        .filter_map(|d| Some((d.metadata.name.as_deref()?, d)))
-        .collect();
+    let mut mine: Vec<(&str, &Arc<LocalDisk>)> = Vec::with_capacity(existing.len());
+    mine.extend(
+        existing
+            .iter()
+            .filter(|d| d.spec.node == node)
+            .filter_map(|d| Some((d.metadata.name.as_deref()?, d))),
+    );
     mine.windows(2).all(|w| w[0].0 < w[1].0).then_some(mine)
+}
+
+/// An object of this node that is new or changed since the last build, with what was seen under its name.
+struct ObjectChange<'e, 'l> {
+    name: &'e str,
+    object: &'e Arc<LocalDisk>,
+    seen: Option<&'l SeenObject>,
+}
+
+/// This node's objects (`mine`, in name order) walked beside the last build's (`objects`, in name order): the new
+/// or changed ones, and the ones seen then and gone now. One pointer comparison per object kept: the same pointer
+/// is the same object, under the same name.
+#[allow(clippy::type_complexity)]
+fn diff_objects<'e, 'l>(
+    objects: &'l BTreeMap<String, SeenObject>,
+    mine: &[(&'e str, &'e Arc<LocalDisk>)],
+) -> (Vec<ObjectChange<'e, 'l>>, Vec<(&'l str, &'l SeenObject)>) {
+    let mut changed = Vec::new();
+    let mut gone = Vec::new();
+    let mut seen = objects.iter().peekable();
+    for &(name, object) in mine {
+        if seen
+            .next_if(|(_, s)| Arc::ptr_eq(&s.object, object))
+            .is_some()
+        {
+            continue;
+        }
+        while let Some((n, s)) = seen.next_if(|(n, _)| n.as_str() < name) {
+            gone.push((n.as_str(), s));
+        }
+        match seen.next_if(|(n, _)| n.as_str() == name) {
+            Some((_, s)) if same_object(&s.object, object) => {}
+            s => changed.push(ObjectChange {
+                name,
+                object,
+                seen: s.map(|(_, s)| s),
+            }),
+        }
+    }
+    gone.extend(seen.map(|(n, s)| (n.as_str(), s)));
+    (changed, gone)
 }
 
 impl Incremental {
@@ -170,32 +221,18 @@ impl Incremental {
             return names_to_look_up(node, found, existing);
         };
         // Objects changed or new (with their key now), and the keys whose objects changed.
+        let (diff, gone) = diff_objects(&last.objects, &mine);
         let mut changed: FastMap<&str, DiskKey> = FastMap::default();
         let mut keys: FastSet<DiskKey> = FastSet::default();
-        let mut kept = 0;
-        for (name, object) in &mine {
-            let seen = last.objects.get(*name);
-            kept += usize::from(seen.is_some());
-            match seen {
-                Some(seen) if same_object(&seen.object, object) => {}
-                seen => {
-                    let key = DiskKey::of_spec(&object.spec);
-                    keys.extend(seen.map(|s| s.key.clone()));
-                    keys.insert(key.clone());
-                    changed.insert(name, key);
-                }
-            }
+        for c in &diff {
+            let key = DiskKey::of_spec(&c.object.spec);
+            keys.extend(c.seen.map(|s| s.key.clone()));
+            keys.insert(key.clone());
+            changed.insert(c.name, key);
         }
+        // Objects gone since the last build.
+        keys.extend(gone.iter().map(|(_, seen)| seen.key.clone()));
         let is_mine = |name: &str| mine.binary_search_by(|(n, _)| (*n).cmp(name)).is_ok();
-        if kept < last.objects.len() {
-            // Objects gone since the last build.
-            keys.extend(
-                last.objects
-                    .iter()
-                    .filter(|(name, _)| !is_mine(name))
-                    .map(|(_, seen)| seen.key.clone()),
-            );
-        }
         // NB: `names_to_look_up` keeps, of several objects with one key, the last in order: the greatest name.
         let held = |key: &DiskKey| -> Option<&str> {
             let stale = last
@@ -212,6 +249,39 @@ impl Incremental {
                 .max()
         };
         let mut names = BTreeSet::new();
+        // A disk asked again asks for its plain name when this node's objects under its key do not hold it.
+        let plain_wanted = |key: &DiskKey| -> Option<String> {
+            let DiskKey::Filesystem { .. } = key else {
+                return None;
+            };
+            let plain = naming::name(node, key);
+            (held(key) != Some(plain.as_str())).then_some(plain)
+        };
+        if last.same_disks(found) {
+            // Every disk is the one the last build saw, under the key it recorded: only the disks under a changed
+            // key are asked again, and the others ask what they asked (`wanted` holds only found disks' paths).
+            let affected: BTreeSet<&Path> = keys
+                .iter()
+                .filter_map(|k| last.links.get(&Link::Key(k.clone())))
+                .flatten()
+                .map(PathBuf::as_path)
+                .collect();
+            for path in &affected {
+                if let Some(SeenEntry {
+                    entry: Entry::Disk(disk),
+                    ..
+                }) = last.entries.get(*path)
+                {
+                    names.extend(plain_wanted(&DiskKey::of_disk(disk)));
+                }
+            }
+            let asked = last
+                .wanted
+                .iter()
+                .filter(|(p, _)| !affected.contains(p.as_path()));
+            names.extend(asked.map(|(_, name)| name.clone()));
+            return names.into_iter().collect();
+        }
         for disk in &found.disks {
             let key = DiskKey::of_disk(disk);
             let same = matches!(last.entries.get(&disk.host_path),
@@ -220,12 +290,7 @@ impl Incremental {
                 names.extend(last.wanted.get(&disk.host_path).cloned());
                 continue;
             }
-            if let DiskKey::Filesystem { .. } = key {
-                let plain = naming::name(node, &key);
-                if held(&key) != Some(plain.as_str()) {
-                    names.insert(plain);
-                }
-            }
+            names.extend(plain_wanted(&key));
         }
         names.into_iter().collect()
     }
@@ -288,6 +353,9 @@ impl Last {
             used: FastMap::default(),
             unused: BTreeSet::new(),
             wanted: BTreeMap::new(),
+            disks: inputs.found.disks.clone(),
+            unusable: inputs.found.unusable.clone(),
+            pv_order: inputs.pvs.to_vec(),
         };
         for u in inputs.unpublished {
             last.held
@@ -437,6 +505,16 @@ impl Last {
         }
     }
 
+    /// The found disks are the last build's: the same pointers, in the same order.
+    fn same_disks(&self, found: &Discovery) -> bool {
+        found.disks.len() == self.disks.len()
+            && found
+                .disks
+                .iter()
+                .zip(&self.disks)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+
     fn same_global(&self, inputs: &Inputs<'_>) -> bool {
         let g = &self.global;
         g.node == inputs.node
@@ -455,41 +533,35 @@ impl Last {
         let mut links: Vec<Link> = Vec::new();
         let mut names: BTreeSet<String> = BTreeSet::new();
         // This node's objects.
-        let mut changed_objects: Vec<(&str, &Arc<LocalDisk>)> = Vec::new();
-        let mut gone_objects: Vec<String> = Vec::new();
-        let mut kept = 0;
-        for (name, object) in &mine {
-            match self.objects.get(*name) {
-                Some(seen) if same_object(&seen.object, object) => kept += 1,
-                seen => {
-                    kept += usize::from(seen.is_some());
-                    if let Some(seen) = seen {
-                        links.extend(object_links(name, &seen.key));
-                    }
-                    links.extend(object_links(name, &DiskKey::of_spec(&object.spec)));
-                    names.insert(name.to_string());
-                    changed_objects.push((name, object));
-                }
+        let (diff, gone) = diff_objects(&self.objects, &mine);
+        for c in &diff {
+            if let Some(seen) = c.seen {
+                links.extend(object_links(c.name, &seen.key));
             }
+            links.extend(object_links(c.name, &DiskKey::of_spec(&c.object.spec)));
+            names.insert(c.name.to_string());
         }
-        if kept < self.objects.len() {
-            let present: FastSet<&str> = mine.iter().map(|(n, _)| *n).collect();
-            for (name, seen) in &self.objects {
-                if !present.contains(name.as_str()) {
-                    links.extend(object_links(name, &seen.key));
-                    names.insert(name.clone());
-                    gone_objects.push(name.clone());
-                }
-            }
+        for (name, seen) in &gone {
+            links.extend(object_links(name, &seen.key));
+            names.insert(name.to_string());
         }
+        let changed_objects: Vec<(&str, &Arc<LocalDisk>)> =
+            diff.iter().map(|c| (c.name, c.object)).collect();
+        let gone_objects: Vec<String> = gone.iter().map(|(name, _)| name.to_string()).collect();
         // Entries using a changed object's name.
         dirty.extend(names.iter().filter_map(|n| self.used.get(n)).cloned());
         // Found entries.
         let mut changed_entries: Vec<Entry> = Vec::new();
         let mut gone_entries: Vec<PathBuf> = Vec::new();
+        // NB: the same entries as the last build's are the ones `entries` holds: none changed, none gone.
+        let same_entries = self.same_disks(inputs.found) && inputs.found.unusable == self.unusable;
+        let count = inputs.found.disks.len() + inputs.found.unusable.len();
         let mut paths: FastSet<&Path> = FastSet::default();
         let mut kept = 0;
-        for entry in borrowed_entries(inputs.found) {
+        if !same_entries {
+            paths.reserve(count);
+        }
+        for entry in borrowed_entries(inputs.found).filter(|_| !same_entries) {
             let path = entry.host_path();
             if !paths.insert(path) {
                 return None;
@@ -505,7 +577,7 @@ impl Last {
                 }
             }
         }
-        if kept < self.entries.len() {
+        if !same_entries && kept < self.entries.len() {
             for path in self.entries.keys() {
                 if !paths.contains(path.as_path()) {
                     dirty.insert(path.clone());
@@ -517,7 +589,13 @@ impl Last {
         let mut changed_pvs: Vec<(String, &Arc<PersistentVolume>)> = Vec::new();
         let mut gone_pvs: Vec<String> = Vec::new();
         let mut kept = 0;
-        for pv in inputs.pvs {
+        let mut in_place = 0;
+        for (i, pv) in inputs.pvs.iter().enumerate() {
+            if self.pv_order.get(i).is_some_and(|p| Arc::ptr_eq(p, pv)) {
+                kept += 1;
+                in_place += 1;
+                continue;
+            }
             let uid = pv.metadata.uid.as_deref()?;
             match self.pvs.get(uid) {
                 Some((seen, _)) if Arc::ptr_eq(seen, pv) || seen == pv => kept += 1,
@@ -598,6 +676,13 @@ impl Last {
         for entry in changed_entries {
             self.add_entry(inputs.node, entry);
         }
+        if !same_entries {
+            self.disks = inputs.found.disks.clone();
+            self.unusable = inputs.found.unusable.clone();
+        }
+        if in_place < inputs.pvs.len() || in_place < self.pv_order.len() {
+            self.pv_order = inputs.pvs.to_vec();
+        }
         self.running = running;
         self.failures = inputs.wipe_failures.clone();
         self.held = held;
@@ -635,13 +720,7 @@ impl Last {
         mut names: BTreeSet<String>,
     ) -> Option<(Changes, Work)> {
         let found = Discovery {
-            disks: inputs
-                .found
-                .disks
-                .iter()
-                .filter(|d| dirty.contains(&d.host_path))
-                .cloned()
-                .collect(),
+            disks: disks_at(inputs.found, dirty),
             unusable: unusable_at(inputs.found, dirty),
             failed_classes: inputs.found.failed_classes.clone(),
         };
@@ -722,6 +801,24 @@ impl Last {
         };
         Some((changes, work))
     }
+}
+
+/// The found disks at `paths`, in their found order (the builder's). NB: equal paths end in the same name: a disk
+/// whose last component is none of theirs is passed over on a hash of that name, its path never compared.
+fn disks_at(found: &Discovery, paths: &BTreeSet<PathBuf>) -> Vec<Arc<Disk>> {
+    if paths.is_empty() {
+        return Vec::new();
+    }
+    let names: FastSet<&OsStr> = paths.iter().filter_map(|p| p.file_name()).collect();
+    found
+        .disks
+        .iter()
+        .filter(|d| {
+            let name = d.host_path.file_name();
+            name.is_none_or(|n| names.contains(n)) && paths.contains(&d.host_path)
+        })
+        .cloned()
+        .collect()
 }
 
 /// Found entries, disks first, as the builder takes them.
