@@ -220,7 +220,7 @@ impl Metrics {
         &self,
         classes: impl IntoIterator<Item = &'a str>,
         unusable: &[Unusable],
-        pvs: &[Arc<PersistentVolume>],
+        tally: &PvTally,
     ) {
         let mut reasons: BTreeMap<&str, i64> =
             UNUSABLE_REASONS.iter().map(|r| (r.as_str(), 0)).collect();
@@ -234,42 +234,29 @@ impl Metrics {
                 .get_or_create(&ReasonLabels { reason })
                 .set(n);
         }
-        let mut phases: BTreeMap<String, i64> =
-            PV_PHASES.iter().map(|p| (p.to_string(), 0)).collect();
-        let mut bytes: BTreeMap<(String, String), i64> = BTreeMap::new();
+        let mut phases: BTreeMap<&str, i64> = PV_PHASES.iter().map(|p| (*p, 0)).collect();
+        for (phase, n) in &tally.phases {
+            phases.insert(phase, *n as i64);
+        }
+        let mut bytes: BTreeMap<(&str, &str), i64> = BTreeMap::new();
         for class in classes {
             for phase in CAPACITY_PHASES {
-                bytes.insert((class.to_string(), phase.to_string()), 0);
+                bytes.insert((class, phase), 0);
             }
         }
-        for pv in pvs {
-            let phase = pv
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_else(|| "Pending".into());
-            let spec = pv.spec.as_ref();
-            let class = spec
-                .and_then(|s| s.storage_class_name.clone())
-                .unwrap_or_default();
-            let capacity = spec
-                .and_then(|s| s.capacity.as_ref())
-                .and_then(|c| c.get("storage"))
-                .and_then(|q| crate::extender::model::parse_quantity(&q.0))
-                .unwrap_or(0);
-            *bytes.entry((class, phase.clone())).or_default() +=
-                i64::try_from(capacity).unwrap_or(i64::MAX);
-            *phases.entry(phase).or_default() += 1;
+        for ((class, phase), (n, _)) in &tally.bytes {
+            bytes.insert((class, phase), *n);
         }
         for (phase, n) in phases {
+            let phase = phase.to_string();
             self.pvs.get_or_create(&PhaseLabels { phase }).set(n);
         }
         // NB: cleared first so a class removed from the configuration, whose PVs are gone, stops being reported.
         self.capacity.clear();
         for ((storage_class, phase), n) in bytes {
             let labels = CapacityLabels {
-                storage_class,
-                phase,
+                storage_class: storage_class.to_string(),
+                phase: phase.to_string(),
             };
             self.capacity.get_or_create(&labels).set(n);
         }
@@ -285,6 +272,95 @@ impl Metrics {
 impl crate::effects::Count for Metrics {
     fn request(&self, verb: ApiVerb, outcome: ApiOutcome) {
         self.api(verb, outcome);
+    }
+}
+
+/// This node's PVs counted by phase, and their capacity by class and phase, kept between passes: a pass whose PVs
+/// are the last one's pointers in the same places but for a few (a phase changed) counts only those few again.
+#[derive(Default)]
+pub struct PvTally {
+    /// The PVs counted, in the order given, with what each adds.
+    pvs: Vec<(Arc<PersistentVolume>, Share)>,
+    /// PVs by phase.
+    phases: BTreeMap<String, usize>,
+    /// Bytes and PVs by class and phase (a key goes with its last PV).
+    bytes: BTreeMap<(String, String), (i64, usize)>,
+}
+
+/// What one PV adds to the tally.
+struct Share {
+    class: String,
+    phase: String,
+    bytes: i64,
+}
+
+impl Share {
+    fn of(pv: &PersistentVolume) -> Share {
+        let spec = pv.spec.as_ref();
+        let capacity = spec
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("storage"))
+            .and_then(|q| crate::extender::model::parse_quantity(&q.0))
+            .unwrap_or(0);
+        Share {
+            class: spec
+                .and_then(|s| s.storage_class_name.clone())
+                .unwrap_or_default(),
+            phase: pv
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_else(|| "Pending".into()),
+            bytes: i64::try_from(capacity).unwrap_or(i64::MAX),
+        }
+    }
+}
+
+impl PvTally {
+    /// The tally is of exactly these PVs (the same pointers, in this order).
+    pub fn is_of(&self, pvs: &[Arc<PersistentVolume>]) -> bool {
+        pvs.len() == self.pvs.len()
+            && pvs
+                .iter()
+                .zip(&self.pvs)
+                .all(|(a, (b, _))| Arc::ptr_eq(a, b))
+    }
+
+    /// Counts `pvs` instead: again only the places whose pointer changed, or all of them when the number changed.
+    pub fn update(&mut self, pvs: &[Arc<PersistentVolume>]) {
+        if pvs.len() != self.pvs.len() {
+            *self = PvTally::default();
+            for pv in pvs {
+                let share = Share::of(pv);
+                self.add(&share, 1);
+                self.pvs.push((pv.clone(), share));
+            }
+            return;
+        }
+        for (i, pv) in pvs.iter().enumerate() {
+            if Arc::ptr_eq(&self.pvs[i].0, pv) {
+                continue;
+            }
+            let share = Share::of(pv);
+            self.add(&share, 1);
+            let (_, old) = std::mem::replace(&mut self.pvs[i], (pv.clone(), share));
+            self.add(&old, -1);
+        }
+    }
+
+    fn add(&mut self, share: &Share, sign: i64) {
+        let phase = self.phases.entry(share.phase.clone()).or_default();
+        *phase = phase.checked_add_signed(sign as isize).unwrap_or(0);
+        if *phase == 0 {
+            self.phases.remove(&share.phase);
+        }
+        let key = (share.class.clone(), share.phase.clone());
+        let (bytes, count) = self.bytes.entry(key.clone()).or_default();
+        *bytes = bytes.saturating_add(sign * share.bytes);
+        *count = count.checked_add_signed(sign as isize).unwrap_or(0);
+        if *count == 0 {
+            self.bytes.remove(&key);
+        }
     }
 }
 
@@ -319,6 +395,43 @@ mod tests {
     }
 
     #[test]
+    fn a_tally_kept_between_passes_counts_what_a_fresh_one_counts() {
+        let phases = ["Pending", "Available", "Bound", "Released", "Failed"];
+        let classes = ["fast", "slow", "gone"];
+        let mut pvs: Vec<Arc<PersistentVolume>> = Vec::new();
+        let mut kept = PvTally::default();
+        let mut seed = 7u64;
+        let mut next = |n: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize % n
+        };
+        for step in 0..400 {
+            let at = next(pvs.len().max(1));
+            let fresh = Arc::new(pv(
+                classes[next(3)],
+                phases[next(5)],
+                ["1Gi", "0", "5Gi"][next(3)],
+            ));
+            match next(6) {
+                0 | 1 => pvs.push(fresh),
+                2 if !pvs.is_empty() => {
+                    pvs.remove(at);
+                }
+                _ if !pvs.is_empty() => pvs[at] = fresh,
+                _ => {}
+            }
+            kept.update(&pvs);
+            let mut whole = PvTally::default();
+            whole.update(&pvs);
+            assert!(kept.is_of(&pvs), "step {step}");
+            assert_eq!(kept.phases, whole.phases, "step {step}");
+            assert_eq!(kept.bytes, whole.bytes, "step {step}");
+        }
+    }
+
+    #[test]
     fn a_pass_sets_free_and_bound_capacity_per_class_and_resets_counts() {
         let mut reg = Registry::default();
         let m = Metrics::register(&mut reg);
@@ -328,7 +441,9 @@ mod tests {
             pv("fast", "Bound", "1Gi"),
         ]
         .map(Arc::new);
-        m.publish_pass(["fast", "slow"], &[], &pvs);
+        let mut tally = PvTally::default();
+        tally.update(&pvs);
+        m.publish_pass(["fast", "slow"], &[], &tally);
         let text = scrape(&reg);
         let gib: i64 = 1 << 30;
         for line in [
@@ -345,7 +460,8 @@ mod tests {
         ] {
             assert!(text.contains(&line), "{line} missing:\n{text}");
         }
-        m.publish_pass(["fast"], &[], &[]);
+        tally.update(&[]);
+        m.publish_pass(["fast"], &[], &tally);
         let text = scrape(&reg);
         assert!(
             text.contains(r#"localpv_node_persistent_volumes{phase="Available"} 0"#),

@@ -28,7 +28,7 @@ use self::wipes::{Backoff, Running};
 use super::exec::PvWriter;
 use super::http::{Disks as HttpDisks, State as HttpState};
 use super::inventory::{self as inv, InventoryWriter};
-use super::metrics::{Metrics, Outcome, OutcomeLabels};
+use super::metrics::{Metrics, Outcome, OutcomeLabels, PvTally};
 use super::pvindex::{PvIndex, Snapshot};
 use super::wiper::{Done, Failed};
 use super::{Options, load_config};
@@ -111,15 +111,50 @@ pub struct Agent {
     notices: inventory::notices::Notices,
     /// What the last pass published to the metrics and `/disks`, to do it again only on a change.
     published: Published,
-    /// The last pass's `existing` PVs, with the PV index generation they were picked from.
-    existing: Option<(u64, Arc<Vec<Arc<PersistentVolume>>>)>,
+    /// The last pass's `existing` PVs, and what they were picked from.
+    existing: Option<Picked>,
     /// The next planning call names no changes: its planner compares ledger and owners whole.
     compare_whole: bool,
 }
 
+/// The planner's `existing` PVs, picked from the PV index at one generation.
+struct Picked {
+    generation: u64,
+    /// The index's PVs then, and which of them were picked.
+    from: Arc<Vec<Arc<PersistentVolume>>>,
+    picked: Vec<bool>,
+    existing: Arc<Vec<Arc<PersistentVolume>>>,
+}
+
+impl Picked {
+    /// This node's PVs in `index` (`planned_on`); a PV the same pointer at the same place as in `last` was picked,
+    /// or not, then: its labels are not read again.
+    fn pick(last: Option<&Picked>, index: &Snapshot, node: &str) -> Picked {
+        let mut picked = Vec::with_capacity(index.pvs.len());
+        let mut existing = Vec::new();
+        for (i, pv) in index.pvs.iter().enumerate() {
+            let was = last
+                .filter(|l| l.from.get(i).is_some_and(|p| Arc::ptr_eq(p, pv)))
+                .map(|l| l.picked[i]);
+            let pick = was.unwrap_or_else(|| planned_on(pv, node));
+            picked.push(pick);
+            if pick {
+                existing.push(pv.clone());
+            }
+        }
+        Picked {
+            generation: index.generation,
+            from: index.pvs.clone(),
+            picked,
+            existing: Arc::new(existing),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Published {
-    pvs: Vec<Arc<PersistentVolume>>,
+    /// This node's PVs as the metrics last counted them.
+    tally: PvTally,
     unusable: Vec<crate::disk::Unusable>,
     /// The ledger as of the `stored`-th write.
     ledger: Option<(u64, Arc<DiskLedger>)>,
@@ -530,21 +565,18 @@ impl Agent {
     }
 
     /// The planner's `existing`: this node's labelled PVs and the reference provisioner's, from the index at one
-    /// generation; picked again only when the index changed since the last pass.
+    /// generation; picked again only when the index changed since the last pass, and then only the PVs not at the
+    /// same place as then (a PV the same pointer at the same place was picked, or not, then: its labels are not
+    /// read again).
     fn existing(&mut self, index: &Snapshot) -> Arc<Vec<Arc<PersistentVolume>>> {
-        if let Some((generation, existing)) = &self.existing
-            && *generation == index.generation
+        if let Some(last) = &self.existing
+            && last.generation == index.generation
         {
-            return existing.clone();
+            return last.existing.clone();
         }
-        let existing: Vec<Arc<PersistentVolume>> = index
-            .pvs
-            .iter()
-            .filter(|pv| planned_on(pv, &self.s.node))
-            .cloned()
-            .collect();
-        let existing = Arc::new(existing);
-        self.existing = Some((index.generation, existing.clone()));
+        let picked = Picked::pick(self.existing.as_ref(), index, &self.s.node);
+        let existing = picked.existing.clone();
+        self.existing = Some(picked);
         existing
     }
 
@@ -624,15 +656,11 @@ impl Agent {
         let m = &self.s.metrics;
         m.disks_found.set(found.disks.len() as i64);
         // NB: PVs unchanged since the last pass are the same pointers in the index: compared, not read again.
-        let same_pvs = pvs.len() == self.published.pvs.len()
-            && pvs
-                .iter()
-                .zip(&self.published.pvs)
-                .all(|(a, b)| Arc::ptr_eq(a, b));
+        let same_pvs = self.published.tally.is_of(pvs);
         if !same_pvs || found.unusable != self.published.unusable {
             let classes = self.s.config.classes.iter().map(|c| c.name.as_str());
-            m.publish_pass(classes, &found.unusable, pvs);
-            self.published.pvs = pvs.to_vec();
+            self.published.tally.update(pvs);
+            m.publish_pass(classes, &found.unusable, &self.published.tally);
             self.published.unusable = found.unusable.clone();
         }
         let ledger = match &self.published.ledger {
