@@ -555,13 +555,14 @@ impl Last {
         let mut gone_entries: Vec<PathBuf> = Vec::new();
         // NB: the same entries as the last build's are the ones `entries` holds: none changed, none gone.
         let same_entries = self.same_disks(inputs.found) && inputs.found.unusable == self.unusable;
-        let count = inputs.found.disks.len() + inputs.found.unusable.len();
+        let to_compare = match same_entries {
+            true => 0,
+            false => inputs.found.disks.len() + inputs.found.unusable.len(),
+        };
         let mut paths: FastSet<&Path> = FastSet::default();
+        paths.reserve(to_compare);
         let mut kept = 0;
-        if !same_entries {
-            paths.reserve(count);
-        }
-        for entry in borrowed_entries(inputs.found).filter(|_| !same_entries) {
+        for entry in borrowed_entries(inputs.found).take(to_compare) {
             let path = entry.host_path();
             if !paths.insert(path) {
                 return None;
