@@ -56,13 +56,13 @@ export LOCALPV_K8S_BIN_DIR
 if [ "${LOCALPV_BENCH_QUICK:-0}" = 1 ]; then
   export LOCALPV_BENCH_MOUNTS=10 LOCALPV_BENCH_DISKS=50 LOCALPV_BENCH_OTHER_PVS=500 LOCALPV_BENCH_STEADY_SECS=10
   export LOCALPV_BENCH_LSP_MOUNTS=3 LOCALPV_BENCH_OWN_DISKS=5 LOCALPV_BENCH_COST_SIZES=10,50 LOCALPV_BENCH_COST_MOUNTS=3
-  export LOCALPV_BENCH_WIPE_FILES=1000,5000 LOCALPV_BENCH_REPEATS=1 LOCALPV_BENCH_PODS=100 LOCALPV_BENCH_NODES=10
+  export LOCALPV_BENCH_WIPE_FILES=1000,5000 LOCALPV_BENCH_REPEATS=1 LOCALPV_BENCH_PODS=20 LOCALPV_BENCH_NODES=10
   export LOCALPV_BENCH_SCALE=0.05 LOCALPV_BENCH_LOAD_SECS=1
   export SIZES=5000 EXT4_SIZES=5000 REPS=1 BLOCK_MIB=64
 fi
 # The wipe comparison at the sizes issue 4 names; ext4 on a loop device only at 100k files (1M there adds ~15 min).
 export REPS=${REPS:-3} EXT4=${EXT4:-1} EXT4_SIZES=${EXT4_SIZES:-100000}
-export LOCALPV_BENCH_SCHED_REPEATS=${LOCALPV_BENCH_SCHED_REPEATS:-1}
+export LOCALPV_BENCH_SCHED_REPEATS=${LOCALPV_BENCH_SCHED_REPEATS:-3}
 env | grep -E '^(LOCALPV_BENCH_[A-Z_]+|SIZES|EXT4|EXT4_SIZES|REPS|PER_DIR|CONCURRENCY|BLOCK_MIB|BLOCK_DIR)=' |
   grep -v '^LOCALPV_BENCH_\(FIGURES\|OUT\)=' | sort >"$OUT/knobs.env" || true
 
@@ -122,9 +122,9 @@ run() {
 run peers bench/peers.sh
 ! wanted peers || mv "$OUT/peers.md" "$OUT/peers.jsonl"
 run agent bench/agent.sh
-# One round by default: at 1,000 pods over 100 nodes each mode takes 4-8 minutes on 2 cores (kube-scheduler's
-# in-tree VolumeBinding filter is CPU-bound), so three rounds would add about 40 minutes.
-run scheduler env LOCALPV_BENCH_REPEATS="${LOCALPV_BENCH_SCHED_REPEATS:-1}" bench/scheduler.sh
+# Three rounds by default: a round (200 pods per mode, the five modes taking turns on one plane) takes about 7
+# minutes on 2 cores (kube-scheduler's in-tree VolumeBinding filter is CPU-bound).
+run scheduler env LOCALPV_BENCH_REPEATS="${LOCALPV_BENCH_SCHED_REPEATS:-3}" bench/scheduler.sh
 run extender bench/extender.sh
 run wipe bench/wipe.sh
 if [ -n "${LOCALPV_BENCH_IMPORT_FLEET:-}" ] && wanted fleet; then

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # kube-scheduler throughput with delayed local claims, in-tree rules only vs a no-op extender (the protocol floor)
 # vs the localpv extender, each extender in both nodeCacheCapable modes, on the test harness's real control plane
-# (see benches/scheduler.rs). Prints markdown tables; with LOCALPV_BENCH_FIGURES=<file> also appends the headline
-# figures as JSON lines.
-# Needs the control-plane binaries (scripts/k8s-bins.sh). Knobs (env): LOCALPV_BENCH_PODS=1000,
-# LOCALPV_BENCH_NODES=100, LOCALPV_BENCH_REPEATS=3, LOCALPV_BENCH_MODES (all five when unset). One round of the
-# five modes at 1,000 pods takes about 40 minutes on 2 cores.
+# (see benches/scheduler.rs): one kube-scheduler per mode on one plane per round, the modes taking turns batch by
+# batch so that every mode meets the same machine. Prints markdown tables; with LOCALPV_BENCH_FIGURES=<file> also
+# appends the headline figures as JSON lines.
+# Needs the control-plane binaries (scripts/k8s-bins.sh). Knobs (env): LOCALPV_BENCH_PODS=200 (per mode and round),
+# LOCALPV_BENCH_NODES=100, LOCALPV_BENCH_REPEATS=3, LOCALPV_BENCH_BATCH=10, LOCALPV_BENCH_MODES (all five when
+# unset). A round of the five modes takes about 7 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 LOCALPV_K8S_BIN_DIR=$(scripts/k8s-bins.sh | tail -n 1)

@@ -1,19 +1,24 @@
 //! kube-scheduler throughput with delayed local claims, on the real control plane (a benchmark, not a timed test):
-//! pods placed per second over stand-in Nodes with in-tree rules only, with a no-op extender that passes every
+//! pods scheduled per second over stand-in Nodes with in-tree rules only, with a no-op extender that passes every
 //! node (the protocol floor: kube-scheduler's own encoding of the request) and with the localpv extender, each
 //! extender in both `nodeCacheCapable` modes. Prints markdown tables; `bench/scheduler.sh` runs it.
 //!
 //! ```text
-//!  round r:  mode A ─ mode B ─ ... ─ mode E   (order rotated each round, so machine drift hits every mode)
-//!  one run:  fresh plane (etcd, apiserver, PV binder) ─ [extender or no-op] ─ kube-scheduler
-//!            ─ Nodes, PVs pinned by hostname, claims ─ PVs Available ─ caches caught up
-//!            ─ watches on pods and claims ─ t0: first pod created ─ last pod has spec.nodeName ─ last claim Bound
+//!  round r:  fresh plane (etcd, apiserver, PV binder) ─ [extender] [no-op] ─ one kube-scheduler per mode, each
+//!            under its own name ─ Nodes, PVs pinned by hostname, claims ─ PVs Available ─ caches caught up
+//!  then, batch after batch, the modes taking turns (the order rotated each cycle):
+//!            t0: the batch's pods created (for one mode's scheduler) ─ every claim of the batch chosen (the
+//!            scheduler wrote the PV's claimRef: its cycles are done) ─ every pod has spec.nodeName ─ next mode
 //! ```
 //!
-//! The modes share one scheduler configuration; only the `extenders:` stanza differs. Sizes come from the
-//! environment: LOCALPV_BENCH_PODS (1000), LOCALPV_BENCH_NODES (100), LOCALPV_BENCH_REPEATS (3),
-//! LOCALPV_BENCH_MODES (comma-separated: intree, noop_nodenames, noop_nodes, nodenames, nodes; all when unset).
-//! With LOCALPV_BENCH_FIGURES set, headline figures are appended to that file as JSON lines.
+//! Why interleaved: on a 2-core machine shared with other work the speed of the whole machine moves by a quarter
+//! from one minute to the next, while an extender's cost is a few percent of a scheduling cycle; modes measured one
+//! after the other (a plane each) measured the machine. Taking turns every few seconds, every mode sees the same
+//! machine. The modes share one scheduler configuration; only the `extenders:` stanza differs. Sizes come from the
+//! environment: LOCALPV_BENCH_PODS (200 per mode and round), LOCALPV_BENCH_NODES (100), LOCALPV_BENCH_REPEATS (3),
+//! LOCALPV_BENCH_BATCH (10 pods), LOCALPV_BENCH_MODES (comma-separated: intree, noop_nodenames, noop_nodes,
+//! nodenames, nodes; all when unset). With LOCALPV_BENCH_FIGURES set, headline figures are appended to that file
+//! as JSON lines.
 
 mod common;
 #[path = "../tests/support/mod.rs"]
@@ -38,7 +43,6 @@ use support::cluster::{ControlPlane, Extender, Options};
 use support::extender::ExtenderProcess;
 use support::nodes::create_node;
 
-const SCHEDULER: &str = "localpv-bench-scheduler";
 const CLASS: &str = "local-bench";
 const PVS_PER_NODE: usize = 12;
 /// Every claim fits every PV, so placement never depends on which PVs earlier pods took; the sizes only give
@@ -47,7 +51,11 @@ const PV_SIZES: [&str; 4] = ["10Gi", "20Gi", "50Gi", "100Gi"];
 const CLAIM_SIZES: [&str; 3] = ["1Gi", "5Gi", "10Gi"];
 /// Pod creates in flight at once: fast enough that the scheduler, not the creator, sets the pace.
 const IN_FLIGHT: usize = 8;
-const PLACE_TIMEOUT: Duration = Duration::from_secs(900);
+/// How long one batch may take to be placed before the run fails.
+const PLACE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Pause after each batch, so the trailing writes of one mode's batch (the PV binder's) end before the next
+/// mode's window opens.
+const BETWEEN_BATCHES: Duration = Duration::from_millis(200);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -98,6 +106,16 @@ impl Mode {
 
     fn noop(self) -> bool {
         matches!(self, Mode::NoopNodeNames | Mode::NoopNodes)
+    }
+
+    /// The localpv extender answers this mode's scheduler.
+    fn localpv(self) -> bool {
+        matches!(self, Mode::NodeNames | Mode::Nodes)
+    }
+
+    /// The name of this mode's kube-scheduler (its pods' `schedulerName`).
+    fn scheduler(self) -> String {
+        format!("localpv-bench-{}", self.key().replace('_', "-"))
     }
 
     /// The modes LOCALPV_BENCH_MODES names (comma-separated keys; all when unset), in `ALL`'s order.
@@ -168,24 +186,30 @@ impl Drop for NoopExtender {
 
 #[derive(Clone, Copy, Debug)]
 struct Sizes {
+    /// Pods per mode and round.
     pods: usize,
     nodes: usize,
     repeats: usize,
+    /// Pods per batch: a mode's turn.
+    batch: usize,
     /// kube-controller-manager's client rate limit; 0 runs the harness's (the Kubernetes default, 20).
     cm_qps: usize,
 }
 
 impl Sizes {
-    fn from_env() -> Sizes {
+    fn from_env(modes: usize) -> Sizes {
         let s = Sizes {
-            pods: env("LOCALPV_BENCH_PODS", 1000),
+            pods: env("LOCALPV_BENCH_PODS", 200),
             nodes: env("LOCALPV_BENCH_NODES", 100),
             repeats: env("LOCALPV_BENCH_REPEATS", 3),
+            batch: env("LOCALPV_BENCH_BATCH", 10),
             cm_qps: env("LOCALPV_BENCH_CM_QPS", 500),
         };
+        // NB: the modes share the plane's PVs, one per pod.
         assert!(
-            s.pods <= s.nodes * PVS_PER_NODE && s.pods > 0 && s.repeats > 0,
-            "LOCALPV_BENCH_PODS must be 1..={} for {} nodes ({PVS_PER_NODE} PVs each), repeats at least 1",
+            s.pods * modes <= s.nodes * PVS_PER_NODE && s.pods > 0 && s.repeats > 0 && s.batch > 0,
+            "LOCALPV_BENCH_PODS x modes ({modes}) must be 1..={} for {} nodes ({PVS_PER_NODE} PVs each); repeats and \
+             batch at least 1",
             s.nodes * PVS_PER_NODE,
             s.nodes
         );
@@ -204,13 +228,17 @@ fn obj<T: DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("bench object literal is valid")
 }
 
-/// What one run measured. Times are seconds from the first pod create; CPU seconds cover the same window.
+/// What one mode measured in one round: the sums over its batches. Seconds are from each batch's first pod create;
+/// CPU seconds cover the same windows.
+#[derive(Default)]
 struct Run {
     round: usize,
-    mode: Mode,
-    pods_per_second: f64,
+    mode: Option<Mode>,
+    pods: usize,
+    /// Until every claim of the batch was chosen (the scheduling cycles are done).
+    scheduled: f64,
+    /// Until every pod of the batch had a node (binding cycles too: PreBind waits for the PV binder).
     placed: f64,
-    bound: f64,
     scheduler_cpu: f64,
     apiserver_cpu: f64,
     scheduler: SchedulerStats,
@@ -219,15 +247,73 @@ struct Run {
     extender: Option<ExtenderStats>,
 }
 
-#[derive(Default)]
+impl Run {
+    fn mode(&self) -> Mode {
+        self.mode.expect("a run has a mode")
+    }
+
+    /// The headline: pods whose scheduling cycles finished per second.
+    fn pods_per_second(&self) -> f64 {
+        self.pods as f64 / self.scheduled
+    }
+
+    fn placed_per_second(&self) -> f64 {
+        self.pods as f64 / self.placed
+    }
+
+    /// kube-scheduler's CPU per pod, plus the extender's when it has one (the shared extender's CPU in this
+    /// mode's windows).
+    fn cpu_ms_per_pod(&self) -> f64 {
+        let extender = self.extender.as_ref().map_or(0.0, |e| e.cpu);
+        (self.scheduler_cpu + extender) / self.pods as f64 * 1000.0
+    }
+}
+
+/// The localpv extender's counters (its `/metrics` and CPU); a mode's share is the difference over its windows.
+#[derive(Default, Clone, Copy)]
 struct ExtenderStats {
     filter_calls: f64,
-    filter_mean_ms: f64,
+    filter_count: f64,
+    filter_seconds: f64,
     prioritize_calls: f64,
-    prioritize_mean_ms: f64,
-    /// Answers other than Ok (deadline, not ready...).
-    errors: f64,
+    prioritize_count: f64,
+    prioritize_seconds: f64,
+    /// Answers that were Ok (the others: deadline, not ready...).
+    ok: f64,
     cpu: f64,
+}
+
+impl ExtenderStats {
+    fn add_since(&mut self, now: &ExtenderStats, before: &ExtenderStats) {
+        self.filter_calls += now.filter_calls - before.filter_calls;
+        self.filter_count += now.filter_count - before.filter_count;
+        self.filter_seconds += now.filter_seconds - before.filter_seconds;
+        self.prioritize_calls += now.prioritize_calls - before.prioritize_calls;
+        self.prioritize_count += now.prioritize_count - before.prioritize_count;
+        self.prioritize_seconds += now.prioritize_seconds - before.prioritize_seconds;
+        self.ok += now.ok - before.ok;
+        self.cpu += now.cpu - before.cpu;
+    }
+
+    fn errors(&self) -> f64 {
+        self.filter_calls + self.prioritize_calls - self.ok
+    }
+
+    fn filter_mean_ms(&self) -> f64 {
+        mean_ms(self.filter_seconds, self.filter_count)
+    }
+
+    fn prioritize_mean_ms(&self) -> f64 {
+        mean_ms(self.prioritize_seconds, self.prioritize_count)
+    }
+}
+
+fn mean_ms(seconds: f64, count: f64) -> f64 {
+    if count > 0.0 {
+        seconds / count * 1000.0
+    } else {
+        0.0
+    }
 }
 
 /// A `localpv extender` process on loopback, logging as deployed, ready.
@@ -258,27 +344,22 @@ async fn wait_cached(extender: &ExtenderProcess, pvs: usize, claims: usize) {
 fn extender_stats(extender: &ExtenderProcess) -> ExtenderStats {
     let verb = |v: &str| {
         let label = format!("verb=\"{v}\"");
-        let sum = extender.metric("localpv_extender_request_duration_seconds_sum", &[&label]);
-        let count = extender.metric("localpv_extender_request_duration_seconds_count", &[&label]);
-        let calls = extender.metric("localpv_extender_requests_total", &[&label]);
         (
-            calls,
-            if count > 0.0 {
-                sum / count * 1000.0
-            } else {
-                0.0
-            },
+            extender.metric("localpv_extender_requests_total", &[&label]),
+            extender.metric("localpv_extender_request_duration_seconds_count", &[&label]),
+            extender.metric("localpv_extender_request_duration_seconds_sum", &[&label]),
         )
     };
-    let (filter_calls, filter_mean_ms) = verb("Filter");
-    let (prioritize_calls, prioritize_mean_ms) = verb("Prioritize");
-    let ok = extender.metric("localpv_extender_requests_total", &["outcome=\"Ok\""]);
+    let (filter_calls, filter_count, filter_seconds) = verb("Filter");
+    let (prioritize_calls, prioritize_count, prioritize_seconds) = verb("Prioritize");
     ExtenderStats {
         filter_calls,
-        filter_mean_ms,
+        filter_count,
+        filter_seconds,
         prioritize_calls,
-        prioritize_mean_ms,
-        errors: filter_calls + prioritize_calls - ok,
+        prioritize_count,
+        prioritize_seconds,
+        ok: extender.metric("localpv_extender_requests_total", &["outcome=\"Ok\""]),
         cpu: extender.pid().map(cpu_seconds).unwrap_or(0.0),
     }
 }
@@ -367,7 +448,7 @@ where
 }
 
 /// Nodes, PVs pinned to them as the node agent publishes them, and one unbound claim per pod.
-async fn populate(client: &kube::Client, ns: &str, sizes: Sizes) {
+async fn populate(client: &kube::Client, ns: &str, nodes: usize, claims: usize) {
     let sc: StorageClass = obj(json!({
         "metadata": {"name": CLASS},
         "provisioner": "kubernetes.io/no-provisioner",
@@ -378,12 +459,12 @@ async fn populate(client: &kube::Client, ns: &str, sizes: Sizes) {
         .create(&PostParams::default(), &sc)
         .await
         .expect("class created");
-    each(sizes.nodes, 8, |i| async move {
+    each(nodes, 8, |i| async move {
         create_node(client, &format!("node-{i:03}"), &[]).await;
     })
     .await;
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    each(sizes.nodes * PVS_PER_NODE, 16, |i| {
+    each(nodes * PVS_PER_NODE, 16, |i| {
         let pvs = pvs.clone();
         async move {
             let node = format!("node-{:03}", i / PVS_PER_NODE);
@@ -408,9 +489,9 @@ async fn populate(client: &kube::Client, ns: &str, sizes: Sizes) {
         }
     })
     .await;
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    each(sizes.pods, 16, |i| {
-        let claims = claims.clone();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    each(claims, 16, |i| {
+        let claims = api.clone();
         async move {
             let pvc: PersistentVolumeClaim = obj(json!({
                 "metadata": {"name": format!("data-{i:04}")},
@@ -448,100 +529,119 @@ async fn wait_available(client: &kube::Client, want: usize) {
     }
 }
 
-/// Watches `api` until `want` objects satisfy `done`; signals `synced` once the initial list is in. Returns when
-/// the last of them was seen, or how far it got by the deadline.
-async fn watch_until<K>(
-    api: Api<K>,
-    want: usize,
-    done: fn(&K) -> bool,
-    synced: tokio::sync::oneshot::Sender<()>,
-) -> Result<Instant, String>
-where
-    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    use kube::runtime::WatchStreamExt;
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut synced = Some(synced);
-    let mut seen = std::collections::BTreeSet::new();
-    let deadline = tokio::time::Instant::now() + PLACE_TIMEOUT;
-    loop {
-        let event = match tokio::time::timeout_at(deadline, stream.next()).await {
-            Err(_) => return Err(format!("{}/{want} after {PLACE_TIMEOUT:?}", seen.len())),
-            Ok(None) => return Err(format!("watch ended at {}/{want}", seen.len())),
-            // The backoff retries the watch; the next event carries on.
-            Ok(Some(Err(_))) => continue,
-            Ok(Some(Ok(e))) => e,
-        };
-        match event {
-            watcher::Event::Apply(o) | watcher::Event::InitApply(o) if done(&o) => {
-                seen.insert(o.meta().name.clone().unwrap_or_default());
-                if seen.len() >= want {
-                    return Ok(Instant::now());
+/// When objects first reached a state, as a watch reports them: `key` names an object in that state.
+struct Seen {
+    rx: tokio::sync::mpsc::UnboundedReceiver<(String, Instant)>,
+    at: std::collections::HashMap<String, Instant>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Seen {
+    /// Watches `api`; returns once the watch's initial list is in.
+    async fn start<K>(api: Api<K>, key: fn(&K) -> Option<String>) -> Seen
+    where
+        K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        use kube::runtime::WatchStreamExt;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (synced_tx, synced) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            let mut synced_tx = Some(synced_tx);
+            while let Some(event) = stream.next().await {
+                match event {
+                    // The backoff retries the watch; the next event carries on.
+                    Err(_) => {}
+                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                        if let Some(name) = key(&o) {
+                            let _ = tx.send((name, Instant::now()));
+                        }
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(s) = synced_tx.take() {
+                            let _ = s.send(());
+                        }
+                    }
+                    Ok(_) => {}
                 }
             }
-            watcher::Event::InitDone => {
-                if let Some(tx) = synced.take() {
-                    let _ = tx.send(());
-                }
+        });
+        synced.await.expect("the watch lists before it ends");
+        Seen {
+            rx,
+            at: Default::default(),
+            task,
+        }
+    }
+
+    /// When the last of `names` was first seen in the state.
+    async fn last_of(&mut self, names: &[String]) -> Instant {
+        let deadline = tokio::time::Instant::now() + PLACE_TIMEOUT;
+        loop {
+            let times: Option<Vec<Instant>> =
+                names.iter().map(|n| self.at.get(n).copied()).collect();
+            if let Some(times) = times {
+                return times.into_iter().max().expect("a batch is not empty");
             }
-            _ => {}
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some((name, at))) => {
+                    self.at.entry(name).or_insert(at);
+                }
+                Ok(None) => panic!("the watch ended"),
+                Err(_) => panic!(
+                    "{}/{} of {names:?} after {PLACE_TIMEOUT:?}",
+                    names.iter().filter(|n| self.at.contains_key(*n)).count(),
+                    names.len()
+                ),
+            }
         }
     }
 }
 
-fn is_placed(pod: &Pod) -> bool {
-    pod.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+impl Drop for Seen {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
-fn is_bound(claim: &PersistentVolumeClaim) -> bool {
-    claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+fn placed_pod(pod: &Pod) -> Option<String> {
+    pod.spec.as_ref()?.node_name.as_ref()?;
+    pod.metadata.name.clone()
 }
 
-/// Creates one pod per claim, `IN_FLIGHT` at a time, with both watches already synced. Returns seconds from the
-/// first create until every pod had a node, and until every claim was Bound.
-async fn measure(client: &kube::Client, ns: &str, count: usize) -> (f64, f64) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    let (pods_synced, pods_ready) = tokio::sync::oneshot::channel();
-    let (claims_synced, claims_ready) = tokio::sync::oneshot::channel();
-    let placed = watch_until(pods.clone(), count, is_placed, pods_synced);
-    let bound = watch_until(claims, count, is_bound, claims_synced);
-    let create = async {
-        let _ = pods_ready.await;
-        let _ = claims_ready.await;
-        let t0 = Instant::now();
-        each(count, IN_FLIGHT, |i| {
-            let pods = pods.clone();
-            async move {
-                let pod: Pod = obj(json!({
-                    "metadata": {"name": format!("app-{i:04}")},
-                    "spec": {
-                        "schedulerName": SCHEDULER,
-                        "containers": [{"name": "app", "image": "busybox",
-                                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
-                        "volumes": [{"name": "data",
-                                     "persistentVolumeClaim": {"claimName": format!("data-{i:04}")}}],
-                    },
-                }));
-                pods.create(&PostParams::default(), &pod)
-                    .await
-                    .expect("pod created");
-            }
-        })
-        .await;
-        t0
-    };
-    let (placed, bound, t0) = tokio::join!(placed, bound, create);
-    let placed = placed.unwrap_or_else(|e| panic!("pods placed: {e}"));
-    let bound = bound.unwrap_or_else(|e| panic!("claims Bound: {e}"));
-    ((placed - t0).as_secs_f64(), (bound - t0).as_secs_f64())
+/// The claim a PV was chosen for: VolumeBinding's PreBind writes the claimRef once the scheduling cycle is done.
+fn chosen_claim(pv: &PersistentVolume) -> Option<String> {
+    pv.spec.as_ref()?.claim_ref.as_ref()?.name.clone()
 }
 
-/// One run on a fresh control plane: nothing of an earlier run (informer caches, assumed PVs, backoff queues)
-/// carries over.
-async fn run_once(round: usize, mode: Mode, sizes: Sizes) -> Run {
+/// Creates pods `indices` (pod `app-i` with claim `data-i`) for `scheduler`, `IN_FLIGHT` at a time.
+async fn create_pods(pods: &Api<Pod>, scheduler: &str, indices: &[usize]) {
+    each(indices.len(), IN_FLIGHT, |k| {
+        let i = indices[k];
+        async move {
+            let pod: Pod = obj(json!({
+                "metadata": {"name": format!("app-{i:04}")},
+                "spec": {
+                    "schedulerName": scheduler,
+                    "containers": [{"name": "app", "image": "busybox",
+                                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                    "volumes": [{"name": "data",
+                                 "persistentVolumeClaim": {"claimName": format!("data-{i:04}")}}],
+                },
+            }));
+            pods.create(&PostParams::default(), &pod)
+                .await
+                .expect("pod created");
+        }
+    })
+    .await;
+}
+
+/// One round on a fresh control plane (nothing of an earlier round carries over): every mode's scheduler runs at
+/// once, and the modes take turns placing a batch of pods each, until each placed `sizes.pods`.
+async fn run_round(round: usize, modes: &[Mode], sizes: Sizes) -> Vec<Run> {
     // NB: the PV binder syncs claims on one worker, several API writes per claim; at the Kubernetes default of 20
     // requests per second it binds about 3 claims per second and VolumeBinding's PreBind waits for it, so every
     // mode would measure the binder. The bench raises the limit (LOCALPV_BENCH_CM_QPS=0 keeps the default).
@@ -553,80 +653,112 @@ async fn run_once(round: usize, mode: Mode, sizes: Sizes) -> Run {
     .await;
     let client = cp.client();
     let ns = cp.namespace("bench").await;
-    // In every mode, so the modes differ in the extender alone: its node clean-up watches LocalDisks.
+    // In every round, so the modes differ in the extender alone: its node clean-up watches LocalDisks.
     install_crd(&cp).await;
-    let extender = match mode.node_cache_capable() {
-        Some(_) if !mode.noop() => Some(localpv_extender(&cp).await),
-        _ => None,
+    let extender = match modes.iter().any(|m| m.localpv()) {
+        true => Some(localpv_extender(&cp).await),
+        false => None,
     };
-    let noop = match mode.noop() {
+    let noop = match modes.iter().any(|m| m.noop()) {
         true => Some(NoopExtender::start().await),
         false => None,
     };
-    let url = extender.as_ref().map(|e| e.url());
-    // As config/scheduler/default-scheduler.yaml, but plain HTTP on loopback; the no-op in the same stanza.
-    let entries: Vec<Extender> = url
-        .or_else(|| noop.as_ref().map(|n| n.url()))
-        .iter()
-        .map(|url| {
-            let mut entry = Extender::new(url);
-            entry.weight = 2;
-            entry.node_cache_capable = mode.node_cache_capable() == Some(true);
-            entry.ignorable = false;
-            entry
-        })
-        .collect();
-    cp.start_scheduler(SCHEDULER, &entries).await;
-    populate(&client, &ns, sizes).await;
+    for &mode in modes {
+        let url = match mode {
+            Mode::InTree => None,
+            m if m.noop() => noop.as_ref().map(|n| n.url()),
+            _ => extender.as_ref().map(|e| e.url()),
+        };
+        // As config/scheduler/default-scheduler.yaml, but plain HTTP on loopback; the no-op in the same stanza.
+        let entries: Vec<Extender> = url
+            .iter()
+            .map(|url| {
+                let mut entry = Extender::new(url);
+                entry.weight = 2;
+                entry.node_cache_capable = mode.node_cache_capable() == Some(true);
+                entry.ignorable = false;
+                entry
+            })
+            .collect();
+        cp.start_scheduler(&mode.scheduler(), &entries).await;
+    }
+    let claims = sizes.pods * modes.len();
+    populate(&client, &ns, sizes.nodes, claims).await;
     let pvs = sizes.nodes * PVS_PER_NODE;
     wait_available(&client, pvs).await;
     if let Some(e) = &extender {
-        wait_cached(e, pvs, sizes.pods).await;
+        wait_cached(e, pvs, claims).await;
     }
-    // Same pause in every mode: the PV controller's last status writes reach the scheduler's informers.
+    // The PV controller's last status writes reach the schedulers' informers.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let scheduler_log = cp.log_dir().join(format!("kube-scheduler-{SCHEDULER}.log"));
-    let scheduler_cfg = cp.dir.join(format!("scheduler-{SCHEDULER}.yaml"));
-    let scheduler = process_with_arg(&format!("--config={}", scheduler_cfg.display()));
+    let config = |m: Mode| cp.dir.join(format!("scheduler-{}.yaml", m.scheduler()));
+    let schedulers: Vec<(u32, Vec<String>)> = modes
+        .iter()
+        .map(|m| {
+            process_with_arg(&format!("--config={}", config(*m).display()))
+                .expect("the mode's kube-scheduler runs")
+        })
+        .collect();
     let apiserver = process_with_arg(&format!(
         "--cert-dir={}",
         cp.dir.join("apiserver-certs").display()
-    ));
-    let cpu = |p: &Option<(u32, Vec<String>)>| {
-        p.as_ref().map(|(pid, _)| cpu_seconds(*pid)).unwrap_or(0.0)
-    };
-    let (scheduler0, apiserver0) = (cpu(&scheduler), cpu(&apiserver));
-    let extender0 = extender
-        .as_ref()
-        .map(|e| extender_stats(e).cpu)
-        .unwrap_or(0.0);
+    ))
+    .expect("kube-apiserver runs")
+    .0;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let mut placed = Seen::start(pods.clone(), placed_pod).await;
+    let mut chosen = Seen::start(Api::<PersistentVolume>::all(client.clone()), chosen_claim).await;
 
-    let (placed, bound) = measure(&client, &ns, sizes.pods).await;
-
-    let (scheduler_cpu, apiserver_cpu) =
-        (cpu(&scheduler) - scheduler0, cpu(&apiserver) - apiserver0);
-    let extender = extender.map(|e| {
-        let mut s = extender_stats(&e);
-        s.cpu -= extender0;
-        s
-    });
-    let args = scheduler.map(|(_, args)| args).unwrap_or_default();
-    Run {
-        round,
-        mode,
-        pods_per_second: sizes.pods as f64 / placed,
-        placed,
-        bound,
-        scheduler_cpu,
-        apiserver_cpu,
-        scheduler: scheduler_stats(&cp, &args).await,
-        retries: log_lines_containing(
-            &scheduler_log,
-            &["Unable to schedule pod", "Error scheduling pod"],
-        ),
-        extender,
+    let mut runs: Vec<Run> = modes
+        .iter()
+        .map(|m| Run {
+            round,
+            mode: Some(*m),
+            extender: m.localpv().then(ExtenderStats::default),
+            ..Run::default()
+        })
+        .collect();
+    let mut next = 0;
+    for cycle in 0..sizes.pods.div_ceil(sizes.batch) {
+        let n = sizes.batch.min(sizes.pods - cycle * sizes.batch);
+        for k in 0..modes.len() {
+            let at = (cycle + round + k) % modes.len();
+            let indices: Vec<usize> = (next..next + n).collect();
+            next += n;
+            let (scheduler, mode) = (schedulers[at].0, modes[at]);
+            // NB: the extender's counters are read around every batch, so reading them costs every mode alike.
+            let extender0 = extender.as_ref().map(extender_stats);
+            let (scheduler0, apiserver0) = (cpu_seconds(scheduler), cpu_seconds(apiserver));
+            let t0 = Instant::now();
+            create_pods(&pods, &mode.scheduler(), &indices).await;
+            let claims: Vec<String> = indices.iter().map(|i| format!("data-{i:04}")).collect();
+            let scheduled = chosen.last_of(&claims).await;
+            let names: Vec<String> = indices.iter().map(|i| format!("app-{i:04}")).collect();
+            let done = placed.last_of(&names).await;
+            let run = &mut runs[at];
+            run.pods += n;
+            run.scheduled += (scheduled - t0).as_secs_f64();
+            run.placed += (done - t0).as_secs_f64();
+            run.scheduler_cpu += cpu_seconds(scheduler) - scheduler0;
+            run.apiserver_cpu += cpu_seconds(apiserver) - apiserver0;
+            if let (Some(e), Some(before), Some(sum)) =
+                (&extender, extender0, run.extender.as_mut())
+            {
+                sum.add_since(&extender_stats(e), &before);
+            }
+            tokio::time::sleep(BETWEEN_BATCHES).await;
+        }
     }
+    for (run, (_, args)) in runs.iter_mut().zip(&schedulers) {
+        let name = run.mode().scheduler();
+        run.scheduler = scheduler_stats(&cp, args).await;
+        run.retries = log_lines_containing(
+            &cp.log_dir().join(format!("kube-scheduler-{name}.log")),
+            &["Unable to schedule pod", "Error scheduling pod"],
+        );
+    }
+    runs
 }
 
 fn overhead(base: f64, ext: f64) -> f64 {
@@ -634,11 +766,14 @@ fn overhead(base: f64, ext: f64) -> f64 {
 }
 
 fn of(runs: &[Run], mode: Mode, value: fn(&Run) -> f64) -> Vec<f64> {
-    runs.iter().filter(|r| r.mode == mode).map(value).collect()
+    runs.iter()
+        .filter(|r| r.mode == Some(mode))
+        .map(value)
+        .collect()
 }
 
 fn measured(runs: &[Run], mode: Mode) -> bool {
-    runs.iter().any(|r| r.mode == mode)
+    runs.iter().any(|r| r.mode == Some(mode))
 }
 
 /// Pods per second the scheduling cycle alone could sustain: its algorithm time, nothing else.
@@ -647,7 +782,7 @@ fn cycle_ceiling(r: &Run) -> f64 {
 }
 
 /// `value` of the throughputs `tput` of `modes` (in that order), from their medians; the range from the rounds
-/// (modes alternate within a round, so each round pairs runs that saw the same machine).
+/// (the modes take turns within a round, so each round pairs figures that saw the same machine).
 fn paired_spread(
     runs: &[Run],
     modes: &[Mode],
@@ -659,7 +794,7 @@ fn paired_spread(
     let rounds = runs.iter().map(|r| r.round).max().unwrap_or(0) + 1;
     let paired: Vec<f64> = (0..rounds)
         .filter_map(|round| {
-            let find = |m: &Mode| runs.iter().find(|r| r.round == round && r.mode == *m);
+            let find = |m: &Mode| runs.iter().find(|r| r.round == round && r.mode == Some(*m));
             let of_round: Option<Vec<f64>> = modes.iter().map(|m| find(m).map(tput)).collect();
             Some(value(&of_round?))
         })
@@ -684,7 +819,7 @@ fn points_over_floor(runs: &[Run], floor: Mode, mode: Mode) -> Spread {
     paired_spread(
         runs,
         &[Mode::InTree, floor, mode],
-        |r| r.pods_per_second,
+        Run::pods_per_second,
         |t| overhead(t[0], t[2]) - overhead(t[0], t[1]),
     )
 }
@@ -715,32 +850,46 @@ fn overhead_cell(runs: &[Run], base: Mode, mode: Mode, tput: fn(&Run) -> f64) ->
     format!("{:.1}% ({:.1}% .. {:.1}%)", s.median, s.min, s.max)
 }
 
-fn report(runs: &[Run], sizes: Sizes) {
+/// CPU per pod as a throughput (pods per CPU second), so it goes through the same overhead arithmetic.
+fn pods_per_cpu_second(r: &Run) -> f64 {
+    1000.0 / r.cpu_ms_per_pod()
+}
+
+fn report(runs: &[Run], sizes: Sizes, modes: usize) {
     println!("### kube-scheduler throughput with delayed local claims\n");
     println!(
-        "command: `LOCALPV_BENCH_PODS={} LOCALPV_BENCH_NODES={} LOCALPV_BENCH_REPEATS={} LOCALPV_BENCH_CM_QPS={} \
-         bench/scheduler.sh`\n",
-        sizes.pods, sizes.nodes, sizes.repeats, sizes.cm_qps
+        "command: `LOCALPV_BENCH_PODS={} LOCALPV_BENCH_NODES={} LOCALPV_BENCH_REPEATS={} LOCALPV_BENCH_BATCH={} \
+         LOCALPV_BENCH_CM_QPS={} bench/scheduler.sh`\n",
+        sizes.pods, sizes.nodes, sizes.repeats, sizes.batch, sizes.cm_qps
     );
     println!(
-        "{} pods, each with one claim of a `kubernetes.io/no-provisioner` WaitForFirstConsumer class, over {} \
-         stand-in Nodes with {PVS_PER_NODE} PVs each ({}) pinned by `kubernetes.io/hostname`; claims of {}. \
-         Pods created {IN_FLIGHT} at a time; pods/s = pods / (first create .. last `spec.nodeName` seen). A fresh \
-         control plane per run, rounds: {} (the mode order rotated each round). Extender: `localpv extender` as \
-         deployed (node clean-up and pending-pod explanations on, holding the Lease), plain HTTP on loopback, \
-         filter + prioritize, weight 2, `ignorable: false`, `httpTimeout: 5s`, `RUST_LOG=info`; the no-op \
-         extender has the same stanza, answers filter with the request body itself (every node passes, nothing \
-         parsed) and prioritize with `[]`: what it costs is kube-scheduler's own encoding and decoding of the \
-         protocol, the floor any extender in that mode pays. Otherwise the same scheduler configuration (client \
-         QPS at its default, 50) in every mode. The PV binder (kube-controller-manager) runs with {}. Medians, \
-         min-max over rounds; overhead = (base - mode) / base from the medians, in brackets the range of the \
-         per-round pairs; the base is in-tree, and for Nodes also the Nodes floor (points over the floor = \
-         overhead of Nodes minus overhead of the floor, both against in-tree).\n",
+        "{} pods per mode and round, each with one claim of a `kubernetes.io/no-provisioner` WaitForFirstConsumer \
+         class, over {} stand-in Nodes with {PVS_PER_NODE} PVs each ({}) pinned by `kubernetes.io/hostname`; claims \
+         of {}. One fresh control plane per round ({} rounds), on it one kube-scheduler per mode ({modes}), each \
+         under its own name. The modes take turns: a batch of {} pods for one mode's scheduler (created {IN_FLIGHT} \
+         at a time), then the next mode's batch once every pod of the last one has a node (and {} ms more), the \
+         order rotated each cycle; so every mode meets the same machine, whose speed here moves by a quarter \
+         between minutes. pods/s = pods / the sum over the mode's batches of (first create .. the last of the \
+         batch's claims chosen, i.e. VolumeBinding wrote its PV's claimRef: the scheduling cycles are done); placed \
+         pods/s the same until the last `spec.nodeName` (binding cycles too, PreBind waiting for the PV binder). \
+         Extender: `localpv extender` as deployed (node clean-up and pending-pod explanations on, holding the \
+         Lease), one process answering both extender modes' schedulers, plain HTTP on loopback, filter + \
+         prioritize, weight 2, `ignorable: false`, `httpTimeout: 5s`, `RUST_LOG=info`; the no-op extender has the \
+         same stanza, answers filter with the request body itself (every node passes, nothing parsed) and \
+         prioritize with `[]`: what it costs is kube-scheduler's own encoding and decoding of the protocol, the \
+         floor any extender in that mode pays. Otherwise the same scheduler configuration (client QPS at its \
+         default, 50) in every mode. The PV binder (kube-controller-manager) runs with {}. Medians, min-max over \
+         rounds; overhead = (base - mode) / base from the medians, in brackets the range of the per-round pairs; \
+         the base is in-tree, and for Nodes also the Nodes floor (points over the floor = overhead of Nodes minus \
+         overhead of the floor, both against in-tree). CPU per pod: kube-scheduler's, plus the extender's in the \
+         mode's windows.\n",
         sizes.pods,
         sizes.nodes,
         PV_SIZES.join(", "),
         CLAIM_SIZES.join(", "),
         sizes.repeats,
+        sizes.batch,
+        BETWEEN_BATCHES.as_millis(),
         match sizes.cm_qps {
             0 => "its default client rate limit, 20 requests/s".to_string(),
             qps => format!(
@@ -749,33 +898,35 @@ fn report(runs: &[Run], sizes: Sizes) {
         }
     );
     println!(
-        "| mode | pods/s | pods/s min-max | all claims Bound | overhead vs in-tree | points over its floor | scheduling algorithm per pod | cycle-only pods/s | cycle overhead vs in-tree |"
+        "| mode | pods/s | pods/s min-max | overhead vs in-tree | points over its floor | placed pods/s | scheduling algorithm per pod | cycle overhead vs in-tree | CPU per pod | CPU overhead vs in-tree |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for mode in Mode::ALL.into_iter().filter(|m| measured(runs, *m)) {
         let Spread {
             median: tput,
             min,
             max,
             ..
-        } = spread(&of(runs, mode, |r| r.pods_per_second));
-        let bound = median(&of(runs, mode, |r| r.bound));
+        } = spread(&of(runs, mode, Run::pods_per_second));
+        let placed = median(&of(runs, mode, Run::placed_per_second));
         let algorithm = median(&of(runs, mode, |r| r.scheduler.algorithm_ms));
-        let ceiling = median(&of(runs, mode, cycle_ceiling));
+        let cpu = median(&of(runs, mode, Run::cpu_ms_per_pod));
         println!(
-            "| {} | {tput:.1} | {min:.1}-{max:.1} | {bound:.1} s | {} | {} | {algorithm:.2} ms | {ceiling:.0} | {} |",
+            "| {} | {tput:.2} | {min:.2}-{max:.2} | {} | {} | {placed:.2} | {algorithm:.2} ms | {} | {cpu:.1} ms | {} |",
             mode.label(),
-            overhead_cell(runs, Mode::InTree, mode, |r| r.pods_per_second),
+            overhead_cell(runs, Mode::InTree, mode, Run::pods_per_second),
             floor_cell(runs, mode),
             overhead_cell(runs, Mode::InTree, mode, cycle_ceiling),
+            overhead_cell(runs, Mode::InTree, mode, pods_per_cpu_second),
         );
     }
     println!(
-        "\nPer run (CPU seconds over the measured window; extender calls and mean answer time from its own \
-         metrics; PreBind = mean time VolumeBinding waited for the PV controller to bind a pod's claim):\n"
+        "\nPer round and mode (sums over the mode's batches; CPU seconds over its windows; extender calls and mean \
+         answer time from its own metrics over the same windows; PreBind = mean time VolumeBinding waited for the \
+         PV controller to bind a pod's claim):\n"
     );
     println!(
-        "| round | mode | pods/s | placed | Bound | algorithm | PreBind | scheduler CPU | apiserver CPU | extender CPU | filter calls, mean | prioritize calls, mean | extender errors | scheduler retry lines |"
+        "| round | mode | pods | pods/s | placed pods/s | algorithm | PreBind | scheduler CPU | apiserver CPU | extender CPU | filter calls, mean | prioritize calls, mean | extender errors | scheduler retry lines |"
     );
     println!(
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
@@ -784,20 +935,24 @@ fn report(runs: &[Run], sizes: Sizes) {
         let e = r.extender.as_ref();
         let ext = |f: fn(&ExtenderStats) -> String| e.map(f).unwrap_or_else(|| "-".into());
         println!(
-            "| {} | {} | {:.1} | {:.1} s | {:.1} s | {:.2} ms | {:.1} s | {:.1} s | {:.1} s | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} ms | {:.1} s | {:.1} s | {:.1} s | {} | {} | {} | {} | {} |",
             r.round + 1,
-            r.mode.key(),
-            r.pods_per_second,
-            r.placed,
-            r.bound,
+            r.mode().key(),
+            r.pods,
+            r.pods_per_second(),
+            r.placed_per_second(),
             r.scheduler.algorithm_ms,
             r.scheduler.prebind_s,
             r.scheduler_cpu,
             r.apiserver_cpu,
             ext(|e| format!("{:.1} s", e.cpu)),
-            ext(|e| format!("{:.0}, {:.2} ms", e.filter_calls, e.filter_mean_ms)),
-            ext(|e| format!("{:.0}, {:.2} ms", e.prioritize_calls, e.prioritize_mean_ms)),
-            ext(|e| format!("{:.0}", e.errors)),
+            ext(|e| format!("{:.0}, {:.2} ms", e.filter_calls, e.filter_mean_ms())),
+            ext(|e| format!(
+                "{:.0}, {:.2} ms",
+                e.prioritize_calls,
+                e.prioritize_mean_ms()
+            )),
+            ext(|e| format!("{:.0}", e.errors())),
             r.retries
         );
     }
@@ -825,16 +980,17 @@ fn figures(runs: &[Run], sizes: Sizes) {
         figure(
             &format!("scheduler.pods_per_second.{key}"),
             &format!(
-                "kube-scheduler throughput, {words} ({pods} pods with delayed local claims, {nodes} nodes)"
+                "kube-scheduler throughput, {words} ({pods} pods with delayed local claims per mode and round, \
+                 {nodes} nodes, the modes taking turns)"
             ),
             "pods/s",
-            &of(runs, mode, |r| r.pods_per_second),
+            &of(runs, mode, Run::pods_per_second),
         );
         figure(
-            &format!("scheduler.claims_bound_seconds.{key}"),
-            &format!("first pod created to all {pods} claims Bound, {words}"),
-            "s",
-            &of(runs, mode, |r| r.bound),
+            &format!("scheduler.placed_per_second.{key}"),
+            &format!("pods placed per second (binding cycles too), {words}"),
+            "pods/s",
+            &of(runs, mode, Run::placed_per_second),
         );
         figure(
             &format!("scheduler.algorithm_ms.{key}"),
@@ -843,6 +999,12 @@ fn figures(runs: &[Run], sizes: Sizes) {
             ),
             "ms",
             &of(runs, mode, |r| r.scheduler.algorithm_ms),
+        );
+        figure(
+            &format!("scheduler.cpu_ms_per_pod.{key}"),
+            &format!("kube-scheduler CPU per pod, plus the extender's, {words}"),
+            "ms",
+            &of(runs, mode, Run::cpu_ms_per_pod),
         );
     }
     if !measured(runs, Mode::InTree) {
@@ -854,13 +1016,19 @@ fn figures(runs: &[Run], sizes: Sizes) {
             &format!("scheduler.overhead_percent.{key}"),
             &format!("overhead on scheduler throughput against in-tree rules only, {words}"),
             "%",
-            overhead_spread(runs, Mode::InTree, mode, |r| r.pods_per_second),
+            overhead_spread(runs, Mode::InTree, mode, Run::pods_per_second),
         );
         figure_spread(
             &format!("scheduler.cycle_overhead_percent.{key}"),
             &format!("overhead on the scheduling cycle alone (algorithm time), {words}"),
             "%",
             overhead_spread(runs, Mode::InTree, mode, cycle_ceiling),
+        );
+        figure_spread(
+            &format!("scheduler.cpu_overhead_percent.{key}"),
+            &format!("CPU per pod (scheduler and extender) over in-tree rules only, {words}"),
+            "%",
+            overhead_spread(runs, Mode::InTree, mode, pods_per_cpu_second),
         );
         if let Some(floor) = floor_of(runs, mode) {
             figure_spread(
@@ -877,23 +1045,20 @@ fn figures(runs: &[Run], sizes: Sizes) {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let sizes = Sizes::from_env();
     let modes = Mode::selected();
+    let sizes = Sizes::from_env(modes.len());
     let mut runs = Vec::new();
     for round in 0..sizes.repeats {
-        for k in 0..modes.len() {
-            let mode = modes[(round + k) % modes.len()];
-            let run = run_once(round, mode, sizes).await;
+        for run in run_round(round, &modes, sizes).await {
             // A whole row as soon as it is known: a long run cut short still leaves its figures behind.
             eprintln!(
-                "round {}/{} {}: {:.2} pods/s, placed {:.1} s, Bound {:.1} s, algorithm {:.2} ms/pod, PreBind {:.1} s, \
+                "round {}/{} {}: {:.2} pods/s, placed {:.2} pods/s, algorithm {:.2} ms/pod, PreBind {:.1} s, \
                  CPU scheduler {:.1} s apiserver {:.1} s{}",
                 round + 1,
                 sizes.repeats,
-                mode.key(),
-                run.pods_per_second,
-                run.placed,
-                run.bound,
+                run.mode().key(),
+                run.pods_per_second(),
+                run.placed_per_second(),
                 run.scheduler.algorithm_ms,
                 run.scheduler.prebind_s,
                 run.scheduler_cpu,
@@ -902,12 +1067,17 @@ async fn main() {
                     .as_ref()
                     .map(|e| format!(
                         ", extender CPU {:.1} s, filter {:.0} x {:.2} ms, prioritize {:.0} x {:.2} ms, errors {:.0}",
-                        e.cpu, e.filter_calls, e.filter_mean_ms, e.prioritize_calls, e.prioritize_mean_ms, e.errors
+                        e.cpu,
+                        e.filter_calls,
+                        e.filter_mean_ms(),
+                        e.prioritize_calls,
+                        e.prioritize_mean_ms(),
+                        e.errors()
                     ))
                     .unwrap_or_default()
             );
             runs.push(run);
         }
     }
-    report(&runs, sizes);
+    report(&runs, sizes, modes.len());
 }
