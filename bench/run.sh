@@ -122,7 +122,7 @@ run() {
 run peers bench/peers.sh
 ! wanted peers || mv "$OUT/peers.md" "$OUT/peers.jsonl"
 run agent bench/agent.sh
-# Three rounds by default: a round (200 pods per mode, the five modes taking turns on one plane) takes about 7
+# Three rounds by default: a round (200 pods per mode, the five modes taking turns on one plane) takes about 12
 # minutes on 2 cores (kube-scheduler's in-tree VolumeBinding filter is CPU-bound).
 run scheduler env LOCALPV_BENCH_REPEATS="${LOCALPV_BENCH_SCHED_REPEATS:-3}" bench/scheduler.sh
 run extender bench/extender.sh

@@ -6,7 +6,7 @@
 # appends the headline figures as JSON lines.
 # Needs the control-plane binaries (scripts/k8s-bins.sh). Knobs (env): LOCALPV_BENCH_PODS=200 (per mode and round),
 # LOCALPV_BENCH_NODES=100, LOCALPV_BENCH_REPEATS=3, LOCALPV_BENCH_BATCH=10, LOCALPV_BENCH_MODES (all five when
-# unset). A round of the five modes takes about 7 minutes on 2 cores.
+# unset). A round of the five modes takes about 12 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 LOCALPV_K8S_BIN_DIR=$(scripts/k8s-bins.sh | tail -n 1)
