@@ -230,10 +230,9 @@ fn obj<T: DeserializeOwned>(v: Value) -> T {
 
 /// What one mode measured in one round: the sums over its batches. Seconds are from each batch's first pod create;
 /// CPU seconds cover the same windows.
-#[derive(Default)]
 struct Run {
     round: usize,
-    mode: Option<Mode>,
+    mode: Mode,
     pods: usize,
     /// Until every claim of the batch was chosen (the scheduling cycles are done).
     scheduled: f64,
@@ -248,10 +247,6 @@ struct Run {
 }
 
 impl Run {
-    fn mode(&self) -> Mode {
-        self.mode.expect("a run has a mode")
-    }
-
     /// The headline: pods whose scheduling cycles finished per second.
     fn pods_per_second(&self) -> f64 {
         self.pods as f64 / self.scheduled
@@ -714,9 +709,15 @@ async fn run_round(round: usize, modes: &[Mode], sizes: Sizes) -> Vec<Run> {
         .iter()
         .map(|m| Run {
             round,
-            mode: Some(*m),
+            mode: *m,
+            pods: 0,
+            scheduled: 0.0,
+            placed: 0.0,
+            scheduler_cpu: 0.0,
+            apiserver_cpu: 0.0,
+            scheduler: SchedulerStats::default(),
+            retries: 0,
             extender: m.localpv().then(ExtenderStats::default),
-            ..Run::default()
         })
         .collect();
     let mut next = 0;
@@ -751,7 +752,7 @@ async fn run_round(round: usize, modes: &[Mode], sizes: Sizes) -> Vec<Run> {
         }
     }
     for (run, (_, args)) in runs.iter_mut().zip(&schedulers) {
-        let name = run.mode().scheduler();
+        let name = run.mode.scheduler();
         run.scheduler = scheduler_stats(&cp, args).await;
         run.retries = log_lines_containing(
             &cp.log_dir().join(format!("kube-scheduler-{name}.log")),
@@ -766,14 +767,11 @@ fn overhead(base: f64, ext: f64) -> f64 {
 }
 
 fn of(runs: &[Run], mode: Mode, value: fn(&Run) -> f64) -> Vec<f64> {
-    runs.iter()
-        .filter(|r| r.mode == Some(mode))
-        .map(value)
-        .collect()
+    runs.iter().filter(|r| r.mode == mode).map(value).collect()
 }
 
 fn measured(runs: &[Run], mode: Mode) -> bool {
-    runs.iter().any(|r| r.mode == Some(mode))
+    runs.iter().any(|r| r.mode == mode)
 }
 
 /// Pods per second the scheduling cycle alone could sustain: its algorithm time, nothing else.
@@ -794,7 +792,7 @@ fn paired_spread(
     let rounds = runs.iter().map(|r| r.round).max().unwrap_or(0) + 1;
     let paired: Vec<f64> = (0..rounds)
         .filter_map(|round| {
-            let find = |m: &Mode| runs.iter().find(|r| r.round == round && r.mode == Some(*m));
+            let find = |m: &Mode| runs.iter().find(|r| r.round == round && r.mode == *m);
             let of_round: Option<Vec<f64>> = modes.iter().map(|m| find(m).map(tput)).collect();
             Some(value(&of_round?))
         })
@@ -937,7 +935,7 @@ fn report(runs: &[Run], sizes: Sizes, modes: usize) {
         println!(
             "| {} | {} | {} | {:.2} | {:.2} | {:.2} ms | {:.1} s | {:.1} s | {:.1} s | {} | {} | {} | {} | {} |",
             r.round + 1,
-            r.mode().key(),
+            r.mode.key(),
             r.pods,
             r.pods_per_second(),
             r.placed_per_second(),
@@ -1056,7 +1054,7 @@ async fn main() {
                  CPU scheduler {:.1} s apiserver {:.1} s{}",
                 round + 1,
                 sizes.repeats,
-                run.mode().key(),
+                run.mode.key(),
                 run.pods_per_second(),
                 run.placed_per_second(),
                 run.scheduler.algorithm_ms,
