@@ -41,6 +41,7 @@ use common::process::{cpu_seconds, process_with_arg};
 use support::agent::install_crd;
 use support::cluster::{ControlPlane, Extender, Options};
 use support::extender::ExtenderProcess;
+use support::metric_sum;
 use support::nodes::create_node;
 
 const CLASS: &str = "local-bench";
@@ -295,20 +296,17 @@ impl ExtenderStats {
     }
 
     fn filter_mean_ms(&self) -> f64 {
-        mean_ms(self.filter_seconds, self.filter_count)
+        mean(self.filter_seconds, self.filter_count) * 1000.0
     }
 
     fn prioritize_mean_ms(&self) -> f64 {
-        mean_ms(self.prioritize_seconds, self.prioritize_count)
+        mean(self.prioritize_seconds, self.prioritize_count) * 1000.0
     }
 }
 
-fn mean_ms(seconds: f64, count: f64) -> f64 {
-    if count > 0.0 {
-        seconds / count * 1000.0
-    } else {
-        0.0
-    }
+/// `total / count`, 0 when nothing was counted.
+fn mean(total: f64, count: f64) -> f64 {
+    if count > 0.0 { total / count } else { 0.0 }
 }
 
 /// A `localpv extender` process on loopback, logging as deployed, ready.
@@ -336,13 +334,23 @@ async fn wait_cached(extender: &ExtenderProcess, pvs: usize, claims: usize) {
     }
 }
 
+/// The extender's counters now, from one read of its `/metrics`.
 fn extender_stats(extender: &ExtenderProcess) -> ExtenderStats {
+    let text = extender.metrics();
     let verb = |v: &str| {
         let label = format!("verb=\"{v}\"");
         (
-            extender.metric("localpv_extender_requests_total", &[&label]),
-            extender.metric("localpv_extender_request_duration_seconds_count", &[&label]),
-            extender.metric("localpv_extender_request_duration_seconds_sum", &[&label]),
+            metric_sum(&text, "localpv_extender_requests_total", &[&label]),
+            metric_sum(
+                &text,
+                "localpv_extender_request_duration_seconds_count",
+                &[&label],
+            ),
+            metric_sum(
+                &text,
+                "localpv_extender_request_duration_seconds_sum",
+                &[&label],
+            ),
         )
     };
     let (filter_calls, filter_count, filter_seconds) = verb("Filter");
@@ -354,7 +362,11 @@ fn extender_stats(extender: &ExtenderProcess) -> ExtenderStats {
         prioritize_calls,
         prioritize_count,
         prioritize_seconds,
-        ok: extender.metric("localpv_extender_requests_total", &["outcome=\"Ok\""]),
+        ok: metric_sum(
+            &text,
+            "localpv_extender_requests_total",
+            &["outcome=\"Ok\""],
+        ),
         cpu: extender.pid().map(cpu_seconds).unwrap_or(0.0),
     }
 }
@@ -398,25 +410,16 @@ async fn scheduler_stats(cp: &ControlPlane, args: &[String]) -> SchedulerStats {
     let text = get_text(&client, "/metrics")
         .await
         .expect("kube-scheduler serves /metrics to the admin");
-    let sum = |name: &str, having: &str| -> f64 {
-        text.lines()
-            .filter(|l| l.starts_with(name) && l.contains(having))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
-    let mean = |base: &str, having: &str| {
-        let count = sum(&format!("{base}_count"), having);
-        if count > 0.0 {
-            sum(&format!("{base}_sum"), having) / count
-        } else {
-            0.0
-        }
+    let histogram_mean = |base: &str, having: &[&str]| {
+        let count = metric_sum(&text, &format!("{base}_count"), having);
+        mean(metric_sum(&text, &format!("{base}_sum"), having), count)
     };
     SchedulerStats {
-        algorithm_ms: mean("scheduler_scheduling_algorithm_duration_seconds", "") * 1000.0,
-        prebind_s: mean(
+        algorithm_ms: histogram_mean("scheduler_scheduling_algorithm_duration_seconds", &[])
+            * 1000.0,
+        prebind_s: histogram_mean(
             "scheduler_framework_extension_point_duration_seconds",
-            "extension_point=\"PreBind\"",
+            &["extension_point=\"PreBind\""],
         ),
     }
 }
@@ -489,7 +492,7 @@ async fn populate(client: &kube::Client, ns: &str, nodes: usize, claims: usize) 
         let claims = api.clone();
         async move {
             let pvc: PersistentVolumeClaim = obj(json!({
-                "metadata": {"name": format!("data-{i:04}")},
+                "metadata": {"name": claim_name(i)},
                 "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": CLASS,
                          "resources": {"requests": {"storage": CLAIM_SIZES[i % CLAIM_SIZES.len()]}}},
             }));
@@ -601,6 +604,15 @@ impl Drop for Seen {
     }
 }
 
+/// Pod `i` of a round; its claim is [`claim_name`]`(i)`.
+fn pod_name(i: usize) -> String {
+    format!("app-{i:04}")
+}
+
+fn claim_name(i: usize) -> String {
+    format!("data-{i:04}")
+}
+
 fn placed_pod(pod: &Pod) -> Option<String> {
     pod.spec.as_ref()?.node_name.as_ref()?;
     pod.metadata.name.clone()
@@ -611,19 +623,19 @@ fn chosen_claim(pv: &PersistentVolume) -> Option<String> {
     pv.spec.as_ref()?.claim_ref.as_ref()?.name.clone()
 }
 
-/// Creates pods `indices` (pod `app-i` with claim `data-i`) for `scheduler`, `IN_FLIGHT` at a time.
+/// Creates pods `indices` (each with its claim) for `scheduler`, `IN_FLIGHT` at a time.
 async fn create_pods(pods: &Api<Pod>, scheduler: &str, indices: &[usize]) {
     each(indices.len(), IN_FLIGHT, |k| {
         let i = indices[k];
         async move {
             let pod: Pod = obj(json!({
-                "metadata": {"name": format!("app-{i:04}")},
+                "metadata": {"name": pod_name(i)},
                 "spec": {
                     "schedulerName": scheduler,
                     "containers": [{"name": "app", "image": "busybox",
                                     "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
                     "volumes": [{"name": "data",
-                                 "persistentVolumeClaim": {"claimName": format!("data-{i:04}")}}],
+                                 "persistentVolumeClaim": {"claimName": claim_name(i)}}],
                 },
             }));
             pods.create(&PostParams::default(), &pod)
@@ -733,9 +745,9 @@ async fn run_round(round: usize, modes: &[Mode], sizes: Sizes) -> Vec<Run> {
             let (scheduler0, apiserver0) = (cpu_seconds(scheduler), cpu_seconds(apiserver));
             let t0 = Instant::now();
             create_pods(&pods, &mode.scheduler(), &indices).await;
-            let claims: Vec<String> = indices.iter().map(|i| format!("data-{i:04}")).collect();
+            let claims: Vec<String> = indices.iter().map(|i| claim_name(*i)).collect();
             let scheduled = chosen.last_of(&claims).await;
-            let names: Vec<String> = indices.iter().map(|i| format!("app-{i:04}")).collect();
+            let names: Vec<String> = indices.iter().map(|i| pod_name(*i)).collect();
             let done = placed.last_of(&names).await;
             let run = &mut runs[at];
             run.pods += n;

@@ -95,16 +95,17 @@ impl ExtenderProcess {
             .unwrap_or_default()
     }
 
-    /// The samples of `name{...}` whose labels contain every one of `having`, summed.
-    pub fn metric(&self, name: &str, having: &[&str]) -> f64 {
+    /// Its `/metrics` now, as text (read several series of one moment with [`super::metric_sum`]).
+    pub fn metrics(&self) -> String {
         let Some((200, text)) = http_get(self.port, "/metrics") else {
             panic!("{} does not serve /metrics:\n{}", self.name, self.log());
         };
-        let series = format!("{name}{{");
-        text.lines()
-            .filter(|l| l.starts_with(&series) && having.iter().all(|h| l.contains(h)))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        text
+    }
+
+    /// The samples of `name` whose labels contain every one of `having`, summed.
+    pub fn metric(&self, name: &str, having: &[&str]) -> f64 {
+        super::metric_sum(&self.metrics(), name, having)
     }
 }
 

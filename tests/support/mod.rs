@@ -18,6 +18,18 @@ pub mod sa;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+/// The samples of the series `name` in a Prometheus text exposition whose lines contain every one of `having`
+/// (label matchers such as `verb="Filter"`), summed; 0 when there are none.
+pub fn metric_sum(text: &str, name: &str, having: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| {
+            let rest = l.strip_prefix(name).unwrap_or("");
+            (rest.starts_with('{') || rest.starts_with(' ')) && having.iter().all(|h| l.contains(h))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout` with `what` and the last value.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
