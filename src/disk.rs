@@ -83,8 +83,6 @@ pub enum UnusableReason {
     NotAMountPoint,
     /// A regular file, fifo, socket, or a symlink to something that is not a block device.
     NotADiskEntry,
-    /// Another entry already publishes the same filesystem.
-    DuplicateFilesystem,
     /// The entry's kind does not fit the class's volume mode (a block device in a Filesystem class, ...).
     WrongVolumeMode,
     /// The host refused to tell us about it (permission, I/O error).
@@ -99,7 +97,6 @@ impl UnusableReason {
         match self {
             UnusableReason::NotAMountPoint => "NotAMountPoint",
             UnusableReason::NotADiskEntry => "NotADiskEntry",
-            UnusableReason::DuplicateFilesystem => "DuplicateFilesystem",
             UnusableReason::WrongVolumeMode => "WrongVolumeMode",
             UnusableReason::ProbeFailed => "ProbeFailed",
             UnusableReason::DeviceInUse => "DeviceInUse",

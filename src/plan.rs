@@ -31,6 +31,7 @@
 mod decide;
 pub mod identity;
 pub mod incremental;
+
 pub mod owners;
 pub mod pv;
 pub mod state;
@@ -252,6 +253,12 @@ pub enum HoldReason {
     /// this path served a claim and cannot be told apart from another one): never published or wiped
     /// automatically.
     NoStableIdentity,
+    /// Its storage nests with what a PV of this node exposes or recorded, or with another unpublished disk's (a
+    /// bind mount of a volume's sub-directory, of its parent, or of its root): never published or wiped while so.
+    OverlappingStorage,
+    /// Another disk, or a PV of this node elsewhere, answers to one of its strong ids (a block copy, a copied
+    /// volume id, a cloned image): never published or wiped while so.
+    DuplicateIdentity,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

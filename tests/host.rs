@@ -305,22 +305,29 @@ fn a_block_device_in_a_filesystem_class_has_the_wrong_volume_mode() {
     assert_eq!(reason(&discovery, "disk1"), UnusableReason::WrongVolumeMode);
 }
 
+/// Two entries on one filesystem are both found, with the device and root the planner compares to hold them back
+/// (`plan::decide::overlap`): which one may be published depends on the PVs, never on names.
 #[test]
-fn two_entries_on_one_filesystem_publish_only_the_first() {
+fn two_entries_on_one_filesystem_are_both_found_with_their_device_and_root() {
     let mut scene = Scene::new();
     let first = scene.disks().join("a");
     scene.tmpfs(&first, "8m");
+    std::fs::create_dir_all(first.join("sub")).expect("sub-directory");
     scene.bind(&first, &scene.disks().join("b"));
+    scene.bind(&first.join("sub"), &scene.disks().join("c"));
     let discovery = discover(&LinuxHost::default(), &[scene.fs_class()]);
-    assert_eq!(
-        discovery
-            .disks
-            .iter()
-            .map(|d| d.entry.as_str())
-            .collect::<Vec<_>>(),
-        vec!["a"]
+    let found: Vec<(&str, Option<&str>)> = discovery
+        .disks
+        .iter()
+        .map(|d| (d.entry.as_str(), d.mount_root.as_deref()))
+        .collect();
+    assert_eq!(found, vec![("a", None), ("b", None), ("c", Some("/sub"))]);
+    let devs: Vec<_> = discovery.disks.iter().map(|d| d.identity.dev_id).collect();
+    assert!(
+        devs[0].is_some() && devs.iter().all(|d| *d == devs[0]),
+        "{devs:?}"
     );
-    assert_eq!(reason(&discovery, "b"), UnusableReason::DuplicateFilesystem);
+    assert!(discovery.unusable.is_empty(), "{:?}", discovery.unusable);
 }
 
 /// Wait for the watcher, failing after a generous bound: the contract is "within a second", the bound only keeps

@@ -19,10 +19,9 @@ use crate::config::WipeMethod;
 use crate::disk::{Unusable, UnusableReason};
 use crate::telemetry::at_zero;
 
-const UNUSABLE_REASONS: [UnusableReason; 6] = [
+const UNUSABLE_REASONS: [UnusableReason; 5] = [
     UnusableReason::NotAMountPoint,
     UnusableReason::NotADiskEntry,
-    UnusableReason::DuplicateFilesystem,
     UnusableReason::WrongVolumeMode,
     UnusableReason::ProbeFailed,
     UnusableReason::DeviceInUse,

@@ -10,11 +10,11 @@
 //!   the path: same-device bind mounts count, `st_dev` is never compared). A bind mount of a sub-directory is
 //!   accepted; its root is carried along.
 //! - Block classes publish block devices and symlinks that lead to one.
-//! - One piece of storage is published once. Two mounts of the same filesystem whose roots overlap (equal, or one
-//!   inside the other) would let one volume's wipe destroy the other's data, so the later one is a
-//!   `DuplicateFilesystem`. Disjoint sub-directories of one filesystem bind-mounted side by side stay separate
-//!   volumes: that is how the reference provisioner documents sharing a disk. Two block entries for one device
-//!   are duplicates too.
+//! - Entries whose storage overlaps (two mounts of one filesystem whose roots nest, two entries for one block
+//!   device) are all candidates here: which of them may be published depends on which one a PV already exposes,
+//!   so the planner decides it (`plan::decide::overlap`), never the order of names. Disjoint sub-directories of
+//!   one filesystem bind-mounted side by side do not overlap: that is how the reference provisioner documents
+//!   sharing a disk.
 //! - A block device that is mounted anywhere (whole-device mounts only: the mount table names the device number)
 //!   is `DeviceInUse`: a pod writing to it raw would corrupt a live filesystem.
 
@@ -70,12 +70,7 @@ pub fn classify<'a>(listings: &[Listing<'a>], table: &MountTable) -> Classified<
     listings.sort_by(|a, b| a.class.name.cmp(&b.class.name));
     let mounts = Mounts::index(table, &listings);
     let mut out = Classified::default();
-    // Candidates by the device number they expose: only candidates sharing one can overlap (see `overlaps`). The
-    // first of each device number, then a chain through the later ones (most devices expose one candidate).
-    let mut first_of_dev: FastMap<DevId, usize> = FastMap::default();
-    let mut next_of_dev: Vec<Option<usize>> = Vec::new();
     let capacity: usize = listings.iter().map(|l| l.entries.len()).sum();
-    first_of_dev.reserve(capacity);
     out.candidates.reserve(capacity);
     for (position, listing) in listings.iter().enumerate() {
         let mut entries: Vec<&DirEntry> = listing
@@ -94,29 +89,7 @@ pub fn classify<'a>(listings: &[Listing<'a>], table: &MountTable) -> Classified<
         for entry in entries {
             let at = mounts.at(dir, &entry.name);
             match classify_entry(listing.class, entry, at, &mounts.of_dev) {
-                Ok(candidate) => {
-                    let first = first_of_dev.get(&candidate.kind.dev()).copied();
-                    let same_dev = std::iter::successors(first, |&i| next_of_dev[i]);
-                    let mut last = None;
-                    let earlier = same_dev
-                        .inspect(|&i| last = Some(i))
-                        .map(|i| &out.candidates[i])
-                        .find(|earlier| overlaps(earlier, &candidate));
-                    match earlier {
-                        Some(earlier) => out.unusable.push(duplicate(&candidate, earlier)),
-                        None => {
-                            let index = out.candidates.len();
-                            match last {
-                                Some(last) => next_of_dev[last] = Some(index),
-                                None => {
-                                    first_of_dev.insert(candidate.kind.dev(), index);
-                                }
-                            }
-                            next_of_dev.push(None);
-                            out.candidates.push(candidate);
-                        }
-                    }
-                }
+                Ok(candidate) => out.candidates.push(candidate),
                 Err(unusable) => out.unusable.push(unusable),
             }
         }
@@ -211,16 +184,6 @@ pub(super) fn child_name<'p>(path: &'p [u8], dir: &[u8]) -> Option<&'p [u8]> {
         false => rest.strip_prefix(b"/")?,
     };
     (!rest.is_empty() && !rest.contains(&b'/')).then_some(rest)
-}
-
-impl CandidateKind {
-    /// The device number this candidate exposes.
-    fn dev(&self) -> DevId {
-        match self {
-            CandidateKind::Filesystem { mount } => mount.dev,
-            CandidateKind::Block { rdev } => *rdev,
-        }
-    }
 }
 
 /// One entry of `class`'s directory: `mount` is the mount visible at its path, `of_dev` the first mount of each
@@ -355,48 +318,5 @@ fn rejection(
                 kind.describe()
             ),
         ),
-    }
-}
-
-/// Whether publishing `later` would expose storage that `earlier` already exposes.
-fn overlaps(earlier: &Candidate<'_>, later: &Candidate<'_>) -> bool {
-    match (&earlier.kind, &later.kind) {
-        (CandidateKind::Filesystem { mount: a }, CandidateKind::Filesystem { mount: b }) => {
-            a.dev == b.dev && (a.root.starts_with(&b.root) || b.root.starts_with(&a.root))
-        }
-        (CandidateKind::Block { rdev: a }, CandidateKind::Block { rdev: b }) => a == b,
-        (CandidateKind::Filesystem { mount }, CandidateKind::Block { rdev })
-        | (CandidateKind::Block { rdev }, CandidateKind::Filesystem { mount }) => {
-            !mount.dev.is_anonymous() && mount.dev == *rdev
-        }
-    }
-}
-
-fn duplicate(later: &Candidate<'_>, earlier: &Candidate<'_>) -> Unusable {
-    let what = match &later.kind {
-        CandidateKind::Filesystem { mount } => {
-            format!("filesystem {}{}", mount.dev, root_suffix(&mount.root))
-        }
-        CandidateKind::Block { rdev } => format!("block device {rdev}"),
-    };
-    Unusable {
-        class: later.class.name.clone(),
-        entry: later.entry.clone(),
-        host_path: later.host_path.clone(),
-        reason: UnusableReason::DuplicateFilesystem,
-        message: format!(
-            "path {:?} exposes {what}, which path {:?} (storage class {:?}) already publishes: remove one of the two",
-            later.host_path.display().to_string(),
-            earlier.host_path.display().to_string(),
-            earlier.class.name,
-        ),
-    }
-}
-
-fn root_suffix(root: &Path) -> String {
-    if root == Path::new("/") {
-        String::new()
-    } else {
-        format!(" (directory {})", root.display())
     }
 }

@@ -8,9 +8,9 @@
 //!                                                                          (pure rules)   candidates in order
 //! ```
 //!
-//! Only where the outcome cannot depend on other entries: Filesystem classes, no duplicate in the kept
-//! classification, no touched entry sharing a device with another candidate (the duplicate rule decides by order
-//! across entries), and at most [`MAX_CHANGED`] changed mounts. Anything else classifies every entry again, as
+//! Only where the outcome cannot depend on other entries: Filesystem classes (each entry is classified from its own
+//! kind and mount; overlaps between entries are the planner's to decide), and at most [`MAX_CHANGED`] changed
+//! mounts. Anything else classifies every entry again, as
 //! before. (A mount on a discovery directory itself or above it names no entry: classifying everything against the
 //! same listing would decide the same, and what it hides in the directory is the watcher's to report.) The result is the whole classification's, entry for entry
 //! and in the same order (random worlds check it against `classify`).
@@ -19,9 +19,9 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::classify::{self, Candidate, CandidateKind};
+use super::classify::{self, Candidate};
 use super::{Gathered, KeptCandidate, Probed, pattern};
-use crate::disk::{Discovery, DiscoveryClass, Unusable, UnusableReason, VolumeMode};
+use crate::disk::{Discovery, DiscoveryClass, Unusable, VolumeMode};
 use crate::fasthash::FastSet;
 use crate::host::{Host, MountEntry, MountTable};
 
@@ -56,12 +56,7 @@ pub(super) fn discover_touched(
     probed: &mut Probed,
 ) -> Option<Discovery> {
     let last = gathered.table.as_ref()?;
-    if classes.iter().any(|c| c.mode != VolumeMode::Filesystem)
-        || gathered
-            .unusable
-            .iter()
-            .any(|u| u.reason == UnusableReason::DuplicateFilesystem)
-    {
+    if classes.iter().any(|c| c.mode != VolumeMode::Filesystem) {
         return None;
     }
     let changed = changed_mounts(last, table)?;
@@ -104,9 +99,6 @@ pub(super) fn discover_touched(
     let mut decided = Vec::with_capacity(touched.len());
     for t in touched {
         decided.push(decide(classes, gathered, table, &dirs, &order, t)?);
-    }
-    if shares_a_device(gathered, &decided) {
-        return None;
     }
     let added = apply(gathered, &order, decided, probed);
     // NB: the kept table keeps the last pass's mounts alive until here, so no new mount can have been allocated at
@@ -229,45 +221,6 @@ fn kept(classes: &[DiscoveryClass], c: Candidate<'_>) -> KeptCandidate {
         probe_path: c.probe_path,
         kind: c.kind,
     }
-}
-
-/// Whether a touched entry's device (before or after) is another candidate's too: the duplicate rule then decides
-/// by order across entries, which only the whole classification follows.
-fn shares_a_device(gathered: &Gathered, decided: &[Decided]) -> bool {
-    let dev = |k: &CandidateKind| match k {
-        CandidateKind::Filesystem { mount } => mount.dev,
-        CandidateKind::Block { rdev } => *rdev,
-    };
-    let old: FastSet<usize> = decided.iter().filter_map(|d| d.old_candidate).collect();
-    let mut devs = Vec::new();
-    for d in decided {
-        if let Some(i) = d.old_candidate {
-            devs.push(dev(&gathered.candidates[i].kind));
-        }
-        if let Some(Ok(c)) = &d.new {
-            devs.push(dev(&c.kind));
-        }
-    }
-    if devs.is_empty() {
-        return false;
-    }
-    // Two touched entries on one device (new against new, or against another's old one).
-    let mut news: Vec<_> = decided
-        .iter()
-        .filter_map(|d| match &d.new {
-            Some(Ok(c)) => Some(dev(&c.kind)),
-            _ => None,
-        })
-        .collect();
-    news.sort_unstable();
-    if news.windows(2).any(|w| w[0] == w[1]) {
-        return true;
-    }
-    gathered
-        .candidates
-        .iter()
-        .enumerate()
-        .any(|(i, c)| !old.contains(&i) && devs.contains(&dev(&c.kind)))
 }
 
 /// Replaces each touched entry's outcome in the kept classification, keeping its order, and moves the cached

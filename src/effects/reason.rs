@@ -19,6 +19,10 @@ pub enum Reason {
     VolumeRetained,
     ReclaimPolicyUnsupported,
     NameCollision,
+    /// Two volumes' storage nests (a bind mount of a sub-directory, a parent or the same root).
+    OverlappingStorage,
+    /// Two disks answer to one strong id (a block copy, a copied volume id, a cloned image).
+    DuplicateIdentity,
     Adopted,
     /// On a PV the agent did not create or adopt that carries its label or reaches one of its disks.
     #[serde(rename = "ForeignPersistentVolume")]
@@ -29,6 +33,8 @@ pub enum Reason {
     WipeIncomplete,
     // On the Node.
     ConfigRejected,
+    /// No ledger file although PVs of the node exist: disks without a PV are treated as of unknown state.
+    LedgerMissing,
     InventoryUnavailable,
     // Written by the extender's leader: on pending pods and on claims of a deleted node.
     NoLocalVolume,
@@ -37,7 +43,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for tests and documentation checks.
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 20] = [
         Reason::DiskMissing,
         Reason::DiskReturned,
         Reason::DiskIdentityChanged,
@@ -46,12 +52,15 @@ impl Reason {
         Reason::VolumeRetained,
         Reason::ReclaimPolicyUnsupported,
         Reason::NameCollision,
+        Reason::OverlappingStorage,
+        Reason::DuplicateIdentity,
         Reason::Adopted,
         Reason::ForeignPv,
         Reason::WipeCompleted,
         Reason::WipeFailed,
         Reason::WipeIncomplete,
         Reason::ConfigRejected,
+        Reason::LedgerMissing,
         Reason::InventoryUnavailable,
         Reason::NoLocalVolume,
         Reason::NodeDeleted,
@@ -68,12 +77,15 @@ impl Reason {
             Reason::VolumeRetained => "VolumeRetained",
             Reason::ReclaimPolicyUnsupported => "ReclaimPolicyUnsupported",
             Reason::NameCollision => "NameCollision",
+            Reason::OverlappingStorage => "OverlappingStorage",
+            Reason::DuplicateIdentity => "DuplicateIdentity",
             Reason::Adopted => "Adopted",
             Reason::ForeignPv => "ForeignPersistentVolume",
             Reason::WipeCompleted => "WipeCompleted",
             Reason::WipeFailed => "WipeFailed",
             Reason::WipeIncomplete => "WipeIncomplete",
             Reason::ConfigRejected => "ConfigRejected",
+            Reason::LedgerMissing => "LedgerMissing",
             Reason::InventoryUnavailable => "InventoryUnavailable",
             Reason::NoLocalVolume => "NoLocalVolume",
             Reason::NodeDeleted => "NodeDeleted",

@@ -37,6 +37,11 @@ pub enum Reason {
     AwaitingVolumeId,
     /// `Unusable`: no identity that could ever authorise a wipe; never published or wiped automatically.
     NoStableIdentity,
+    /// `Unusable`: its storage nests with a PV's or another entry's (a bind mount of a sub-directory, a parent or
+    /// the same root); never published or wiped while so.
+    OverlappingStorage,
+    /// `Unusable`: another disk answers to one of its strong ids (a copy); never published or wiped while so.
+    DuplicateIdentity,
     /// `Unusable`: a PV holding a claim's data is at the path, but nothing is mounted there.
     DiskNotMounted,
     /// `Missing`: the entry is gone from its node.
@@ -61,6 +66,8 @@ impl Reason {
             Reason::PathNotUtf8 => "PathNotUtf8",
             Reason::AwaitingVolumeId => "AwaitingVolumeId",
             Reason::NoStableIdentity => "NoStableIdentity",
+            Reason::OverlappingStorage => "OverlappingStorage",
+            Reason::DuplicateIdentity => "DuplicateIdentity",
             Reason::DiskNotMounted => "DiskNotMounted",
             Reason::DiskNotFound => "DiskNotFound",
         }
@@ -118,6 +125,6 @@ mod tests {
             names.last().map(String::as_str),
             Some(Reason::DiskNotFound.as_str())
         );
-        assert_eq!(names.len(), 17);
+        assert_eq!(names.len(), 19);
     }
 }

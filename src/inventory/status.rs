@@ -250,6 +250,8 @@ fn hold_verdict(held: &Unpublished) -> Verdict {
         HoldReason::PathNotUtf8 => (LocalDiskPhase::Unusable, Reason::PathNotUtf8),
         HoldReason::AwaitingVolumeId => (LocalDiskPhase::Available, Reason::AwaitingVolumeId),
         HoldReason::NoStableIdentity => (LocalDiskPhase::Unusable, Reason::NoStableIdentity),
+        HoldReason::OverlappingStorage => (LocalDiskPhase::Unusable, Reason::OverlappingStorage),
+        HoldReason::DuplicateIdentity => (LocalDiskPhase::Unusable, Reason::DuplicateIdentity),
     };
     verdict(phase, reason, held.message.clone())
 }

@@ -20,6 +20,8 @@ use crate::fasthash::FastMap;
 /// How soon to look again when something is waiting on our own writes.
 const SOON: Duration = Duration::from_secs(1);
 
+mod duplicate;
+mod overlap;
 mod own;
 mod place;
 
@@ -27,11 +29,16 @@ pub(super) use place::pv_name;
 
 pub(super) struct Planner<'a> {
     inputs: &'a Inputs<'a>,
-    pvs: Vec<PvView>,
+    /// Shared, so judging one PV can read the others (overlaps, twins).
+    pvs: std::sync::Arc<[PvView]>,
     /// Where to find `pvs` by path, name and recorded identity (indices, in `pvs` order).
     index: PvIndex,
     /// PVs that are not ours (see `own`).
     others: Vec<OtherPv>,
+    /// The storage each PV and disk exposes, by device (see `overlap`).
+    footprints: overlap::Footprints<'a>,
+    /// The found disks by strong id (see `duplicate`).
+    twins: duplicate::Twins<'a>,
     needs_cluster: bool,
     disks: BTreeMap<&'a Path, &'a Disk>,
     unknown_paths: BTreeSet<&'a Path>,
@@ -64,17 +71,20 @@ impl<'a> Planner<'a> {
     pub(super) fn new(inputs: &'a Inputs<'a>, scope: Scope) -> Self {
         let split = own::split(inputs, scope);
         let found = inputs.found;
+        let disks: BTreeMap<&Path, &Disk> = found
+            .disks
+            .iter()
+            .map(|d| (d.host_path.as_path(), &**d))
+            .collect();
         Planner {
             inputs,
             index: PvIndex::new(&split.pvs),
-            pvs: split.pvs,
+            footprints: overlap::Footprints::new(&split.pvs, &disks),
+            twins: duplicate::Twins::new(disks.values()),
+            pvs: split.pvs.into(),
             others: split.others,
             needs_cluster: false,
-            disks: found
-                .disks
-                .iter()
-                .map(|d| (d.host_path.as_path(), &**d))
-                .collect(),
+            disks,
             unknown_paths: found
                 .unusable
                 .iter()
@@ -105,13 +115,12 @@ impl<'a> Planner<'a> {
     /// The plan, and the paths of the PVs and disks whose decision wrote, reported an Event or asked for another
     /// pass: all the others decided nothing but their standing conditions and hold reasons.
     pub(super) fn run_traced(mut self) -> (Plan, BTreeSet<PathBuf>) {
-        let pvs = std::mem::take(&mut self.pvs);
-        for pv in &pvs {
+        let pvs = self.pvs.clone();
+        for pv in pvs.iter() {
             let before = self.marks();
             self.judge_pv(pv);
             self.trace(before, &pv.path);
         }
-        self.pvs = pvs;
         let disks: Vec<&Disk> = self.disks.values().copied().collect();
         for disk in disks {
             let before = self.marks();
@@ -170,6 +179,9 @@ impl<'a> Planner<'a> {
             return;
         }
         self.reclaim_policy_conditions(pv);
+        if pv.is_unclaimed() && disk.is_some() && self.pv_overlaps(pv, disk) {
+            return;
+        }
         match (disk, check) {
             (Some(_), Some(IdentityCheck::Changed(what))) => self.identity_changed(pv, &what),
             (Some(disk), Some(check)) => self.disk_present(pv, disk, check, class),
@@ -392,6 +404,9 @@ impl<'a> Planner<'a> {
                     );
                     let why = Reason::WipeRefused;
                     self.condition(pv, Condition::WipeRefused, EventType::Warning, why, message);
+                    return;
+                }
+                if self.pv_overlaps(pv, Some(disk)) || self.wipe_refused_for_twin(pv, disk) {
                     return;
                 }
                 if !self.listed() {

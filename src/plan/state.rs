@@ -114,6 +114,10 @@ pub enum Condition {
     Retained,
     UnsupportedPolicy,
     NameCollision,
+    /// Another PV's storage, or a found disk's, nests with this PV's (see `decide::overlap`).
+    StorageOverlap,
+    /// Another disk answers to one of this PV's strong ids (see `decide::duplicate`).
+    DuplicateIdentity,
     /// A PV we do not own that carries our label or reaches one of our disks.
     Foreign,
 }

@@ -348,5 +348,6 @@ fn an_agent_restart_creates_no_duplicates() {
 
 mod identity_rules;
 mod lifecycle;
+mod overlap;
 mod ownership;
 mod reclaim;

@@ -8,6 +8,7 @@ mod attack_config;
 mod attack_flood;
 mod attack_identity;
 mod attack_inventory;
+mod attack_overlap;
 mod attack_ownership;
 mod bench_page;
 mod chart_docs;

@@ -43,7 +43,11 @@ impl Planner<'_> {
             self.hold(disk, HoldReason::HeldByAnotherPv, message);
             return;
         }
-        if self.held_elsewhere(disk) || !self.identified(disk, class) {
+        if self.held_elsewhere(disk)
+            || self.held_for_overlap(disk)
+            || self.held_as_duplicate(disk)
+            || !self.identified(disk, class)
+        {
             return;
         }
         let key = identity::disk_key(disk);
@@ -79,7 +83,11 @@ impl Planner<'_> {
             .sharing_an_id(disk)
             .into_iter()
             .map(|i| &self.pvs[i])
-            .find(|pv| !pv.deleting && identity::may_be_same(pv.mode, pv.recorded.as_ref(), disk));
+            .find(|pv| {
+                !pv.deleting
+                    && !self.at_own_path(pv)
+                    && identity::may_be_same(pv.mode, pv.recorded.as_ref(), disk)
+            });
         let Some(holder) = holder.cloned() else {
             return false;
         };
@@ -106,6 +114,16 @@ impl Planner<'_> {
             );
         }
         true
+    }
+
+    /// Whether a PV's own disk is at its path: then a disk elsewhere that looks like it is a second view of the
+    /// same storage or a copy, never the disk moved (see `overlap` and `duplicate`).
+    fn at_own_path(&self, pv: &PvView) -> bool {
+        self.disks.get(pv.path.as_path()).is_some_and(|own| {
+            own.mode == pv.mode
+                && identity::check(pv.mode, pv.recorded.as_ref(), own)
+                    == identity::IdentityCheck::Same
+        })
     }
 
     /// Published by us, and its PV went without the agent deleting it as unclaimed: a claim may have used it.
