@@ -29,6 +29,8 @@ mod metrics;
 mod pass;
 #[cfg(feature = "node")]
 mod pvindex;
+#[cfg(feature = "node")]
+mod statelock;
 #[cfg(all(test, feature = "node"))]
 mod tests;
 #[cfg(feature = "node")]
@@ -117,7 +119,7 @@ pub fn load_config(path: &std::path::Path) -> anyhow::Result<Config> {
 }
 
 /// `--check-config`: every warning, also when there are errors, then the verdict.
-fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
+fn check_config(path: &std::path::Path, state_dir: &std::path::Path) -> anyhow::Result<()> {
     let result = Config::load(path);
     let warnings = match &result {
         Ok(loaded) => &loaded.warnings[..],
@@ -128,6 +130,7 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
         eprintln!("warning: {w}");
     }
     let loaded = result?;
+    loaded.config.check_state_dir(state_dir)?;
     println!(
         "configuration {} is valid ({} classes)",
         path.display(),
@@ -139,9 +142,10 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
 #[cfg(feature = "node")]
 pub async fn run(opts: Options) -> anyhow::Result<()> {
     if opts.check_config {
-        return check_config(&opts.config);
+        return check_config(&opts.config, &opts.state_dir);
     }
     let config = load_config(&opts.config)?;
+    config.check_state_dir(&opts.state_dir)?;
     let node = opts
         .node_name
         .clone()
@@ -172,7 +176,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let own_node = watched().fields(&format!("metadata.name={node}"));
     let watcher = watch::Watcher::new(client.clone(), changed.clone(), shutdown.clone());
 
-    let agent = pass::Agent::new(pass::Setup {
+    let setup = pass::Setup {
         node: node.clone(),
         client: client.clone(),
         host: Arc::new(crate::host::linux::LinuxHost::default()),
@@ -185,15 +189,39 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         changed: changed.clone(),
         metrics,
         http: state.clone(),
-    })?;
+    };
+    // NB: a failure before the agent runs must stop the other tasks too, or the process would serve on, doing
+    // nothing.
+    let failed = Notify::new();
+    let lock_state = state.clone();
+    let agent = async {
+        let started = start_agent(setup, &opts.state_dir, &lock_state, shutdown.clone()).await;
+        match started {
+            Ok(Some((agent, lock))) => {
+                agent.run(shutdown.clone()).await;
+                drop(lock);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                failed.notify_one();
+                Err(e)
+            }
+        }
+    };
 
     let signals = async {
-        let r = crate::serve::shutdown_signal().await;
-        info!("shutdown requested");
+        let r = tokio::select! {
+            r = crate::serve::shutdown_signal() => {
+                info!("shutdown requested");
+                r
+            }
+            () = failed.notified() => Ok(()),
+        };
         let _ = shutdown_tx.send(true);
         r
     };
-    let (signalled, served, ..) = tokio::join!(
+    let (signalled, served, .., ran) = tokio::join!(
         signals,
         http::serve(
             listener,
@@ -216,8 +244,24 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             changed.clone(),
             shutdown.clone()
         ),
-        agent.run(shutdown.clone()),
+        agent,
     );
     info!("node agent stopped");
-    signalled.and(served)
+    ran.and(signalled).and(served)
+}
+
+/// Takes the state directory's lock (waiting, with `/readyz` saying why, while another agent holds it), then opens
+/// the ledger under it; `None` when shutdown came first.
+#[cfg(feature = "node")]
+async fn start_agent(
+    setup: pass::Setup,
+    state_dir: &std::path::Path,
+    http: &http::State,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<(pass::Agent, statelock::StateLock)>> {
+    let Some(lock) = statelock::acquire(state_dir, http, shutdown).await? else {
+        return Ok(None);
+    };
+    let agent = pass::Agent::new(setup)?;
+    Ok(Some((agent, lock)))
 }

@@ -377,6 +377,24 @@ impl Config {
     pub fn class(&self, name: &str) -> Option<&ClassConfig> {
         self.classes.iter().find(|class| class.name == name)
     }
+
+    /// Refuses a configuration whose discovery directories and the agent's `state_dir` nest, with symlinks
+    /// resolved on this host: each problem names the class's key and both directories.
+    pub fn check_state_dir(&self, state_dir: &Path) -> Result<(), ConfigError> {
+        let classes: Vec<_> = self
+            .classes
+            .iter()
+            .map(|class| class.dirs(dirs::resolve))
+            .collect();
+        let problems = dirs::state_dir_problems(state_dir, &dirs::resolve(state_dir), &classes);
+        match problems.is_empty() {
+            true => Ok(()),
+            false => Err(ConfigError::Invalid {
+                problems,
+                warnings: Vec::new(),
+            }),
+        }
+    }
 }
 
 impl Loaded {

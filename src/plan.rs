@@ -31,7 +31,7 @@
 mod decide;
 pub mod identity;
 pub mod incremental;
-
+pub mod lost;
 pub mod owners;
 pub mod pv;
 pub mod state;

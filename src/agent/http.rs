@@ -23,6 +23,8 @@ pub struct State {
     disks: Arc<RwLock<Option<Disks>>>,
     /// A line `/readyz` adds while something optional is off (the inventory without its CRD).
     note: Arc<RwLock<Option<String>>>,
+    /// Why the agent has not started yet (waiting for its state directory lock); shown first.
+    waiting: Arc<RwLock<Option<String>>>,
 }
 
 impl State {
@@ -32,6 +34,7 @@ impl State {
             registry: Arc::new(registry),
             disks: Arc::new(RwLock::new(None)),
             note: Arc::new(RwLock::new(None)),
+            waiting: Arc::new(RwLock::new(None)),
         }
     }
 
@@ -41,6 +44,10 @@ impl State {
 
     pub fn set_note(&self, note: Option<String>) {
         *self.note.write().unwrap_or_else(|e| e.into_inner()) = note;
+    }
+
+    pub fn set_waiting(&self, why: Option<String>) {
+        *self.waiting.write().unwrap_or_else(|e| e.into_inner()) = why;
     }
 
     pub fn set_disks(&self, disks: Disks) {
@@ -82,6 +89,18 @@ pub fn app(state: State) -> Router {
 }
 
 async fn readyz(Extract(state): Extract<State>) -> Response {
+    let waiting = state
+        .waiting
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    if let Some(why) = waiting {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready\n{why}\n"),
+        )
+            .into_response();
+    }
     let note = state.note.read().unwrap_or_else(|e| e.into_inner()).clone();
     let (status, text) = if state.ready.load(Ordering::SeqCst) {
         (StatusCode::OK, "ok")

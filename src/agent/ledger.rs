@@ -195,6 +195,12 @@ impl LedgerFile {
         }
     }
 
+    /// Whether a ledger file is there at all (before `load`): none on a node that has a PV of this agent means the
+    /// ledger was lost (`plan::lost`).
+    pub fn exists(&self) -> bool {
+        fs::symlink_metadata(&self.path).is_ok()
+    }
+
     fn base_path(&self, generation: u64) -> PathBuf {
         self.dir.join(format!("disk-ledger.{generation}.base.json"))
     }

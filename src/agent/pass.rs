@@ -16,7 +16,7 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::EventType as KubeEventType;
 use tokio::sync::{Notify, mpsc, watch as tokio_watch};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 mod record;
 #[cfg(test)]
@@ -327,7 +327,11 @@ impl Agent {
 
     /// Re-reads the configuration. True when a new valid configuration was taken.
     async fn reload_config(&mut self) -> bool {
-        match load_config(&self.s.opts.config) {
+        let loaded = load_config(&self.s.opts.config).and_then(|config| {
+            config.check_state_dir(&self.s.opts.state_dir)?;
+            Ok(config)
+        });
+        match loaded {
             Ok(config) if config == self.s.config => {
                 self.last_config_error = None;
                 false
@@ -440,6 +444,9 @@ impl Agent {
         let existing = self.existing(&view.pvs);
         // The whole index (every PV that can reach this node) stands in for the list of every PV once it is complete.
         let mut cluster = view.complete.then_some(view.pvs.pvs);
+        if self.book.missing() && !self.settle_missing_ledger(&node, &found, &existing).await {
+            return Some(FIRST_BACKOFF);
+        }
         let facts = Facts {
             node: &node,
             classes: &classes,
@@ -562,6 +569,42 @@ impl Agent {
         .into_iter()
         .flatten()
         .min()
+    }
+
+    /// The first pass without a ledger file: when a PV of this node shows the ledger was lost, says so loudly and
+    /// stores every disk without a PV as `Published` (wiped or held before it is published: `plan::lost`). False
+    /// when that could not be stored (the pass acts on nothing).
+    async fn settle_missing_ledger(
+        &mut self,
+        node: &NodeFacts,
+        found: &Discovery,
+        existing: &[Arc<PersistentVolume>],
+    ) -> bool {
+        let Some(presumed) = plan::lost::presumed(node, found, existing) else {
+            return self.book.settle_missing(&[]);
+        };
+        let message = format!(
+            "no disk ledger in {} although PVs of this node exist: it was lost (state directory deleted, node \
+             re-imaged, or the ledger was on a wiped disk). The {} disks without a PV are of unknown state: each \
+             is wiped before it is published (reclaim policy Delete) or held for an operator (Retain)",
+            self.s.opts.state_dir.display(),
+            presumed.len()
+        );
+        error!(state_dir = %self.s.opts.state_dir.display(), disks = presumed.len(), "{message}");
+        if !self.book.settle_missing(&presumed) {
+            return false;
+        }
+        let uid = self.s.nodes.get(&self.s.node).and_then(|n| n.metadata.uid);
+        self.writer
+            .on_node(
+                &self.s.node,
+                uid.as_deref(),
+                KubeEventType::Warning,
+                Reason::LedgerMissing,
+                &message,
+            )
+            .await;
+        true
     }
 
     /// The planner's `existing`: this node's labelled PVs and the reference provisioner's, from the index at one

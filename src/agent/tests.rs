@@ -194,6 +194,14 @@ fn start(
     steps: Vec<Step>,
 ) -> (Running, impl Future<Output = ()>) {
     let state = tempfile::tempdir().expect("a state directory");
+    // NB: the agent that made the PVs these scripts start from kept a ledger; without one they would read as a
+    // lost ledger (`plan::lost`), which has its own test.
+    std::fs::create_dir_all(state.path().join("state")).expect("the state directory");
+    std::fs::write(
+        state.path().join("state/disk-ledger.json"),
+        r#"{"disks": {}}"#,
+    )
+    .expect("an empty ledger");
     let config_path = state.path().join("config.yaml");
     std::fs::write(&config_path, disk.config_text()).expect("the config is written");
     let config = super::load_config(&config_path).expect("the config is valid");

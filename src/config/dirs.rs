@@ -161,6 +161,37 @@ fn shared_problems(class: &ClassDirs, earlier: &ClassDirs) -> Vec<Problem> {
     found
 }
 
+/// The agent's state directory (`--state-dir`, resolved like `mountDir`) inside, or containing, a class's
+/// directory: the ledger would sit on a tenant's disk (readable and editable by the tenant, deleted by its wipe) or
+/// the tenants' disks inside the ledger's directory. One problem per class, naming both directories.
+pub fn state_dir_problems(
+    state_dir: &Path,
+    resolved_state_dir: &Path,
+    classes: &[ClassDirs],
+) -> Vec<Problem> {
+    let mut found = Vec::new();
+    for class in classes {
+        let pairs = [
+            ("hostDir", &class.host_dir, state_dir),
+            ("mountDir", &class.resolved_mount_dir, resolved_state_dir),
+        ];
+        let nested = pairs
+            .iter()
+            .find(|(_, dir, state)| dir.starts_with(state) || state.starts_with(dir));
+        if let Some((name, dir, _)) = nested {
+            found.push(Problem {
+                key: key(class, name),
+                message: format!(
+                    "{} and the agent's state directory {} (--state-dir) are nested: the disk ledger must not                      live on a disk the agent publishes and wipes, nor contain one",
+                    dir.display(),
+                    state_dir.display()
+                ),
+            });
+        }
+    }
+    found
+}
+
 /// Resolves every symlink in `path` on this host. Components that do not exist yet are kept as written
 /// after the longest prefix that does, so a directory created later is still checked by where it would be.
 pub fn resolve(path: &Path) -> PathBuf {

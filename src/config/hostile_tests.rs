@@ -277,3 +277,33 @@ fn the_most_classes_allowed_parse() {
     let parsed = Config::from_yaml(&yaml, "test.yaml").expect("valid");
     assert_eq!(parsed.config.classes.len(), MAX_CLASSES);
 }
+
+/// The agent's state directory nested with a class's directory, as written or through a symlink in `mountDir`
+/// (issue 39, point 0c): one problem per class, naming the key and both directories.
+#[rstest]
+#[case::inside_an_entry("/mnt/disks/vol1/state", "/mnt/disks/vol1/state", Some("hostDir"))]
+#[case::the_discovery_dir("/mnt/disks", "/mnt/disks", Some("hostDir"))]
+#[case::around_it("/mnt", "/mnt", Some("hostDir"))]
+#[case::inside_through_a_symlink("/srv/state", "/host/disks/state", Some("mountDir"))]
+#[case::beside_it("/var/lib/localpv", "/var/lib/localpv", None)]
+#[case::a_prefix_is_not_a_parent("/mnt/disks2", "/mnt/disks2", None)]
+fn a_state_dir_nested_with_a_class_dir_is_refused(
+    #[case] state: &str,
+    #[case] resolved: &str,
+    #[case] key: Option<&str>,
+) {
+    let classes = [dirs("fast", "/mnt/disks", "/mnt/disks", "/host/disks")];
+    let found = super::dirs::state_dir_problems(Path::new(state), Path::new(resolved), &classes);
+    let keys: Vec<String> = found.iter().map(|p| p.key.clone()).collect();
+    let want: Vec<String> = key
+        .map(|k| format!("storageClassMap.fast.{k}"))
+        .into_iter()
+        .collect();
+    assert_eq!(keys, want, "{found:?}");
+    for problem in &found {
+        assert!(
+            problem.message.contains(state) && problem.message.contains("--state-dir"),
+            "{problem}"
+        );
+    }
+}

@@ -184,3 +184,50 @@ fn wipe_failing_after_outside_what_the_agent_takes_is_refused_by_the_schema() {
         "the agent took --wipe-failing-after=0"
     );
 }
+
+/// A surge would run two agents on one state directory: the second waits for the first's lock and never becomes
+/// Ready, so the update would never finish. The chart refuses it, naming the key (issue 39, point 0b).
+#[test]
+fn a_surging_update_strategy_is_refused_naming_the_key() {
+    for surge in ["1", "25%"] {
+        let set = format!("node.updateStrategy.rollingUpdate.maxSurge={surge}");
+        let out = run(
+            &tool("helm"),
+            &[
+                "template",
+                "x",
+                "charts/localpv",
+                "--kube-version",
+                "1.37.1",
+                "--set",
+                &set,
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--set {set} was accepted");
+        assert!(
+            stderr.contains("node.updateStrategy.rollingUpdate.maxSurge is")
+                && stderr.contains("state directory"),
+            "{set}: {stderr}"
+        );
+    }
+    // The reference chart's top-level key is read the same way; no surge renders as before.
+    let out = run(
+        &tool("helm"),
+        &[
+            "template",
+            "x",
+            "charts/localpv",
+            "--kube-version",
+            "1.37.1",
+            "--set",
+            "updateStrategy.rollingUpdate.maxSurge=1",
+        ],
+    );
+    assert!(!out.status.success(), "the reference chart's key surged");
+    let ds = daemonset(&render(
+        "localpv",
+        &["--set", "node.updateStrategy.rollingUpdate.maxSurge=0"],
+    ));
+    assert_eq!(ds["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"], 0);
+}

@@ -10,6 +10,7 @@ mod attack_identity;
 mod attack_inventory;
 mod attack_overlap;
 mod attack_ownership;
+mod attack_state;
 mod bench_page;
 mod chart_docs;
 mod chart_node_values;

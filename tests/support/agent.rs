@@ -16,6 +16,8 @@ pub struct Agent {
     pub disks_dir: PathBuf,
     pub config: PathBuf,
     pub port: u16,
+    /// Names the process and its log (`localpv-node-<node>` unless [`Agent::twin`] made it).
+    name: String,
     state_dir: PathBuf,
     kubeconfig: PathBuf,
     log_dir: PathBuf,
@@ -52,6 +54,7 @@ impl Agent {
         let user = format!("localpv-test-agent-{node}");
         let kubeconfig = cp.kubeconfig_for(&format!("agent-{node}"), &user, &["system:masters"]);
         Agent {
+            name: format!("localpv-node-{node}"),
             node: node.to_string(),
             user,
             disks_dir,
@@ -78,7 +81,7 @@ impl Agent {
             ("RUST_LOG", "info,localpv=debug"),
         ];
         let c = Component::spawn_with_env(
-            &format!("localpv-node-{}", self.node),
+            &self.name,
             &localpv_bin(),
             &args,
             &env,
@@ -86,6 +89,28 @@ impl Agent {
             cp.reaper(),
         );
         self.process = Some(c);
+    }
+
+    /// A second agent for the same node, configuration and state directory (what a DaemonSet update with
+    /// `maxSurge` runs), on its own port and log, named `<name>`.
+    pub fn twin(&self, name: &str) -> Agent {
+        Agent {
+            name: format!("localpv-node-{}-{name}", self.node),
+            node: self.node.clone(),
+            user: self.user.clone(),
+            disks_dir: self.disks_dir.clone(),
+            config: self.config.clone(),
+            port: free_port(),
+            state_dir: self.state_dir.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            log_dir: self.log_dir.clone(),
+            process: None,
+        }
+    }
+
+    /// Uses `dir` as the state directory from the next start on.
+    pub fn set_state_dir(&mut self, dir: &Path) {
+        self.state_dir = dir.to_path_buf();
     }
 
     /// The agent's state directory (its disk ledger).

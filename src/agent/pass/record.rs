@@ -38,12 +38,15 @@ pub(super) struct Book {
     /// Writes of the ledger file so far: the ledger changes only with one.
     stored: u64,
     changes: StateChanges,
+    /// No ledger file was there at start and what that means is not settled yet (see `plan::lost`).
+    missing: bool,
 }
 
 impl Book {
     /// The ledger stored in `state_dir` (empty when there is none yet).
     pub(super) fn open(state_dir: &Path) -> Result<Book, LedgerError> {
         let mut file = LedgerFile::new(state_dir);
+        let missing = !file.exists();
         let (ledger, owners) = file.load()?;
         Ok(Book {
             ledger,
@@ -51,7 +54,21 @@ impl Book {
             file,
             stored: 0,
             changes: StateChanges::default(),
+            missing,
         })
+    }
+
+    /// True until [`Book::settle_missing`]: no ledger file was there at start.
+    pub(super) fn missing(&self) -> bool {
+        self.missing
+    }
+
+    /// Stores what the lost ledger is presumed to have said (nothing for a fresh node); false (and still missing)
+    /// when it could not be stored.
+    pub(super) fn settle_missing(&mut self, presumed: &[(String, DiskState)]) -> bool {
+        let stored = presumed.is_empty() || self.remember_before_create(presumed, &[]);
+        self.missing &= !stored;
+        stored
     }
 
     pub(super) fn ledger(&self) -> &DiskLedger {
