@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod attack_clone;
 mod attack_config;
 mod attack_flood;
 mod attack_identity;

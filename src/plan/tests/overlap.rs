@@ -296,3 +296,115 @@ fn the_overlapping_pv_gone_the_released_volume_is_wiped() {
         ["wipe /mnt/disks/vol-b for uid-vol-b"]
     );
 }
+
+// ---- two disks with one identity (issue 39, point 2) ----
+
+/// An ext4 disk on its own device with UUID `uuid` (and the agent's volume id `id`, if any).
+fn ext4(entry: &str, dev: &str, uuid: &str, id: Option<&str>) -> Disk {
+    let mut disk = disk(entry);
+    disk.identity = crate::disk::DiskIdentity {
+        device: Some(format!("/dev/{entry}")),
+        dev_id: dev.parse().ok(),
+        fs_type: Some("ext4".into()),
+        fs_uuid: Some(uuid.into()),
+        volume_id: id.map(Into::into),
+        ..Default::default()
+    };
+    disk
+}
+
+#[rstest]
+#[case::copy_named_before("vol-a")]
+#[case::copy_named_after("vol-z")]
+fn a_block_copy_of_a_bound_disk_is_never_published(#[case] entry: &str) {
+    let bound = ext4("vol-m", "7:1", "uuid-1", None);
+    let world = World::new(
+        vec![bound.clone(), ext4(entry, "7:2", "uuid-1", None)],
+        vec![Pv::test().for_disk(&bound).bound().build()],
+    );
+    let plan = world.plan();
+    assert_eq!(creates_or_wipes(&plan), Vec::<String>::new());
+    assert_eq!(
+        holds(&plan),
+        [(entry.to_string(), HoldReason::DuplicateIdentity)]
+    );
+    assert!(summary(&plan).contains(&"event uid-vol-m DuplicateIdentity".to_string()));
+}
+
+/// The copy is there while the original's PV is Released: neither is wiped (the id proves neither).
+#[test]
+fn a_released_disk_with_a_twin_is_not_wiped_until_the_twin_is_gone() {
+    let released = ext4("vol-m", "7:1", "uuid-1", None);
+    let mut world = World::new(
+        vec![released.clone(), ext4("vol-c", "7:2", "uuid-1", None)],
+        vec![Pv::test().for_disk(&released).released().build()],
+    );
+    let plan = world.plan();
+    assert_eq!(creates_or_wipes(&plan), Vec::<String>::new());
+    assert!(summary(&plan).contains(&"event uid-vol-m DuplicateIdentity".to_string()));
+    world.found.disks.retain(|d| d.entry == "vol-m");
+    assert_eq!(
+        creates_or_wipes(&world.plan()),
+        ["wipe /mnt/disks/vol-m for uid-vol-m"]
+    );
+}
+
+/// The agent's volume id copied with the data onto another filesystem (`cp -a`, `rsync -X`), WWN and serial.
+#[rstest]
+#[case::copied_volume_id(
+    |d: &mut Disk| { d.identity.fs_uuid = Some("uuid-other".into()); d.identity.volume_id = Some("id-1".into()) }
+)]
+#[case::same_wwn(|d: &mut Disk| { d.identity.fs_uuid = Some("uuid-other".into()); d.identity.wwn = Some("wwn-1".into()) })]
+#[case::same_serial(|d: &mut Disk| { d.identity.fs_uuid = Some("uuid-other".into()); d.identity.serial = Some("sn-1".into()) })]
+fn a_disk_answering_to_a_bound_pvs_strong_id_is_never_published(#[case] copy: fn(&mut Disk)) {
+    let mut bound = ext4("vol-m", "7:1", "uuid-1", Some("id-1"));
+    bound.identity.wwn = Some("wwn-1".into());
+    bound.identity.serial = Some("sn-1".into());
+    let mut twin = ext4("vol-a", "7:2", "uuid-2", None);
+    copy(&mut twin);
+    let world = World::new(
+        vec![bound.clone(), twin],
+        vec![Pv::test().for_disk(&bound).bound().build()],
+    );
+    let plan = world.plan();
+    assert_eq!(creates_or_wipes(&plan), Vec::<String>::new());
+    assert_eq!(
+        holds(&plan),
+        [("vol-a".to_string(), HoldReason::DuplicateIdentity)]
+    );
+}
+
+/// Two new disks with one UUID and no PV: neither is published.
+#[test]
+fn two_new_disks_with_one_uuid_are_both_held() {
+    let world = World::new(
+        vec![
+            ext4("a", "7:1", "uuid-1", None),
+            ext4("b", "7:2", "uuid-1", None),
+        ],
+        vec![],
+    );
+    let plan = world.plan();
+    assert_eq!(creates_or_wipes(&plan), Vec::<String>::new());
+    assert_eq!(
+        holds(&plan),
+        [
+            ("a".to_string(), HoldReason::DuplicateIdentity),
+            ("b".to_string(), HoldReason::DuplicateIdentity)
+        ]
+    );
+}
+
+/// Disjoint directories of one filesystem share its UUID by design: they are told apart by their volume ids.
+#[test]
+fn disjoint_binds_of_one_filesystem_are_not_twins() {
+    let mut one = ext4("a", "7:1", "uuid-1", Some("id-a"));
+    one.mount_root = Some("/one".into());
+    let mut two = ext4("b", "7:1", "uuid-1", Some("id-b"));
+    two.mount_root = Some("/two".into());
+    let world = World::new(vec![one, two], vec![]);
+    assert_eq!(
+        creates_or_wipes(&world.plan()),
+        ["create /mnt/disks/a", "create /mnt/disks/b"]
+    );
+}
