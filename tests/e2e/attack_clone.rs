@@ -101,7 +101,7 @@ async fn copies_of_a_bound_disk_are_never_published_and_never_authorise_a_wipe()
         pv_at(
             &client,
             "node-1",
-            &Path::new(&local_path(pv)),
+            Path::new(&local_path(pv)),
             "Released",
             Duration::from_secs(60),
         )
