@@ -207,7 +207,9 @@ impl Agent {
             .is_some_and(MountWatcher::watches_every_dir);
         let mut config_tick = tokio::time::interval(self.s.opts.config_poll);
         let mut resync_at = Instant::now() + self.s.config.min_resync_period;
-        let mut requeue = self.pass().await;
+        // NB: when the last pass asked to plan again, as a point in time: a config poll or any other wake-up that
+        // runs no pass must not push it later (a held-out wipe on an idle node was never tried again).
+        let mut requeue_at = self.pass().await.map(|r| Instant::now() + r);
         self.s.http.set_ready(true);
         info!("node agent ready");
         loop {
@@ -216,13 +218,18 @@ impl Agent {
             // event, listing the host if it changed).
             if std::mem::take(&mut self.publish_now) {
                 self.changes.list_all |= !watched;
-                requeue = self.pass().await;
+                requeue_at = self.pass().await.map(|r| Instant::now() + r);
                 continue;
             }
-            let wake_at = requeue.map_or(resync_at, |r| (Instant::now() + r).min(resync_at));
+            let wake_at = requeue_at.map_or(resync_at, |at| at.min(resync_at));
             let mut settle = false;
             tokio::select! {
-                changes = async { match watcher.as_mut() { Some(w) => w.changed().await, None => std::future::pending().await } } => self.changes.merge(changes),
+                changes = async { match watcher.as_mut() { Some(w) => w.changed().await, None => std::future::pending().await } } => {
+                    if changes.mounts {
+                        self.mounts_changed();
+                    }
+                    self.changes.merge(changes);
+                }
                 _ = self.s.changed.notified() => settle = true,
                 Some(done) = self.done_rx.recv() => self.finish_wipe(done).await,
                 _ = tokio::time::sleep_until(wake_at.into()) => {}
@@ -246,7 +253,7 @@ impl Agent {
                 self.compare_whole = true;
                 self.changes.list_all = true;
             }
-            requeue = self.pass().await;
+            requeue_at = self.pass().await.map(|r| Instant::now() + r);
         }
         self.stop_wipes().await;
         self.book.close();
@@ -552,10 +559,14 @@ impl Agent {
             .metrics
             .discovery_seconds
             .observe(started.elapsed().as_secs_f64());
+        // NB: only backoffs still running out: one already out was tried by this pass (or its wipe is no longer
+        // planned), and counting it would plan again at once, forever.
+        let now = Instant::now();
         let backoff = self
             .backoff
             .values()
-            .map(|b| b.not_before.saturating_duration_since(Instant::now()))
+            .filter(|b| b.not_before > now)
+            .map(|b| b.not_before - now)
             .min();
         let progress = (!self.running.is_empty()).then_some(PROGRESS_EVERY);
         [

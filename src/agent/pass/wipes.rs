@@ -28,6 +28,22 @@ pub(super) struct Backoff {
     pub(super) not_before: Instant,
     pub(super) host_path: PathBuf,
     pub(super) last_error: String,
+    /// The last attempt found the volume not empty (a mount inside, a late writer): a change of the mount table
+    /// may have removed the cause, so it is tried again at once (`due_after_mount_change`).
+    pub(super) incomplete: bool,
+}
+
+/// After the mount table changed: the held-out wipes to try again at once, those whose last attempt left the volume
+/// not empty (an unmount inside it is the usual fix). Their failure count stays, so a mount that keeps coming
+/// back still backs off.
+pub(super) fn due_after_mount_change<'a>(
+    backoffs: impl Iterator<Item = (&'a String, &'a Backoff)>,
+    now: Instant,
+) -> Vec<String> {
+    backoffs
+        .filter(|(_, b)| b.incomplete && b.not_before > now)
+        .map(|(key, _)| key.clone())
+        .collect()
 }
 
 impl Agent {
@@ -123,6 +139,7 @@ impl Agent {
                 }
             }
             Err(failure) => {
+                let incomplete = matches!(failure, Failed::Incomplete(_));
                 let (reason, message, outcome) = match failure {
                     Failed::Refused(m) => (Reason::WipeRefused, m, Outcome::Refused),
                     Failed::Error(m) => (Reason::WipeFailed, m, Outcome::Error),
@@ -138,7 +155,9 @@ impl Agent {
                     not_before: Instant::now(),
                     host_path: order.host_path.clone(),
                     last_error: String::new(),
+                    incomplete,
                 });
+                b.incomplete = incomplete;
                 b.failures += 1;
                 b.last_error = message.clone();
                 let delay = FIRST_BACKOFF
@@ -156,6 +175,16 @@ impl Agent {
         }
     }
 
+    /// The mount table changed: wipes held out because their volume was not empty are due now.
+    pub(super) fn mounts_changed(&mut self) {
+        let now = Instant::now();
+        for key in due_after_mount_change(self.backoff.iter(), now) {
+            if let Some(b) = self.backoff.get_mut(&key) {
+                b.not_before = now;
+            }
+        }
+    }
+
     /// Cancels running wipes and joins their tasks (a cancelled wipe is incomplete: it runs again after restart).
     pub(super) async fn stop_wipes(&mut self) {
         for r in self.running.values() {
@@ -164,5 +193,37 @@ impl Agent {
         for (_, r) in self.running.drain() {
             let _ = tokio::time::timeout(Duration::from_secs(3), r.task).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::{Duration, Instant};
+
+    use super::{Backoff, due_after_mount_change};
+
+    fn backoff(incomplete: bool, in_secs: u64, now: Instant) -> Backoff {
+        Backoff {
+            failures: 1,
+            not_before: now + Duration::from_secs(in_secs),
+            host_path: "/mnt/disks/vol1".into(),
+            last_error: String::new(),
+            incomplete,
+        }
+    }
+
+    #[test]
+    fn a_mount_change_makes_only_wipes_left_incomplete_due_now() {
+        let now = Instant::now();
+        let backoffs = HashMap::from([
+            ("mount-inside".to_string(), backoff(true, 10, now)),
+            ("failed".to_string(), backoff(false, 10, now)),
+            ("already-due".to_string(), backoff(true, 0, now)),
+        ]);
+        assert_eq!(
+            due_after_mount_change(backoffs.iter(), now),
+            ["mount-inside".to_string()]
+        );
     }
 }
