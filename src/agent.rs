@@ -18,6 +18,8 @@
 #[cfg(feature = "node")]
 mod exec;
 #[cfg(feature = "node")]
+mod health;
+#[cfg(feature = "node")]
 mod http;
 #[cfg(feature = "node")]
 mod inventory;

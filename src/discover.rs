@@ -246,6 +246,7 @@ fn measure_kept(
         disks: disks.into_iter().flatten().collect(),
         unusable,
         failed_classes: gathered.failed_classes.clone(),
+        unhealthy: Vec::new(),
     }
 }
 
@@ -389,6 +390,7 @@ fn discover_listed(
         disks: Vec::new(),
         unusable: classified.unusable.clone(),
         failed_classes: failed_classes.clone(),
+        unhealthy: Vec::new(),
     };
     let candidates = classified.candidates.iter().map(Probe::of);
     let (discovery, reusable) = measure_all(host, candidates, discovery, probed);

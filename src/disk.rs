@@ -127,6 +127,19 @@ pub struct Discovery {
     /// entries are unknown, not gone: a planner must leave their PVs alone until a later pass succeeds.
     #[serde(default)]
     pub failed_classes: Vec<ClassFailure>,
+    /// Found disks that are not `Healthy` (`health::judge`), by path; a disk not listed is healthy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unhealthy: Vec<DiskHealth>,
+}
+
+/// A found disk that shows signs of failing (issue 37).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskHealth {
+    pub host_path: PathBuf,
+    pub state: crate::health::State,
+    pub cause: crate::health::Cause,
+    pub message: String,
 }
 
 /// `Vec<Arc<Disk>>` (de)serialised as the list of disks it holds.

@@ -19,6 +19,8 @@ use crate::contract::DevId;
 
 pub mod fake;
 #[cfg(feature = "node")]
+pub mod health;
+#[cfg(feature = "node")]
 pub mod linux;
 #[cfg(feature = "node")]
 pub mod live;
@@ -76,6 +78,15 @@ pub trait Host: Send + Sync {
     /// Stores a fresh random volume id on directory `path` unless it already carries one; returns the id it carries
     /// afterwards. Fails on filesystems without extended attributes. Never used on block devices.
     fn tag_volume(&self, path: &Path) -> Result<String, HostError>;
+
+    /// Signs of failing of one disk (`host::health`): its device gone, the filesystem's error counter, a
+    /// filesystem turned read-only or shut down after an error, a direct read of one block. Never writes. A host
+    /// that cannot tell shows no sign.
+    #[cfg(feature = "node")]
+    fn health(&self, probe: &health::HealthProbe) -> crate::health::Signals {
+        let _ = probe;
+        crate::health::Signals::default()
+    }
 }
 
 /// What the host says changed since the last discovery (the mount watcher's report), which decides how much of it

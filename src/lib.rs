@@ -27,6 +27,7 @@ pub mod effects;
 pub mod explain;
 pub mod extender;
 pub mod fasthash;
+pub mod health;
 pub mod host;
 pub mod inventory;
 pub mod logging;

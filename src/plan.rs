@@ -259,6 +259,10 @@ pub enum HoldReason {
     /// Another disk, or a PV of this node elsewhere, answers to one of its strong ids (a block copy, a copied
     /// volume id, a cloned image): never published or wiped while so.
     DuplicateIdentity,
+    /// The disk shows signs of failing (`health`): never handed to a new claim, never wiped while so.
+    DiskDegraded,
+    /// The disk failed (`health`): never handed to a new claim, never wiped.
+    DiskFailed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -155,6 +155,7 @@ fn node_1() -> Discovery {
             message: "path \"/mnt/disks/stray\" is not a valid mount point".into(),
         }],
         failed_classes: Vec::new(),
+        unhealthy: Vec::new(),
     }
 }
 

@@ -55,6 +55,11 @@ pub struct PhaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HealthLabels {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -87,6 +92,7 @@ pub struct Metrics {
     pub wipe_bytes: Counter,
     pub wipe_entries: Counter,
     pub capacity: Family<CapacityLabels, Gauge>,
+    pub disks_health: Family<HealthLabels, Gauge>,
 }
 
 const API_VERBS: [ApiVerb; 4] = [
@@ -117,6 +123,7 @@ impl Metrics {
             wipe_bytes: Counter::default(),
             wipe_entries: Counter::default(),
             capacity: Family::default(),
+            disks_health: Family::default(),
         };
         m.zero_label_sets();
         let r = reg.sub_registry_with_prefix("localpv_node");
@@ -177,11 +184,26 @@ impl Metrics {
             m.wipe_entries.clone(),
         );
         r.register(
+            "disks_health",
+            "Found disks by health state (Healthy, Degraded, Failed), as last looked at",
+            m.disks_health.clone(),
+        );
+        r.register(
             "pv_capacity_bytes",
             "Capacity of this node's PVs by storage class and PV phase (Available is free space)",
             m.capacity.clone(),
         );
         m
+    }
+
+    /// The disks in each health state.
+    pub fn set_health(&self, counts: &[(crate::health::State, i64)]) {
+        for (state, count) in counts {
+            let labels = HealthLabels {
+                state: state.as_str().to_string(),
+            };
+            self.disks_health.get_or_create(&labels).set(*count);
+        }
     }
 
     /// Creates every known label set at zero (`telemetry::at_zero`).

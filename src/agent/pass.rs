@@ -104,6 +104,8 @@ pub struct Agent {
     tagged_last: bool,
     running: HashMap<String, Running>,
     backoff: HashMap<String, Backoff>,
+    /// Every disk's health, looked at every `health::PERIOD`.
+    health: super::health::HealthBook,
     done_tx: mpsc::Sender<WipeResult>,
     done_rx: mpsc::Receiver<WipeResult>,
     last_config_error: Option<String>,
@@ -187,6 +189,7 @@ impl Agent {
             tagged_last: false,
             running: HashMap::new(),
             backoff: HashMap::new(),
+            health: Default::default(),
             notices: Default::default(),
             published: Published::default(),
             existing: None,
@@ -424,14 +427,21 @@ impl Agent {
         // a configuration with a Block class lists the host in every pass.
         let mut changes = std::mem::take(&mut self.changes);
         changes.list_all |= classes.iter().any(|c| c.mode == VolumeMode::Block);
+        let mut health = std::mem::take(&mut self.health);
+        let look = health.due(Instant::now());
         let discovered = tokio::task::spawn_blocking(move || {
-            let found = discover_changed(host.as_ref(), &classes, &mut probed, &changes);
-            (found, probed)
+            let mut found = discover_changed(host.as_ref(), &classes, &mut probed, &changes);
+            if look {
+                health.observe(host.as_ref(), &classes, &found);
+            }
+            health.annotate(&mut found);
+            (found, probed, health)
         })
         .await;
         let found = match discovered {
-            Ok((found, probed)) => {
+            Ok((found, probed, health)) => {
                 self.probed = probed;
+                self.health = health;
                 found
             }
             Err(error) => {
@@ -569,8 +579,10 @@ impl Agent {
             .map(|b| b.not_before - now)
             .min();
         let progress = (!self.running.is_empty()).then_some(PROGRESS_EVERY);
+        self.s.metrics.set_health(&self.health.counts());
         [
             plan.requeue_after,
+            Some(self.health.wait(Instant::now())),
             inventory_after,
             backoff,
             progress,

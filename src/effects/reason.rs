@@ -23,6 +23,10 @@ pub enum Reason {
     OverlappingStorage,
     /// Two disks answer to one strong id (a block copy, a copied volume id, a cloned image).
     DuplicateIdentity,
+    /// The disk under the PV shows signs of failing (I/O errors, a hardware warning).
+    DiskDegraded,
+    /// The disk under the PV failed.
+    DiskFailed,
     Adopted,
     /// On a PV the agent did not create or adopt that carries its label or reaches one of its disks.
     #[serde(rename = "ForeignPersistentVolume")]
@@ -43,7 +47,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for tests and documentation checks.
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 22] = [
         Reason::DiskMissing,
         Reason::DiskReturned,
         Reason::DiskIdentityChanged,
@@ -54,6 +58,8 @@ impl Reason {
         Reason::NameCollision,
         Reason::OverlappingStorage,
         Reason::DuplicateIdentity,
+        Reason::DiskDegraded,
+        Reason::DiskFailed,
         Reason::Adopted,
         Reason::ForeignPv,
         Reason::WipeCompleted,
@@ -79,6 +85,8 @@ impl Reason {
             Reason::NameCollision => "NameCollision",
             Reason::OverlappingStorage => "OverlappingStorage",
             Reason::DuplicateIdentity => "DuplicateIdentity",
+            Reason::DiskDegraded => "DiskDegraded",
+            Reason::DiskFailed => "DiskFailed",
             Reason::Adopted => "Adopted",
             Reason::ForeignPv => "ForeignPersistentVolume",
             Reason::WipeCompleted => "WipeCompleted",

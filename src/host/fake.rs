@@ -44,6 +44,8 @@ pub struct FakeHost {
     /// Volume ids on directories; a directory not listed has none ([`VolumeTag::Absent`]). `tag_volume` stores
     /// `fake-id:<path>` here unless the entry is an error or [`VolumeTag::Unsupported`].
     pub volume_ids: Mutex<HashMap<PathBuf, Canned<VolumeTag>>>,
+    /// Health signs by volume path (as this process sees it); a path not listed shows none.
+    pub health: Mutex<HashMap<PathBuf, crate::health::Signals>>,
     calls: Mutex<Vec<Call>>,
     /// The last mount table answered: a mount whose line did not change is handed over as the same allocation,
     /// as the live host does.
@@ -271,5 +273,11 @@ impl Host for FakeHost {
                 Ok(id)
             }
         }
+    }
+
+    #[cfg(feature = "node")]
+    fn health(&self, probe: &super::health::HealthProbe) -> crate::health::Signals {
+        let canned = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        canned.get(&probe.path).cloned().unwrap_or_default()
     }
 }

@@ -235,6 +235,10 @@ impl Host for LinuxHost {
         read_tag(&fd).map_err(failed)
     }
 
+    fn health(&self, probe: &super::health::HealthProbe) -> crate::health::Signals {
+        super::health::signals(&self.sys, probe)
+    }
+
     fn tag_volume(&self, path: &Path) -> Result<String, HostError> {
         let failed = |source| HostError::TagVolume {
             path: path.into(),

@@ -22,6 +22,8 @@ use crate::contract::DevId;
 pub const CONDITION_DUPLICATE_UUID: &str = "DuplicateUUID";
 /// Condition type: the last wipe of this disk failed.
 pub const CONDITION_WIPE_FAILED: &str = "WipeFailed";
+/// Set (status `False`) while the disk shows signs of failing; absent while it is healthy.
+pub const CONDITION_HEALTHY: &str = "Healthy";
 
 /// What a node agent found at one path, and what it is.
 // NB: clippy reads the repeated `type_ = "string"` of the printer columns as duplicated attributes.
@@ -43,6 +45,7 @@ pub const CONDITION_WIPE_FAILED: &str = "WipeFailed";
     printcolumn(name = "Size", type_ = "string", json_path = ".spec.capacityHuman"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.reason"),
+    printcolumn(name = "Health", type_ = "string", json_path = ".status.health"),
     printcolumn(name = "PV", type_ = "string", json_path = ".status.pv"),
     printcolumn(name = "Claim", type_ = "string", json_path = ".status.claim"),
     printcolumn(
@@ -248,6 +251,10 @@ pub struct LocalDiskStatus {
     /// never merged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duplicate_uuid: Option<DuplicateUuid>,
+    /// `Degraded` or `Failed` while the disk shows signs of failing (I/O errors, a hardware warning); absent while
+    /// it is healthy. The `Healthy` condition says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -359,7 +366,7 @@ mod tests {
         assert_eq!(
             by_priority(0),
             [
-                "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "PV", "CLAIM", "AGE"
+                "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "HEALTH", "PV", "CLAIM", "AGE"
             ]
         );
         assert_eq!(

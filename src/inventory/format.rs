@@ -86,8 +86,8 @@ fn list(disks: &[LocalDisk]) -> serde_json::Value {
     serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items})
 }
 
-const HEADERS: [&str; 9] = [
-    "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "PV", "CLAIM", "AGE",
+const HEADERS: [&str; 10] = [
+    "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "HEALTH", "PV", "CLAIM", "AGE",
 ];
 const WIDE_HEADERS: [&str; 6] = ["DEVICE", "FSTYPE", "FSUUID", "MODEL", "SERIAL", "NAME"];
 
@@ -106,6 +106,17 @@ fn table(disks: &[LocalDisk], wide: bool, now: SystemTime) -> String {
     out.push('\n');
     out.push_str(&summary(disks));
     out
+}
+
+/// `Degraded` or `Failed` as the agent last judged; `Healthy` for a disk that is there and shows no sign; `-` for
+/// an entry that is not a disk or is gone.
+fn health(status: &crate::inventory::LocalDiskStatus) -> String {
+    use crate::inventory::LocalDiskPhase;
+    match (&status.health, status.phase) {
+        (Some(health), _) => health.clone(),
+        (None, LocalDiskPhase::Missing | LocalDiskPhase::Unusable) => "-".to_string(),
+        (None, _) => "Healthy".to_string(),
+    }
 }
 
 fn row(disk: &LocalDisk, wide: bool, now: SystemTime) -> Vec<String> {
@@ -129,6 +140,7 @@ fn row(disk: &LocalDisk, wide: bool, now: SystemTime) -> Vec<String> {
             .map_or_else(|| "-".to_string(), human_bytes),
         status.phase.as_str().to_string(),
         or_dash(status.reason.as_ref()),
+        health(&status),
         or_dash(status.pv.as_ref()),
         or_dash(status.claim.as_ref()),
         age,

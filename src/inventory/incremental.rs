@@ -724,6 +724,7 @@ impl Last {
             disks: disks_at(inputs.found, dirty),
             unusable: unusable_at(inputs.found, dirty),
             failed_classes: inputs.found.failed_classes.clone(),
+            unhealthy: crate::plan::incremental::unhealthy_at(inputs.found, dirty),
         };
         // NB: of several PVs at one path the builder keeps one by input order, which the part does not keep.
         if dirty

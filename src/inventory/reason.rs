@@ -42,6 +42,10 @@ pub enum Reason {
     OverlappingStorage,
     /// `Unusable`: another disk answers to one of its strong ids (a copy); never published or wiped while so.
     DuplicateIdentity,
+    /// `Unusable`: the disk shows signs of failing (I/O errors, a hardware warning); not handed to a new claim.
+    DiskDegraded,
+    /// `Unusable`: the disk failed; never handed to a new claim, never wiped.
+    DiskFailed,
     /// `Unusable`: a PV holding a claim's data is at the path, but nothing is mounted there.
     DiskNotMounted,
     /// `Missing`: the entry is gone from its node.
@@ -68,6 +72,8 @@ impl Reason {
             Reason::NoStableIdentity => "NoStableIdentity",
             Reason::OverlappingStorage => "OverlappingStorage",
             Reason::DuplicateIdentity => "DuplicateIdentity",
+            Reason::DiskDegraded => "DiskDegraded",
+            Reason::DiskFailed => "DiskFailed",
             Reason::DiskNotMounted => "DiskNotMounted",
             Reason::DiskNotFound => "DiskNotFound",
         }
@@ -125,6 +131,6 @@ mod tests {
             names.last().map(String::as_str),
             Some(Reason::DiskNotFound.as_str())
         );
-        assert_eq!(names.len(), 19);
+        assert_eq!(names.len(), 21);
     }
 }

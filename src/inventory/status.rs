@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::crd::{
-    CONDITION_DUPLICATE_UUID, CONDITION_WIPE_FAILED, DuplicateUuid, LocalDisk, LocalDiskPhase,
-    LocalDiskSpec, LocalDiskStatus, WipeStatus,
+    CONDITION_DUPLICATE_UUID, CONDITION_HEALTHY, CONDITION_WIPE_FAILED, DuplicateUuid, LocalDisk,
+    LocalDiskPhase, LocalDiskSpec, LocalDiskStatus, WipeStatus,
 };
 use super::format::human_bytes;
 use super::inputs::{Inputs, WipeFailures, WipeSample, time};
@@ -124,6 +124,22 @@ pub fn of_disk(
             ),
             &time(inputs.now),
         ));
+    }
+    if let Some(health) = inputs
+        .found
+        .unhealthy
+        .iter()
+        .find(|h| h.host_path == disk.host_path)
+    {
+        status.health = Some(health.state.as_str().to_string());
+        let mut unhealthy = condition(
+            CONDITION_HEALTHY,
+            health.cause.as_str(),
+            health.message.clone(),
+            &time(inputs.now),
+        );
+        unhealthy.status = "False".to_string();
+        status.conditions.push(unhealthy);
     }
     status
 }
@@ -252,6 +268,8 @@ fn hold_verdict(held: &Unpublished) -> Verdict {
         HoldReason::NoStableIdentity => (LocalDiskPhase::Unusable, Reason::NoStableIdentity),
         HoldReason::OverlappingStorage => (LocalDiskPhase::Unusable, Reason::OverlappingStorage),
         HoldReason::DuplicateIdentity => (LocalDiskPhase::Unusable, Reason::DuplicateIdentity),
+        HoldReason::DiskDegraded => (LocalDiskPhase::Unusable, Reason::DiskDegraded),
+        HoldReason::DiskFailed => (LocalDiskPhase::Unusable, Reason::DiskFailed),
     };
     verdict(phase, reason, held.message.clone())
 }

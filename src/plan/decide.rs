@@ -24,6 +24,7 @@ mod duplicate;
 mod overlap;
 mod own;
 mod place;
+mod unhealthy;
 
 pub(super) use place::pv_name;
 
@@ -39,6 +40,8 @@ pub(super) struct Planner<'a> {
     footprints: overlap::Footprints<'a>,
     /// The found disks by strong id (see `duplicate`).
     twins: duplicate::Twins<'a>,
+    /// Found disks that are not healthy, by path (see `unhealthy`).
+    unhealthy: BTreeMap<&'a Path, &'a crate::disk::DiskHealth>,
     needs_cluster: bool,
     disks: BTreeMap<&'a Path, &'a Disk>,
     unknown_paths: BTreeSet<&'a Path>,
@@ -81,6 +84,11 @@ impl<'a> Planner<'a> {
             index: PvIndex::new(&split.pvs),
             footprints: overlap::Footprints::new(&split.pvs, &disks),
             twins: duplicate::Twins::new(disks.values()),
+            unhealthy: found
+                .unhealthy
+                .iter()
+                .map(|h| (h.host_path.as_path(), h))
+                .collect(),
             pvs: split.pvs.into(),
             others: split.others,
             needs_cluster: false,
@@ -180,6 +188,12 @@ impl<'a> Planner<'a> {
         }
         self.reclaim_policy_conditions(pv);
         if pv.is_unclaimed() && disk.is_some() && self.pv_overlaps(pv, disk) {
+            return;
+        }
+        if let Some(disk) = disk
+            && check == Some(IdentityCheck::Same)
+            && self.pv_on_unhealthy_disk(pv, disk)
+        {
             return;
         }
         match (disk, check) {

@@ -175,6 +175,8 @@ struct Last {
     pvs_at: FastMap<PathBuf, BTreeSet<String>>,
     disks: FastMap<PathBuf, SeenDisk>,
     unknown: FastSet<PathBuf>,
+    /// The health reports of the last pass (a change plans the paths it concerns again).
+    unhealthy: Vec<crate::disk::DiskHealth>,
     ledger: DiskLedger,
     owned: BTreeMap<String, OwnedPv>,
     links: FastMap<Link, FastSet<PathBuf>>,
@@ -254,6 +256,7 @@ impl Last {
             pvs_at: FastMap::default(),
             disks: FastMap::default(),
             unknown: unknown_paths(inputs.found),
+            unhealthy: inputs.found.unhealthy.clone(),
             ledger: inputs.ledger.clone(),
             owned: owners.pvs.clone(),
             links: FastMap::default(),
@@ -388,6 +391,7 @@ impl Last {
             changes.gone_disks,
         );
         self.unknown = changes.unknown;
+        self.unhealthy = inputs.found.unhealthy.clone();
         // The copies follow the inputs key by key: a pass that changed one disk's state copies one entry.
         for key in changes.ledger {
             match inputs.ledger.get(&key) {
@@ -417,6 +421,7 @@ impl Last {
                 .collect(),
             unusable: unusable_at(inputs.found, &dirty),
             failed_classes: inputs.found.failed_classes.clone(),
+            unhealthy: unhealthy_at(inputs.found, &dirty),
         };
         let part = Inputs {
             found: &found,
@@ -518,6 +523,13 @@ impl Last {
         c.unknown = unknown_paths(inputs.found);
         c.dirty
             .extend(c.unknown.symmetric_difference(&self.unknown).cloned());
+        if inputs.found.unhealthy != self.unhealthy {
+            let paths = |list: &[crate::disk::DiskHealth]| -> BTreeSet<PathBuf> {
+                list.iter().map(|h| h.host_path.clone()).collect()
+            };
+            let (now, was) = (paths(&inputs.found.unhealthy), paths(&self.unhealthy));
+            c.dirty.extend(now.union(&was).cloned());
+        }
         let ledger: Vec<String> = match told {
             Some(told) => told
                 .ledger
@@ -723,6 +735,16 @@ struct Changes<'i> {
 }
 
 /// The unusable entries found at `paths`.
+/// The health reports of `found` at `paths`.
+pub fn unhealthy_at(found: &Discovery, paths: &BTreeSet<PathBuf>) -> Vec<crate::disk::DiskHealth> {
+    found
+        .unhealthy
+        .iter()
+        .filter(|h| paths.contains(&h.host_path))
+        .cloned()
+        .collect()
+}
+
 pub fn unusable_at(found: &Discovery, paths: &BTreeSet<PathBuf>) -> Vec<Unusable> {
     found
         .unusable

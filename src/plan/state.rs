@@ -118,6 +118,9 @@ pub enum Condition {
     StorageOverlap,
     /// Another disk answers to one of this PV's strong ids (see `decide::duplicate`).
     DuplicateIdentity,
+    /// The disk under this PV shows signs of failing, or failed (see `health`).
+    DiskDegraded,
+    DiskFailed,
     /// A PV we do not own that carries our label or reaches one of our disks.
     Foreign,
 }

@@ -351,3 +351,4 @@ mod lifecycle;
 mod overlap;
 mod ownership;
 mod reclaim;
+mod unhealthy;

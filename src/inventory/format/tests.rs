@@ -104,20 +104,20 @@ fn disks() -> Vec<LocalDisk> {
 }
 
 const TABLE: &str = "\
-NODE   PATH               CLASS           SIZE      PHASE       REASON           PV                  CLAIM            AGE
-n1     /mnt/disks/stray   local-storage   -         Unusable    NotAMountPoint   -                   -                3h25m
-n1     /mnt/disks/vol1    local-storage   5.0GiB    Available   -                localpv-n1-vol1-2   -                3h25m
-n1     /mnt/disks/vol2    local-storage   10.0GiB   Bound       -                localpv-n1-vol2-1   shop/data-db-0   3h25m
-n2     /mnt/fast/nvme0    fast            1.5TiB    Available   -                -                   -                3h25m
+NODE   PATH               CLASS           SIZE      PHASE       REASON           HEALTH    PV                  CLAIM            AGE
+n1     /mnt/disks/stray   local-storage   -         Unusable    NotAMountPoint   -         -                   -                3h25m
+n1     /mnt/disks/vol1    local-storage   5.0GiB    Available   -                Healthy   localpv-n1-vol1-2   -                3h25m
+n1     /mnt/disks/vol2    local-storage   10.0GiB   Bound       -                Healthy   localpv-n1-vol2-1   shop/data-db-0   3h25m
+n2     /mnt/fast/nvme0    fast            1.5TiB    Available   -                Healthy   -                   -                3h25m
 
 4 disks, 1.5TiB in total; fast: 1 free (1.5TiB), 0 bound; local-storage: 1 free (5.0GiB), 1 bound, 1 other
 warning: filesystem UUID aaaa-1111 is on nodes n1, n2: cloned disks are listed apart, never merged
 ";
 
 const WIDE_FIRST_LINES: &str = "\
-NODE   PATH               CLASS           SIZE      PHASE       REASON           PV                  CLAIM            AGE     DEVICE     FSTYPE   FSUUID      MODEL           SERIAL   NAME
-n1     /mnt/disks/stray   local-storage   -         Unusable    NotAMountPoint   -                   -                3h25m   -          -        -           -               -        n1-stray-00112233aabbccdd
-n1     /mnt/disks/vol1    local-storage   5.0GiB    Available   -                localpv-n1-vol1-2   -                3h25m   /dev/sdb   ext4     aaaa-1111   QEMU HARDDISK   QM0001   fs-aaaa-1111
+NODE   PATH               CLASS           SIZE      PHASE       REASON           HEALTH    PV                  CLAIM            AGE     DEVICE     FSTYPE   FSUUID      MODEL           SERIAL   NAME
+n1     /mnt/disks/stray   local-storage   -         Unusable    NotAMountPoint   -         -                   -                3h25m   -          -        -           -               -        n1-stray-00112233aabbccdd
+n1     /mnt/disks/vol1    local-storage   5.0GiB    Available   -                Healthy   localpv-n1-vol1-2   -                3h25m   /dev/sdb   ext4     aaaa-1111   QEMU HARDDISK   QM0001   fs-aaaa-1111
 ";
 
 fn all() -> Vec<LocalDisk> {

@@ -46,6 +46,7 @@ impl Planner<'_> {
         if self.held_elsewhere(disk)
             || self.held_for_overlap(disk)
             || self.held_as_duplicate(disk)
+            || self.held_unhealthy(disk)
             || !self.identified(disk, class)
         {
             return;

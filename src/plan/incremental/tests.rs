@@ -191,6 +191,30 @@ fn change(rng: &mut Rng, world: &mut World, n: &mut u32) {
         }
         _ => {}
     }
+    // A disk turns unhealthy, worse, or well again (issue 37): its PV and its placement are planned again.
+    if rng.chance(8) && !world.found.disks.is_empty() {
+        let at = world.found.disks[rng.below(world.found.disks.len())]
+            .host_path
+            .clone();
+        let had = world.found.unhealthy.iter().position(|h| h.host_path == at);
+        match (had, rng.below(3)) {
+            (Some(i), 0) => {
+                world.found.unhealthy.remove(i);
+            }
+            (_, n) => {
+                world.found.unhealthy.retain(|h| h.host_path != at);
+                world.found.unhealthy.push(crate::disk::DiskHealth {
+                    host_path: at,
+                    state: match n {
+                        1 => crate::health::State::Failed,
+                        _ => crate::health::State::Degraded,
+                    },
+                    cause: crate::health::Cause::ProbeIoError,
+                    message: "the read probe failed".into(),
+                });
+            }
+        }
+    }
     let pvs = world.existing.len();
     if rng.chance(5) && pvs > 0 {
         let pv = &mut world.existing[rng.below(pvs)];

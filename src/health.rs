@@ -1,0 +1,276 @@
+//! Disk health (issue 37, point 1): from what the host shows about one disk, decide `Healthy`, `Degraded` or
+//! `Failed`, without flapping. Pure: the agent gathers [`Signals`] (host), keeps each disk's [`Record`] between
+//! observations, and calls [`judge`].
+//!
+//! ```text
+//!  Signals (fs error counter, fs shut down or remounted read-only, the agent's read probe, device gone,
+//!           hardware health log)  ─┐
+//!  Record (last state, baseline)  ─┼─> judge ─> Record { state, reason, message, ... }
+//!  Policy (thresholds, grace)     ─┘
+//! ```
+//!
+//! Rules:
+//! - `Degraded` on the first sign: a filesystem error counter above the one first seen (ext4 `errors_count` is
+//!   kept in the superblock across mounts, so only a rise is news), a failed probe, a hardware warning.
+//! - `Failed` when new errors reach `failed_after_errors`, when the filesystem shut itself down or was remounted
+//!   read-only by its error policy, when the hardware reports a critical warning, or when the device is gone for
+//!   longer than `gone_grace`.
+//! - Back to `Healthy` only after `healthy_after` with no new sign (a transient error does not flap), except that a
+//!   `Failed` disk stays `Failed` until its device is replaced (another identity) or it is gone and back clean.
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+/// How a disk is doing.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub enum State {
+    #[default]
+    Healthy,
+    Degraded,
+    Failed,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Healthy => "Healthy",
+            State::Degraded => "Degraded",
+            State::Failed => "Failed",
+        }
+    }
+}
+
+/// Why a disk is in its state (stable CamelCase words: conditions, Events, alerts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Cause {
+    /// Nothing wrong seen.
+    NoErrors,
+    /// The filesystem's error counter rose.
+    FilesystemErrors,
+    /// The filesystem shut itself down (xfs) or its error policy remounted it read-only (ext4 `errors=remount-ro`).
+    FilesystemShutDown,
+    /// The agent's bounded read probe of the volume root or device failed.
+    ProbeIoError,
+    /// The device behind the volume is gone (removed, loop detached, backing lost).
+    DeviceGone,
+    /// The hardware health log reports a problem (NVMe critical warning, media errors, SMART).
+    HardwareWarning,
+}
+
+impl Cause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::NoErrors => "NoErrors",
+            Cause::FilesystemErrors => "FilesystemErrors",
+            Cause::FilesystemShutDown => "FilesystemShutDown",
+            Cause::ProbeIoError => "ProbeIoError",
+            Cause::DeviceGone => "DeviceGone",
+            Cause::HardwareWarning => "HardwareWarning",
+        }
+    }
+}
+
+/// What the device's own health log says (NVMe SMART / health information page, ATA or SCSI SMART).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hardware {
+    /// A critical warning bit is set (NVMe byte 0), or SMART says the drive is failing.
+    pub critical: bool,
+    /// Media and data integrity errors since manufacture.
+    pub media_errors: u64,
+    /// Percentage of the rated endurance used (may exceed 100).
+    pub percentage_used: Option<u8>,
+}
+
+/// One observation of a disk.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Signals {
+    /// The filesystem's cumulative error counter (ext4 `/sys/fs/ext4/<dev>/errors_count`); `None` when the
+    /// filesystem keeps none.
+    pub fs_errors: Option<u64>,
+    /// The filesystem refuses I/O because of an error (xfs shut down), or its error policy remounted it read-only.
+    pub fs_shut_down: bool,
+    /// The agent's probe failed with an I/O error: its message.
+    pub probe_error: Option<String>,
+    /// The device is not there.
+    pub gone: bool,
+    pub hardware: Option<Hardware>,
+}
+
+/// Thresholds, from the configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// New filesystem errors (or failed probes in a row) that make a disk `Failed`.
+    pub failed_after_errors: u64,
+    /// How long a device may be gone before it is `Failed` (a disk detached and back within it is a false alarm).
+    pub gone_grace: Duration,
+    /// How long a `Degraded` disk must show no new sign to be `Healthy` again.
+    pub healthy_after: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            failed_after_errors: 3,
+            gone_grace: Duration::from_secs(120),
+            healthy_after: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What is remembered about a disk between observations.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub state: State,
+    pub cause: Cause,
+    pub message: String,
+    /// When the state was entered.
+    pub since: SystemTime,
+    /// The filesystem error counter when first seen: only a rise counts.
+    pub baseline_errors: Option<u64>,
+    /// New errors seen (counter rise plus failed probes) since the disk was last `Healthy`.
+    pub new_errors: u64,
+    /// When the last sign was seen.
+    pub last_sign: Option<SystemTime>,
+    /// When the device was first seen gone, while it is.
+    pub gone_since: Option<SystemTime>,
+}
+
+impl Record {
+    fn healthy(now: SystemTime, baseline_errors: Option<u64>) -> Record {
+        Record {
+            state: State::Healthy,
+            cause: Cause::NoErrors,
+            message: "no errors seen".to_string(),
+            since: now,
+            baseline_errors,
+            new_errors: 0,
+            last_sign: None,
+            gone_since: None,
+        }
+    }
+}
+
+/// The disk's state after one observation.
+pub fn judge(
+    previous: Option<&Record>,
+    signals: &Signals,
+    policy: &Policy,
+    now: SystemTime,
+) -> Record {
+    let mut next = previous
+        .cloned()
+        .unwrap_or_else(|| Record::healthy(now, signals.fs_errors));
+    if signals.gone {
+        let since = *next.gone_since.get_or_insert(now);
+        let gone_for = now.duration_since(since).unwrap_or_default();
+        if gone_for >= policy.gone_grace {
+            let message = format!("the device has been gone for {}s", gone_for.as_secs());
+            return enter(next, State::Failed, Cause::DeviceGone, message, now);
+        }
+        let message = format!(
+            "the device is gone; Failed if it is not back within {}s",
+            policy.gone_grace.as_secs()
+        );
+        let state = State::Degraded.max(next.state);
+        return enter(next, state, Cause::DeviceGone, message, now);
+    }
+    next.gone_since = None;
+    let mut signs: Vec<(State, Cause, String)> = Vec::new();
+    // A counter lower than the baseline is a new filesystem (reformatted): it becomes the baseline.
+    if let Some(count) = signals.fs_errors {
+        let base = *next.baseline_errors.get_or_insert(count);
+        if count < base {
+            next.baseline_errors = Some(count);
+        } else if count > base {
+            next.new_errors += count - base;
+            next.baseline_errors = Some(count);
+            let message = format!(
+                "the filesystem recorded {} new error(s) ({count} in all)",
+                count - base
+            );
+            signs.push((State::Degraded, Cause::FilesystemErrors, message));
+        }
+    }
+    if let Some(error) = &signals.probe_error {
+        next.new_errors += 1;
+        signs.push((
+            State::Degraded,
+            Cause::ProbeIoError,
+            format!("the read probe failed: {error}"),
+        ));
+    }
+    if signals.fs_shut_down {
+        let message =
+            "the filesystem shut itself down or was remounted read-only after an error".to_string();
+        signs.push((State::Failed, Cause::FilesystemShutDown, message));
+    }
+    if let Some(hw) = &signals.hardware {
+        if hw.critical {
+            let message = format!(
+                "the device reports a critical warning ({} media errors)",
+                hw.media_errors
+            );
+            signs.push((State::Failed, Cause::HardwareWarning, message));
+        } else if hw.media_errors > 0 || hw.percentage_used.is_some_and(|p| p >= 100) {
+            let message = format!(
+                "the device reports {} media errors, {}% of its endurance used",
+                hw.media_errors,
+                hw.percentage_used.unwrap_or(0)
+            );
+            signs.push((State::Degraded, Cause::HardwareWarning, message));
+        }
+    }
+    if next.new_errors >= policy.failed_after_errors
+        && let Some((_, cause, message)) = signs.first().cloned()
+    {
+        let message = format!("{message}; {} new errors in all", next.new_errors);
+        signs.push((State::Failed, cause, message));
+    }
+    if let Some((state, cause, message)) = signs.into_iter().max_by_key(|(state, ..)| *state) {
+        next.last_sign = Some(now);
+        let state = state.max(next.state);
+        return enter(next, state, cause, message, now);
+    }
+    // No sign now.
+    let quiet_for = next
+        .last_sign
+        .map(|at| now.duration_since(at).unwrap_or_default())
+        .unwrap_or(Duration::MAX);
+    match next.state {
+        State::Degraded if quiet_for >= policy.healthy_after => {
+            Record::healthy(now, next.baseline_errors)
+        }
+        // NB: a disk that was only gone, and is back within the grace, is healthy at once: a false alarm.
+        State::Degraded if next.cause == Cause::DeviceGone && next.new_errors == 0 => {
+            Record::healthy(now, next.baseline_errors)
+        }
+        _ => next,
+    }
+}
+
+/// `record` in `state` for `cause`, keeping `since` when neither changed.
+fn enter(
+    mut record: Record,
+    state: State,
+    cause: Cause,
+    message: String,
+    now: SystemTime,
+) -> Record {
+    // NB: a Failed disk keeps the cause that failed it and the time it failed.
+    if record.state == State::Failed && state == State::Failed && record.cause != cause {
+        return record;
+    }
+    if record.state != state || record.cause != cause {
+        record.since = now;
+    }
+    record.state = state;
+    record.cause = cause;
+    record.message = message;
+    record
+}
+
+#[cfg(test)]
+mod tests;

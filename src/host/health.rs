@@ -1,0 +1,107 @@
+//! What the kernel shows about a disk's health (issue 37, point 1), read without privileges beyond the agent's and
+//! without writing anything:
+//! - the device still exists (`/sys/dev/block/M:m`);
+//! - ext2/3/4 keep an error counter in the superblock, shown at `/sys/fs/ext4/<dev>/errors_count`;
+//! - a filesystem whose error policy remounted it read-only says so in `statvfs` (`ST_RDONLY`), and one that shut
+//!   itself down (xfs) fails `statvfs` with EIO;
+//! - a read probe: one 4 KiB block of the device read with `O_DIRECT`, past every cache, at an offset that moves
+//!   with each probe, so a failing medium answers EIO.
+
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::contract::DevId;
+use crate::disk::VolumeMode;
+use crate::health::Signals;
+
+/// One disk to look at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthProbe {
+    /// The volume as this process sees it (`mountDir/entry`).
+    pub path: PathBuf,
+    pub mode: VolumeMode,
+    /// The device number the volume lives on (the mount's, or the block device's).
+    pub dev: Option<DevId>,
+    /// The device node to read from (`/dev/loop3`), when there is one.
+    pub device: Option<PathBuf>,
+    pub fs_type: Option<String>,
+    /// Moves the probed block from one probe to the next.
+    pub round: u64,
+}
+
+const BLOCK: usize = 4096;
+
+/// Whether an error is the medium's (or the device's absence), not a permission or a bug.
+fn is_io(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(nix::libc::EIO | nix::libc::ENXIO | nix::libc::ENODEV | nix::libc::EUCLEAN)
+    )
+}
+
+pub(super) fn signals(sys: &Path, probe: &HealthProbe) -> Signals {
+    let mut out = Signals::default();
+    let sys_dev = probe
+        .dev
+        .filter(|d| !d.is_anonymous())
+        .map(|d| sys.join("dev/block").join(d.to_string()));
+    if let Some(sys_dev) = &sys_dev
+        && !sys_dev.exists()
+    {
+        out.gone = true;
+        return out;
+    }
+    let name = sys_dev
+        .as_deref()
+        .and_then(|p| fs::read_link(p).ok())
+        .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()));
+    if let (Some(name), Some("ext2" | "ext3" | "ext4")) = (&name, probe.fs_type.as_deref()) {
+        let counter = sys.join("fs/ext4").join(name).join("errors_count");
+        out.fs_errors = fs::read_to_string(counter)
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
+    }
+    if probe.mode == VolumeMode::Filesystem {
+        match nix::sys::statvfs::statvfs(&probe.path) {
+            Ok(stat) => {
+                let read_only = stat.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY);
+                out.fs_shut_down = read_only && out.fs_errors.unwrap_or(0) > 0;
+            }
+            Err(errno) => {
+                let error = io::Error::from(errno);
+                if is_io(&error) {
+                    out.fs_shut_down = true;
+                    out.probe_error = Some(format!("statvfs of {}: {error}", probe.path.display()));
+                }
+            }
+        }
+    }
+    if let Some(device) = &probe.device
+        && let Err(error) = read_one_block(device, probe.round)
+        && is_io(&error)
+    {
+        out.probe_error = Some(format!("a direct read of {}: {error}", device.display()));
+    }
+    out
+}
+
+/// Reads one block of `device` with `O_DIRECT`, at a block chosen by `round`.
+fn read_one_block(device: &Path, round: u64) -> io::Result<()> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECT)
+        .open(device)?;
+    let size = file
+        .metadata()?
+        .len()
+        .max(crate::sys::block_device_size(&file).unwrap_or(0));
+    let blocks = (size / BLOCK as u64).max(1);
+    // NB: a stride that is prime to any power of two visits every block over the rounds.
+    let offset = (round.wrapping_mul(7919) % blocks) * BLOCK as u64;
+    let mut buffer = vec![0u8; 2 * BLOCK];
+    let start = buffer.as_ptr().align_offset(BLOCK);
+    file.read_at(&mut buffer[start..start + BLOCK], offset)?;
+    Ok(())
+}

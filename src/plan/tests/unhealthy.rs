@@ -1,0 +1,80 @@
+//! A disk that shows signs of failing (issue 37, point 2) is never handed to a new claim and never wiped.
+
+use super::*;
+use crate::disk::DiskHealth;
+use crate::health::{Cause, State};
+
+fn sick(world: &mut World, entry: &str, state: State) {
+    world.found.unhealthy.push(DiskHealth {
+        host_path: PathBuf::from("/mnt/disks").join(entry),
+        state,
+        cause: Cause::FilesystemErrors,
+        message: "the filesystem recorded 1 new error(s)".into(),
+    });
+}
+
+#[rstest]
+#[case::degraded(State::Degraded, HoldReason::DiskDegraded)]
+#[case::failed(State::Failed, HoldReason::DiskFailed)]
+fn an_unhealthy_disk_without_a_pv_is_not_published(#[case] state: State, #[case] hold: HoldReason) {
+    let mut world = World::new(vec![disk("vol1")], vec![]);
+    sick(&mut world, "vol1", state);
+    let plan = world.plan();
+    assert!(plan.writes().next().is_none(), "{:?}", summary(&plan));
+    assert_eq!(plan.unpublished[0].reason, hold);
+}
+
+#[test]
+fn a_dirty_disk_that_failed_is_not_wiped() {
+    let mut world = World::new(vec![disk("vol1")], vec![]);
+    world.ledger.set("fs-uuid:uuid-vol1", DiskState::Dirty);
+    sick(&mut world, "vol1", State::Failed);
+    assert!(!summary(&world.plan()).iter().any(|s| s.starts_with("wipe")));
+}
+
+#[test]
+fn an_available_pv_on_an_unhealthy_disk_is_withdrawn_and_comes_back_when_healthy() {
+    let mut world = World::new(vec![disk("vol1")], vec![Pv::test().build()]);
+    sick(&mut world, "vol1", State::Degraded);
+    let plans = world.settle();
+    assert_eq!(
+        summary(&plans[0]),
+        ["delete uid-vol1", "event uid-vol1 DiskDegraded"]
+    );
+    assert!(world.existing.is_empty(), "withdrawn");
+    world.found.unhealthy.clear();
+    world.settle();
+    assert_eq!(world.existing.len(), 1, "published again once healthy");
+}
+
+#[test]
+fn a_released_pv_on_a_failed_disk_is_not_wiped_and_says_so_once() {
+    let mut world = World::new(vec![disk("vol1")], vec![Pv::test().released().build()]);
+    sick(&mut world, "vol1", State::Failed);
+    let plan = world.plan();
+    assert!(
+        !summary(&plan).iter().any(|s| s.starts_with("wipe")),
+        "{:?}",
+        summary(&plan)
+    );
+    assert!(summary(&plan).contains(&"event uid-vol1 DiskFailed".to_string()));
+    world.apply(&plan);
+    assert!(
+        !summary(&world.plan())
+            .iter()
+            .any(|s| s.starts_with("event")),
+        "said once"
+    );
+}
+
+#[test]
+fn a_bound_pv_on_a_degraded_disk_gets_one_event_and_nothing_else() {
+    let mut world = World::new(vec![disk("vol1")], vec![Pv::test().bound().build()]);
+    sick(&mut world, "vol1", State::Degraded);
+    let plan = world.plan();
+    let said: Vec<String> = summary(&plan)
+        .into_iter()
+        .filter(|s| !s.starts_with("ledger"))
+        .collect();
+    assert_eq!(said, ["event uid-vol1 DiskDegraded"]);
+}
