@@ -224,6 +224,17 @@ pub struct PvEvent {
     pub type_: EventType,
     pub reason: Reason,
     pub message: String,
+    /// The claim bound to the PV, told the same (a failing disk concerns its tenant): `None` for most Events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim: Option<ClaimRef>,
+}
+
+/// A claim an Event is also posted on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClaimRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: Option<String>,
 }
 
 /// Event reasons: one closed enum for every writer.

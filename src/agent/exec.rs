@@ -2,7 +2,7 @@
 //! 404/409 means, counts and logs; this module only turns plan values into its requests and keeps the agent's
 //! own info lines (`created PV`, `deleted PV`).
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use kube::runtime::events::EventType as KubeEventType;
 use tracing::info;
 
@@ -66,6 +66,15 @@ impl PvWriter {
         };
         self.on_pv(&e.pv.name, Some(&e.pv.uid), type_, e.reason, &e.message)
             .await;
+        if let Some(claim) = &e.claim {
+            let regarding = effects::reference::<PersistentVolumeClaim>(
+                Some(&claim.namespace),
+                &claim.name,
+                claim.uid.as_deref(),
+            );
+            let note = format!("PV {}: {}", e.pv.name, e.message);
+            let _ = self.writer.event(&regarding, type_, e.reason, &note).await;
+        }
     }
 
     /// An Event on a PV from the agent's own outcomes (a finished wipe). A failed publish is logged and counted.

@@ -561,7 +561,24 @@ impl<'a> Planner<'a> {
             type_,
             reason,
             message,
+            claim: None,
         }));
+    }
+
+    /// The Event just planned for `pv`, if any, goes to its bound claim too (the tenant looks at the claim).
+    fn tell_claim(&mut self, pv: &PvView) {
+        let Some((namespace, name)) = pv.claim.clone() else {
+            return;
+        };
+        if let Some(Action::Event(event)) = self.events.last_mut()
+            && event.pv.uid == pv.pv_ref.uid
+        {
+            event.claim = Some(super::ClaimRef {
+                namespace,
+                name,
+                uid: pv.claim_uid.clone(),
+            });
+        }
     }
 
     /// Keeps what was known about a PV whose disk could not be looked at in this pass.

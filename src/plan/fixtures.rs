@@ -227,6 +227,8 @@ impl Pv {
             .claim_ref
             .get_or_insert_with(ObjectReference::default);
         claim.uid = Some(claim_uid.into());
+        claim.namespace.get_or_insert_with(|| "shop".into());
+        claim.name.get_or_insert_with(|| "data".into());
         self
     }
 

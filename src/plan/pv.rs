@@ -66,6 +66,8 @@ pub struct PvView {
     pub origin: Origin,
     pub recorded: Option<Recorded>,
     pub claim_uid: Option<String>,
+    /// `spec.claimRef` as (namespace, name), when set.
+    pub claim: Option<(String, String)>,
     /// The wipe phase for this PV's current lifetime (stale phases read as `None`).
     pub wipe: WipePhase,
 }
@@ -108,6 +110,10 @@ impl PvView {
             origin,
             recorded: identity::recorded(&annotations),
             claim_uid,
+            claim: spec
+                .claim_ref
+                .as_ref()
+                .and_then(|c| Some((c.namespace.clone()?, c.name.clone()?))),
             wipe,
         })
     }

@@ -80,6 +80,7 @@ impl Planner<'_> {
             ),
         };
         self.condition(pv, condition, EventType::Warning, reason, message);
+        self.tell_claim(pv);
         pv.phase == crate::contract::Phase::Released
     }
 }

@@ -22,6 +22,7 @@ fn an_unclaimed_pv_whose_disk_vanished_is_deleted_with_preconditions(#[case] pv:
         reason: Reason::DiskMissing,
         message: "the disk at /mnt/disks/vol1 is gone; this unclaimed PV is deleted so no claim is bound to it"
             .into(),
+        claim: None,
     });
     assert_eq!(
         plan.actions,

@@ -78,3 +78,20 @@ fn a_bound_pv_on_a_degraded_disk_gets_one_event_and_nothing_else() {
         .collect();
     assert_eq!(said, ["event uid-vol1 DiskDegraded"]);
 }
+
+#[test]
+fn the_bound_claim_is_told_too() {
+    let mut world = World::new(vec![disk("vol1")], vec![Pv::test().bound().build()]);
+    sick(&mut world, "vol1", State::Failed);
+    let plan = world.plan();
+    let claims: Vec<_> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Event(e) => e.claim.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(claims.len(), 1, "{:?}", summary(&plan));
+    assert_eq!(claims[0].uid.as_deref(), Some("claim-1"));
+}
