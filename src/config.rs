@@ -61,6 +61,10 @@ pub struct Config {
     pub wipe_concurrency: usize,
     /// `wipeIdleIoPriority` (ours): wipe in the idle I/O class, so a wipe only uses the disk when nothing else does.
     pub wipe_idle_io_priority: bool,
+    /// `diskHealthCheckPeriod` (ours): how often every disk's health is looked at.
+    pub health_check_period: Duration,
+    /// `diskFailedAfterErrors`, `diskGoneGracePeriod`, `diskHealthyAfter` (ours): `health::judge`'s thresholds.
+    pub health: crate::health::Policy,
 }
 
 impl Default for Config {
@@ -80,6 +84,8 @@ impl Default for Config {
             missing_disk_grace_period: Duration::ZERO,
             wipe_concurrency: 2,
             wipe_idle_io_priority: true,
+            health_check_period: Duration::from_secs(15),
+            health: crate::health::Policy::default(),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The agent's side of disk health (issue 37): every [`PERIOD`] it looks at every found disk (`Host::health`:
+//! The agent's side of disk health (issue 37): every `diskHealthCheckPeriod` it looks at every found disk (`Host::health`:
 //! sysfs, `statvfs`, one direct read), judges each (`health::judge`, pure) against what it remembered, and hands the
 //! disks that are not healthy to the planner and the inventory as `Discovery::unhealthy`.
 
@@ -13,15 +13,11 @@ use crate::health::{self, Policy, Record, State};
 use crate::host::Host;
 use crate::host::health::HealthProbe;
 
-/// How often every disk is looked at.
-pub const PERIOD: Duration = Duration::from_secs(15);
-
 #[derive(Default)]
 pub struct HealthBook {
     records: HashMap<PathBuf, Record>,
     next: Option<Instant>,
     round: u64,
-    policy: Policy,
 }
 
 impl HealthBook {
@@ -37,7 +33,13 @@ impl HealthBook {
     }
 
     /// Looks at every disk of `found` (blocking: sysfs, `statvfs`, a direct read per disk) and judges each.
-    pub fn observe(&mut self, host: &dyn Host, classes: &[DiscoveryClass], found: &Discovery) {
+    pub fn observe(
+        &mut self,
+        host: &dyn Host,
+        classes: &[DiscoveryClass],
+        found: &Discovery,
+        (policy, period): (Policy, Duration),
+    ) {
         let now = SystemTime::now();
         self.round = self.round.wrapping_add(1);
         let mut seen = HashMap::with_capacity(found.disks.len());
@@ -55,7 +57,7 @@ impl HealthBook {
             };
             let signals = host.health(&probe);
             let before = self.records.get(&disk.host_path);
-            let after = health::judge(before, &signals, &self.policy, now);
+            let after = health::judge(before, &signals, &policy, now);
             let was = before.map_or(State::Healthy, |r| r.state);
             if after.state != was {
                 let path = disk.host_path.display();
@@ -70,7 +72,7 @@ impl HealthBook {
         }
         // NB: a disk no longer found is forgotten; its PV's side (a vanished disk) is the planner's DiskMissing.
         self.records = seen;
-        self.next = Some(Instant::now() + PERIOD);
+        self.next = Some(Instant::now() + period);
     }
 
     /// Lists in `found` the disks that are not healthy, as last judged.

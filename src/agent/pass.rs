@@ -104,7 +104,7 @@ pub struct Agent {
     tagged_last: bool,
     running: HashMap<String, Running>,
     backoff: HashMap<String, Backoff>,
-    /// Every disk's health, looked at every `health::PERIOD`.
+    /// Every disk's health, looked at every `diskHealthCheckPeriod`.
     health: super::health::HealthBook,
     done_tx: mpsc::Sender<WipeResult>,
     done_rx: mpsc::Receiver<WipeResult>,
@@ -429,10 +429,11 @@ impl Agent {
         changes.list_all |= classes.iter().any(|c| c.mode == VolumeMode::Block);
         let mut health = std::mem::take(&mut self.health);
         let look = health.due(Instant::now());
+        let judged = (self.s.config.health, self.s.config.health_check_period);
         let discovered = tokio::task::spawn_blocking(move || {
             let mut found = discover_changed(host.as_ref(), &classes, &mut probed, &changes);
             if look {
-                health.observe(host.as_ref(), &classes, &found);
+                health.observe(host.as_ref(), &classes, &found, judged);
             }
             health.annotate(&mut found);
             (found, probed, health)

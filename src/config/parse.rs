@@ -159,6 +159,19 @@ impl Reader {
                 &mut config.missing_disk_grace_period,
                 self.duration(key, value),
             ),
+            "diskHealthCheckPeriod" => {
+                let period = self.duration(key, value);
+                if period.is_some_and(|p| p < Duration::from_secs(1)) {
+                    self.problem(key, "must be at least 1s: every disk is read each period");
+                }
+                set(&mut config.health_check_period, period)
+            }
+            "diskFailedAfterErrors" => set(
+                &mut config.health.failed_after_errors,
+                self.count(key, value, 1, 1_000_000),
+            ),
+            "diskGoneGracePeriod" => set(&mut config.health.gone_grace, self.duration(key, value)),
+            "diskHealthyAfter" => set(&mut config.health.healthy_after, self.duration(key, value)),
             "useJobForCleaning" => {
                 if self.bool(key, value) == Some(true) {
                     self.warn(

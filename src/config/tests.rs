@@ -733,3 +733,24 @@ fn wipe_concurrency_out_of_range_names_the_key() {
         "{err}"
     );
 }
+
+#[test]
+fn disk_health_thresholds_are_read_and_bad_ones_name_the_key() {
+    let yaml = "storageClassMap: {}\ndiskHealthCheckPeriod: 30s\ndiskFailedAfterErrors: 5\n\
+                diskGoneGracePeriod: 5m\ndiskHealthyAfter: 1h\n";
+    let config = Config::from_yaml(yaml, "test.yaml").expect("valid").config;
+    assert_eq!(config.health_check_period, Duration::from_secs(30));
+    assert_eq!(config.health.failed_after_errors, 5);
+    assert_eq!(config.health.gone_grace, Duration::from_secs(300));
+    assert_eq!(config.health.healthy_after, Duration::from_secs(3600));
+    for (bad, key) in [
+        ("diskHealthCheckPeriod: 100ms", "diskHealthCheckPeriod"),
+        ("diskFailedAfterErrors: 0", "diskFailedAfterErrors"),
+        ("diskGoneGracePeriod: -1m", "diskGoneGracePeriod"),
+    ] {
+        let err = Config::from_yaml(&format!("storageClassMap: {{}}\n{bad}\n"), "test.yaml")
+            .expect_err(bad)
+            .to_string();
+        assert!(err.contains(key), "{bad}: {err}");
+    }
+}
