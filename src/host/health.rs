@@ -2,8 +2,9 @@
 //! without writing anything:
 //! - the device still exists (`/sys/dev/block/M:m`);
 //! - ext2/3/4 keep an error counter in the superblock, shown at `/sys/fs/ext4/<dev>/errors_count`;
-//! - a filesystem whose error policy remounted it read-only says so in `statvfs` (`ST_RDONLY`), and one that shut
-//!   itself down (xfs) fails `statvfs` with EIO;
+//! - a filesystem whose error policy remounted it read-only says so in `statvfs` (`ST_RDONLY`); one that shut
+//!   itself down (xfs after a metadata I/O error, or `xfs_io -x -c shutdown`) still answers `statvfs` but fails
+//!   reading its root directory with EIO, so the root is read too;
 //! - a read probe: one 4 KiB block of the device read with `O_DIRECT`, past every cache, at an offset that moves
 //!   with each probe, so a failing medium answers EIO.
 
@@ -78,7 +79,16 @@ pub(super) fn signals(sys: &Path, probe: &HealthProbe) -> Signals {
             }
         }
     }
-    if let Some(device) = &probe.device
+    if probe.mode == VolumeMode::Filesystem
+        && out.probe_error.is_none()
+        && let Err(error) =
+            fs::read_dir(&probe.path).and_then(|mut d| d.next().transpose().map(drop))
+        && is_io(&error)
+    {
+        out.probe_error = Some(format!("reading {}: {error}", probe.path.display()));
+    }
+    if out.probe_error.is_none()
+        && let Some(device) = &probe.device
         && let Err(error) = read_one_block(device, probe.round)
         && is_io(&error)
     {

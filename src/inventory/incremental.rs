@@ -109,6 +109,8 @@ struct Last {
     /// pointers in the same order, and whose unusable entries are equal, compares no entry.
     disks: Vec<Arc<Disk>>,
     unusable: Vec<Unusable>,
+    /// The health reports the last build took: a change builds the paths it concerns again.
+    unhealthy: Vec<crate::disk::DiskHealth>,
     /// The PVs the last build took, in its order: a PV at the same place, the same pointer, is the one seen under
     /// its UID (UIDs are unique), and is not looked up.
     pv_order: Vec<Arc<PersistentVolume>>,
@@ -355,6 +357,7 @@ impl Last {
             wanted: BTreeMap::new(),
             disks: inputs.found.disks.clone(),
             unusable: inputs.found.unusable.clone(),
+            unhealthy: inputs.found.unhealthy.clone(),
             pv_order: inputs.pvs.to_vec(),
         };
         for u in inputs.unpublished {
@@ -550,6 +553,15 @@ impl Last {
         let gone_objects: Vec<String> = gone.iter().map(|(name, _)| name.to_string()).collect();
         // Entries using a changed object's name.
         dirty.extend(names.iter().filter_map(|n| self.used.get(n)).cloned());
+        // Entries whose health changed.
+        let unhealthy_changed = inputs.found.unhealthy != self.unhealthy;
+        if unhealthy_changed {
+            let paths = |list: &[crate::disk::DiskHealth]| -> Vec<PathBuf> {
+                list.iter().map(|h| h.host_path.clone()).collect()
+            };
+            dirty.extend(paths(&inputs.found.unhealthy));
+            dirty.extend(paths(&self.unhealthy));
+        }
         // Found entries.
         let mut changed_entries: Vec<Entry> = Vec::new();
         let mut gone_entries: Vec<PathBuf> = Vec::new();
@@ -680,6 +692,9 @@ impl Last {
         if !same_entries {
             self.disks = inputs.found.disks.clone();
             self.unusable = inputs.found.unusable.clone();
+        }
+        if unhealthy_changed {
+            self.unhealthy = inputs.found.unhealthy.clone();
         }
         if in_place < inputs.pvs.len() || in_place < self.pv_order.len() {
             self.pv_order = inputs.pvs.to_vec();

@@ -25,6 +25,7 @@ mod chart_upgrade;
 mod cleanup;
 mod config_reload;
 mod extender;
+mod failure;
 mod inventory;
 mod monitoring;
 mod node_agent;

@@ -226,6 +226,24 @@ fn change(rng: &mut Rng, w: &mut World, n: &mut u32) {
         }
         _ => {}
     }
+    // A disk turns unhealthy, worse, or well again (issue 37): its LocalDisk is built again.
+    let disks = w.found.disks.len();
+    if rng.chance(10) && disks > 0 {
+        let at = w.found.disks[rng.below(disks)].host_path.clone();
+        let had = w.found.unhealthy.iter().position(|h| h.host_path == at);
+        w.found.unhealthy.retain(|h| h.host_path != at);
+        if had.is_none() || rng.chance(50) {
+            w.found.unhealthy.push(crate::disk::DiskHealth {
+                host_path: at,
+                state: match rng.chance(50) {
+                    true => crate::health::State::Failed,
+                    false => crate::health::State::Degraded,
+                },
+                cause: crate::health::Cause::ProbeIoError,
+                message: "the read probe failed".into(),
+            });
+        }
+    }
     w.now += Duration::from_secs(rng.below(4 * 3600) as u64);
 }
 

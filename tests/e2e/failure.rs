@@ -1,0 +1,158 @@
+//! Issue 37 on a real control plane with real filesystems: an xfs that shuts itself down (the kernel's own
+//! shutdown, as after a metadata I/O error, here forced with `xfs_io -x -c shutdown`) under an Available PV and under
+//! a Bound one. The LocalDisks say `Failed`; the Available PV is withdrawn at the first sign (never handed to a new
+//! claim), with a `DiskDegraded` Event; the Bound PV and its claim get `DiskDegraded` then `DiskFailed` Events and
+//! nothing else happens to them; a healthy neighbour on the same node is untouched.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::api::{Api, ListParams};
+use localpv::inventory::LocalDisk;
+
+use crate::node_agent::{claim_pv, events_of, phase, plane_with_agent, pv_at, pvs_of, wait_event};
+use crate::support::cluster::Options;
+use crate::support::disks::{LoopDevice, Mount, run};
+use crate::support::eventually;
+
+const CLASS: &str = "local-storage";
+
+fn name(pv: &PersistentVolume) -> &str {
+    pv.metadata.name.as_deref().expect("name")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_that_fails_is_withdrawn_and_its_tenant_told() {
+    let (cp, ns, mut agent) = plane_with_agent(
+        Options {
+            controller_manager: true,
+            ..Default::default()
+        },
+        "failure",
+        &[(CLASS, "Delete")],
+        &["node-1"],
+        &[(CLASS, "disks", "")],
+    )
+    .await;
+    let client = cp.client();
+    let reaper = cp.reaper();
+    let hosts = cp.dir.join("hosts/node-1");
+    // Looked at every second, so the bounded waits below stay short.
+    let config = std::fs::read_to_string(&agent.config).unwrap();
+    std::fs::write(
+        &agent.config,
+        format!("{config}diskHealthCheckPeriod: 1s\n"),
+    )
+    .unwrap();
+    let mut loops = Vec::new();
+    let mut mounts = Vec::new();
+    let mut vols = Vec::new();
+    for entry in ["free", "bound", "healthy"] {
+        let vol = agent.disk(entry);
+        let device = LoopDevice::new(
+            &hosts.join(format!("{entry}.img")),
+            320,
+            Some("xfs"),
+            reaper,
+        );
+        mounts.push(Mount::device(&device.device, &vol, reaper));
+        loops.push(device);
+        vols.push(vol);
+    }
+    agent.start(&cp);
+    agent.wait_ready().await;
+    let mut pvs = Vec::new();
+    for vol in &vols {
+        pvs.push(pv_at(&client, "node-1", vol, "Available", Duration::from_secs(60)).await);
+    }
+    claim_pv(&client, &ns, "data", &pvs[1], CLASS, "1Mi").await;
+
+    for vol in &vols[..2] {
+        run(
+            "xfs_io",
+            &["-x", "-c", "shutdown", &vol.display().to_string()],
+        );
+    }
+
+    // The Available PV is withdrawn at the first sign (Degraded), with an Event saying why; the Bound PV and its
+    // claim are told, and told again when the disk is Failed.
+    let said = wait_event(
+        &client,
+        name(&pvs[0]),
+        "DiskDegraded",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(said.contains("withdrawn"), "{said}");
+    eventually(
+        "the free disk's PV to be withdrawn",
+        Duration::from_secs(60),
+        || async {
+            match pvs_of(&client, "node-1")
+                .await
+                .get(&vols[0].display().to_string())
+            {
+                None => Ok(()),
+                Some(pv) => Err(format!("{} is {}", name(pv), phase(pv))),
+            }
+        },
+    )
+    .await;
+    wait_event(
+        &client,
+        name(&pvs[1]),
+        "DiskFailed",
+        Duration::from_secs(60),
+    )
+    .await;
+    wait_event(&client, "data", "DiskFailed", Duration::from_secs(60)).await;
+
+    // The LocalDisks say so.
+    let disks: Api<LocalDisk> = Api::all(client.clone());
+    eventually(
+        "the LocalDisks to say Failed",
+        Duration::from_secs(60),
+        || async {
+            let list = disks
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let health = |vol: &std::path::Path| {
+                list.items
+                    .iter()
+                    .find(|d| d.spec.path == vol.display().to_string())
+                    .and_then(|d| d.status.as_ref()?.health.clone())
+            };
+            let got: Vec<Option<String>> = vols.iter().map(|v| health(v)).collect();
+            match got[..] {
+                [Some(ref a), Some(ref b), None] if a == "Failed" && b == "Failed" => Ok(()),
+                _ => Err(format!("{got:?}")),
+            }
+        },
+    )
+    .await;
+
+    // Nothing happens to the Bound PV, and a healthy neighbour is untouched and still published.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = pvs_of(&client, "node-1").await;
+    let bound = now
+        .get(&vols[1].display().to_string())
+        .expect("the Bound PV stays");
+    assert_eq!(phase(bound), "Bound");
+    let healthy = now
+        .get(&vols[2].display().to_string())
+        .expect("the healthy PV stays");
+    assert_eq!(healthy.metadata.uid, pvs[2].metadata.uid);
+    let reasons: Vec<String> = events_of(&client, name(&pvs[2]))
+        .await
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    assert!(
+        !reasons.iter().any(|r| r.starts_with("Disk")),
+        "the healthy disk got {reasons:?}"
+    );
+    agent.process.take();
+    drop(mounts);
+    drop(loops);
+}
