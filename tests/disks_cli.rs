@@ -345,7 +345,8 @@ fn kubectl_shows_the_columns(plane: &ControlPlane, home: &Path, kubeconfig: &str
     assert_eq!(
         header,
         [
-            "NAME", "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "PV", "CLAIM", "AGE"
+            "NAME", "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "HEALTH", "PV", "CLAIM",
+            "AGE"
         ],
         "{get}"
     );
@@ -374,7 +375,7 @@ fn kubectl_shows_the_columns(plane: &ControlPlane, home: &Path, kubeconfig: &str
         .split_whitespace()
         .collect();
     assert_eq!(
-        header[10..],
+        header[11..],
         ["DEVICE", "FSTYPE", "FSUUID", "MODEL", "SERIAL"],
         "{wide}"
     );
