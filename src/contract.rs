@@ -53,6 +53,10 @@ pub const ANN_WIPE_PHASE: &str = "localpv.io/wipe-phase";
 /// PV annotation `<PV UID>/<claim UID or ->`: the lifetime a wipe phase belongs to. A phase recorded for any other
 /// PV object or any other claim is stale and ignored.
 pub const ANN_WIPE_LIFETIME: &str = "localpv.io/wipe-lifetime";
+/// LocalDisk annotation set by `localpv disks cordon` (any value but `false`): the agent stops publishing the disk
+/// and withdraws its Available PV, until `localpv disks uncordon` removes it. Kept on the object, so it survives
+/// agent restarts.
+pub const ANN_CORDONED: &str = "localpv.io/cordoned";
 /// StorageClass annotation overriding the extender's global score strategy for claims of that class.
 pub const ANN_SCORE_STRATEGY: &str = "localpv.io/score-strategy";
 

@@ -247,6 +247,7 @@ fn measure_kept(
         unusable,
         failed_classes: gathered.failed_classes.clone(),
         unhealthy: Vec::new(),
+        cordoned: Vec::new(),
     }
 }
 
@@ -391,6 +392,7 @@ fn discover_listed(
         unusable: classified.unusable.clone(),
         failed_classes: failed_classes.clone(),
         unhealthy: Vec::new(),
+        cordoned: Vec::new(),
     };
     let candidates = classified.candidates.iter().map(Probe::of);
     let (discovery, reusable) = measure_all(host, candidates, discovery, probed);

@@ -130,6 +130,10 @@ pub struct Discovery {
     /// Found disks that are not `Healthy` (`health::judge`), by path; a disk not listed is healthy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unhealthy: Vec<DiskHealth>,
+    /// Found disks an operator cordoned (`localpv disks cordon`, the LocalDisk's `localpv.io/cordoned`), by path:
+    /// not published, their Available PVs withdrawn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cordoned: Vec<PathBuf>,
 }
 
 /// A found disk that shows signs of failing (issue 37).

@@ -274,6 +274,8 @@ pub enum HoldReason {
     DiskDegraded,
     /// The disk failed (`health`): never handed to a new claim, never wiped.
     DiskFailed,
+    /// An operator cordoned the disk (`localpv disks cordon`): not published until uncordoned.
+    Cordoned,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -156,6 +156,7 @@ fn node_1() -> Discovery {
         }],
         failed_classes: Vec::new(),
         unhealthy: Vec::new(),
+        cordoned: Vec::new(),
     }
 }
 

@@ -100,3 +100,21 @@ impl HealthBook {
         [State::Healthy, State::Degraded, State::Failed].map(|s| (s, count(s)))
     }
 }
+
+/// The paths of this node's LocalDisks an operator cordoned (`localpv.io/cordoned`, any value but `false`), sorted.
+pub fn cordoned(disks: &[std::sync::Arc<crate::inventory::LocalDisk>]) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = disks
+        .iter()
+        .filter(|d| {
+            d.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::contract::ANN_CORDONED))
+                .is_some_and(|v| v != "false")
+        })
+        .map(|d| PathBuf::from(&d.spec.path))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}

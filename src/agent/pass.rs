@@ -440,9 +440,10 @@ impl Agent {
         })
         .await;
         let found = match discovered {
-            Ok((found, probed, health)) => {
+            Ok((mut found, probed, health)) => {
                 self.probed = probed;
                 self.health = health;
+                found.cordoned = super::health::cordoned(&self.s.disks.shared());
                 found
             }
             Err(error) => {

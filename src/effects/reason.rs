@@ -27,6 +27,8 @@ pub enum Reason {
     DiskDegraded,
     /// The disk under the PV failed.
     DiskFailed,
+    /// An operator cordoned the disk: its Available PV is withdrawn.
+    DiskCordoned,
     Adopted,
     /// On a PV the agent did not create or adopt that carries its label or reaches one of its disks.
     #[serde(rename = "ForeignPersistentVolume")]
@@ -47,7 +49,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for tests and documentation checks.
-    pub const ALL: [Reason; 22] = [
+    pub const ALL: [Reason; 23] = [
         Reason::DiskMissing,
         Reason::DiskReturned,
         Reason::DiskIdentityChanged,
@@ -60,6 +62,7 @@ impl Reason {
         Reason::DuplicateIdentity,
         Reason::DiskDegraded,
         Reason::DiskFailed,
+        Reason::DiskCordoned,
         Reason::Adopted,
         Reason::ForeignPv,
         Reason::WipeCompleted,
@@ -87,6 +90,7 @@ impl Reason {
             Reason::DuplicateIdentity => "DuplicateIdentity",
             Reason::DiskDegraded => "DiskDegraded",
             Reason::DiskFailed => "DiskFailed",
+            Reason::DiskCordoned => "DiskCordoned",
             Reason::Adopted => "Adopted",
             Reason::ForeignPv => "ForeignPersistentVolume",
             Reason::WipeCompleted => "WipeCompleted",

@@ -6,14 +6,14 @@
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Config};
 
 use super::crd::{LocalDisk, LocalDiskPhase};
 use super::format::{self, Filter, FormatError, Output};
 use crate::config::values::label_value_problem;
-use crate::contract::{CLASS_LABEL, NODE_LABEL};
+use crate::contract::{ANN_CORDONED, CLASS_LABEL, NODE_LABEL};
 
 /// List the disks the node agents found, on every node.
 #[derive(clap::Args, Debug, Clone)]
@@ -36,6 +36,18 @@ pub struct Options {
     /// Kubeconfig context to use instead of the current one.
     #[arg(long)]
     pub context: Option<String>,
+    #[command(subcommand)]
+    pub action: Option<Action>,
+}
+
+/// What to do to one disk instead of listing.
+#[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Stop publishing a disk: its Available PV is withdrawn and no new PV is made for it until `uncordon`. Bound
+    /// and Released PVs go on as usual. DISK is a LocalDisk name, or NODE/ENTRY (`node-1/vol1`).
+    Cordon { disk: String },
+    /// Publish a cordoned disk again.
+    Uncordon { disk: String },
 }
 
 fn parse_phase(text: &str) -> Result<LocalDiskPhase, String> {
@@ -69,14 +81,25 @@ pub enum DisksError {
     CrdMissing(#[source] kube::Error),
     #[error("failed to list LocalDisks")]
     List(#[source] kube::Error),
+    #[error(
+        "no LocalDisk is named {0:?}: give a LocalDisk name or NODE/ENTRY (`localpv disks` lists them)"
+    )]
+    NoSuchDisk(String),
+    #[error("{0:?} names {1} LocalDisks: give the LocalDisk name")]
+    AmbiguousDisk(String, usize),
+    #[error("failed to change the LocalDisk")]
+    Patch(#[source] kube::Error),
     #[error(transparent)]
     Format(#[from] FormatError),
 }
 
-/// Lists, filters and renders; returns what to print.
+/// Lists, filters and renders (or cordons or uncordons one disk); returns what to print.
 pub async fn run(opts: &Options) -> Result<String, DisksError> {
     let client = client(opts).await?;
     let api: Api<LocalDisk> = Api::all(client);
+    if let Some(action) = &opts.action {
+        return cordon(&api, action).await;
+    }
     let disks = api
         .list(&list_params(opts))
         .await
@@ -92,6 +115,48 @@ pub async fn run(opts: &Options) -> Result<String, DisksError> {
     };
     let disks = format::select(disks, &filter);
     Ok(format::render(&disks, opts.output, SystemTime::now())?)
+}
+
+/// Sets or removes the cordon annotation on the one LocalDisk `action` names.
+async fn cordon(api: &Api<LocalDisk>, action: &Action) -> Result<String, DisksError> {
+    let (target, on) = match action {
+        Action::Cordon { disk } => (disk, true),
+        Action::Uncordon { disk } => (disk, false),
+    };
+    let disks = api
+        .list(&ListParams::default())
+        .await
+        .map_err(DisksError::List)?
+        .items;
+    let found: Vec<&LocalDisk> = disks.iter().filter(|d| names(d, target)).collect();
+    let disk = match found[..] {
+        [one] => one,
+        [] => return Err(DisksError::NoSuchDisk(target.clone())),
+        _ => return Err(DisksError::AmbiguousDisk(target.clone(), found.len())),
+    };
+    let name = disk.metadata.name.clone().unwrap_or_default();
+    let value = on.then_some("true");
+    let patch = serde_json::json!({"metadata": {"annotations": {ANN_CORDONED: value}}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(DisksError::Patch)?;
+    let (node, path) = (&disk.spec.node, &disk.spec.path);
+    Ok(match on {
+        true => format!(
+            "cordoned {name} ({node}:{path}): no new claim gets it; its Available PV, if any, is withdrawn\n"
+        ),
+        false => format!("uncordoned {name} ({node}:{path}): it is published again\n"),
+    })
+}
+
+/// Whether `target` names `disk`: its object name, or `NODE/ENTRY`.
+fn names(disk: &LocalDisk, target: &str) -> bool {
+    if disk.metadata.name.as_deref() == Some(target) {
+        return true;
+    }
+    target
+        .split_once('/')
+        .is_some_and(|(node, entry)| disk.spec.node == node && disk.spec.entry == entry)
 }
 
 async fn client(opts: &Options) -> Result<Client, DisksError> {

@@ -111,6 +111,7 @@ struct Last {
     unusable: Vec<Unusable>,
     /// The health reports the last build took: a change builds the paths it concerns again.
     unhealthy: Vec<crate::disk::DiskHealth>,
+    cordoned: Vec<PathBuf>,
     /// The PVs the last build took, in its order: a PV at the same place, the same pointer, is the one seen under
     /// its UID (UIDs are unique), and is not looked up.
     pv_order: Vec<Arc<PersistentVolume>>,
@@ -358,6 +359,7 @@ impl Last {
             disks: inputs.found.disks.clone(),
             unusable: inputs.found.unusable.clone(),
             unhealthy: inputs.found.unhealthy.clone(),
+            cordoned: inputs.found.cordoned.clone(),
             pv_order: inputs.pvs.to_vec(),
         };
         for u in inputs.unpublished {
@@ -554,8 +556,11 @@ impl Last {
         // Entries using a changed object's name.
         dirty.extend(names.iter().filter_map(|n| self.used.get(n)).cloned());
         // Entries whose health changed.
-        let unhealthy_changed = inputs.found.unhealthy != self.unhealthy;
+        let unhealthy_changed =
+            inputs.found.unhealthy != self.unhealthy || inputs.found.cordoned != self.cordoned;
         if unhealthy_changed {
+            dirty.extend(inputs.found.cordoned.iter().cloned());
+            dirty.extend(self.cordoned.iter().cloned());
             let paths = |list: &[crate::disk::DiskHealth]| -> Vec<PathBuf> {
                 list.iter().map(|h| h.host_path.clone()).collect()
             };
@@ -695,6 +700,7 @@ impl Last {
         }
         if unhealthy_changed {
             self.unhealthy = inputs.found.unhealthy.clone();
+            self.cordoned = inputs.found.cordoned.clone();
         }
         if in_place < inputs.pvs.len() || in_place < self.pv_order.len() {
             self.pv_order = inputs.pvs.to_vec();
@@ -740,6 +746,7 @@ impl Last {
             unusable: unusable_at(inputs.found, dirty),
             failed_classes: inputs.found.failed_classes.clone(),
             unhealthy: crate::plan::incremental::unhealthy_at(inputs.found, dirty),
+            cordoned: inputs.found.cordoned.clone(),
         };
         // NB: of several PVs at one path the builder keeps one by input order, which the part does not keep.
         if dirty

@@ -46,6 +46,8 @@ pub enum Reason {
     DiskDegraded,
     /// `Unusable`: the disk failed; never handed to a new claim, never wiped.
     DiskFailed,
+    /// `Unusable`: an operator cordoned it (`localpv disks cordon`); not published until uncordoned.
+    Cordoned,
     /// `Unusable`: a PV holding a claim's data is at the path, but nothing is mounted there.
     DiskNotMounted,
     /// `Missing`: the entry is gone from its node.
@@ -74,6 +76,7 @@ impl Reason {
             Reason::DuplicateIdentity => "DuplicateIdentity",
             Reason::DiskDegraded => "DiskDegraded",
             Reason::DiskFailed => "DiskFailed",
+            Reason::Cordoned => "Cordoned",
             Reason::DiskNotMounted => "DiskNotMounted",
             Reason::DiskNotFound => "DiskNotFound",
         }
@@ -131,6 +134,6 @@ mod tests {
             names.last().map(String::as_str),
             Some(Reason::DiskNotFound.as_str())
         );
-        assert_eq!(names.len(), 21);
+        assert_eq!(names.len(), 22);
     }
 }

@@ -270,6 +270,7 @@ fn hold_verdict(held: &Unpublished) -> Verdict {
         HoldReason::DuplicateIdentity => (LocalDiskPhase::Unusable, Reason::DuplicateIdentity),
         HoldReason::DiskDegraded => (LocalDiskPhase::Unusable, Reason::DiskDegraded),
         HoldReason::DiskFailed => (LocalDiskPhase::Unusable, Reason::DiskFailed),
+        HoldReason::Cordoned => (LocalDiskPhase::Unusable, Reason::Cordoned),
     };
     verdict(phase, reason, held.message.clone())
 }

@@ -192,7 +192,7 @@ impl<'a> Planner<'a> {
         }
         if let Some(disk) = disk
             && check == Some(IdentityCheck::Same)
-            && self.pv_on_unhealthy_disk(pv, disk)
+            && (self.pv_on_unhealthy_disk(pv, disk) || self.pv_on_cordoned_disk(pv, disk))
         {
             return;
         }

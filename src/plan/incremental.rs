@@ -177,6 +177,8 @@ struct Last {
     unknown: FastSet<PathBuf>,
     /// The health reports of the last pass (a change plans the paths it concerns again).
     unhealthy: Vec<crate::disk::DiskHealth>,
+    /// The cordoned paths of the last pass.
+    cordoned: Vec<PathBuf>,
     ledger: DiskLedger,
     owned: BTreeMap<String, OwnedPv>,
     links: FastMap<Link, FastSet<PathBuf>>,
@@ -257,6 +259,7 @@ impl Last {
             disks: FastMap::default(),
             unknown: unknown_paths(inputs.found),
             unhealthy: inputs.found.unhealthy.clone(),
+            cordoned: inputs.found.cordoned.clone(),
             ledger: inputs.ledger.clone(),
             owned: owners.pvs.clone(),
             links: FastMap::default(),
@@ -392,6 +395,7 @@ impl Last {
         );
         self.unknown = changes.unknown;
         self.unhealthy = inputs.found.unhealthy.clone();
+        self.cordoned = inputs.found.cordoned.clone();
         // The copies follow the inputs key by key: a pass that changed one disk's state copies one entry.
         for key in changes.ledger {
             match inputs.ledger.get(&key) {
@@ -422,6 +426,7 @@ impl Last {
             unusable: unusable_at(inputs.found, &dirty),
             failed_classes: inputs.found.failed_classes.clone(),
             unhealthy: unhealthy_at(inputs.found, &dirty),
+            cordoned: inputs.found.cordoned.clone(),
         };
         let part = Inputs {
             found: &found,
@@ -523,6 +528,12 @@ impl Last {
         c.unknown = unknown_paths(inputs.found);
         c.dirty
             .extend(c.unknown.symmetric_difference(&self.unknown).cloned());
+        if inputs.found.cordoned != self.cordoned {
+            let now: BTreeSet<&PathBuf> = inputs.found.cordoned.iter().collect();
+            let was: BTreeSet<&PathBuf> = self.cordoned.iter().collect();
+            c.dirty
+                .extend(now.symmetric_difference(&was).map(|p| (*p).clone()));
+        }
         if inputs.found.unhealthy != self.unhealthy {
             let paths = |list: &[crate::disk::DiskHealth]| -> BTreeSet<PathBuf> {
                 list.iter().map(|h| h.host_path.clone()).collect()

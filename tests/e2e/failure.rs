@@ -156,3 +156,95 @@ async fn a_disk_that_fails_is_withdrawn_and_its_tenant_told() {
     drop(mounts);
     drop(loops);
 }
+
+/// `localpv disks cordon NODE/ENTRY` withdraws the disk's Available PV and keeps it unpublished across an agent
+/// restart (the state is on the LocalDisk); `uncordon` publishes it again (issue 37, point 4).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cordoned_disk_is_withdrawn_until_uncordoned_across_a_restart() {
+    let (cp, _ns, mut agent) = plane_with_agent(
+        Options {
+            controller_manager: true,
+            ..Default::default()
+        },
+        "cordon",
+        &[(CLASS, "Delete")],
+        &["node-1"],
+        &[(CLASS, "disks", "")],
+    )
+    .await;
+    let client = cp.client();
+    let vol = agent.disk("vol1");
+    let _m = Mount::tmpfs(&vol, "16M", cp.reaper());
+    agent.start(&cp);
+    agent.wait_ready().await;
+    let pv = pv_at(
+        &client,
+        "node-1",
+        &vol,
+        "Available",
+        Duration::from_secs(60),
+    )
+    .await;
+    let kubeconfig = cp.kubeconfig_for("operator", "operator", &["system:masters"]);
+    let cli = |verb: &str| {
+        let out = std::process::Command::new(crate::support::agent::localpv_bin())
+            .args([
+                "disks",
+                "--kubeconfig",
+                &kubeconfig.display().to_string(),
+                verb,
+                "node-1/vol1",
+            ])
+            .output()
+            .expect("localpv runs");
+        assert!(
+            out.status.success(),
+            "{verb}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = cli("cordon");
+    assert!(said.starts_with("cordoned "), "{said}");
+    wait_event(&client, name(&pv), "DiskCordoned", Duration::from_secs(30)).await;
+    let gone = || async {
+        match pvs_of(&client, "node-1")
+            .await
+            .get(&vol.display().to_string())
+        {
+            None => Ok(()),
+            Some(pv) => Err(format!("{} is {}", name(pv), phase(pv))),
+        }
+    };
+    eventually(
+        "the cordoned disk's PV to be withdrawn",
+        Duration::from_secs(30),
+        gone,
+    )
+    .await;
+    agent
+        .process
+        .take()
+        .expect("running")
+        .stop(Duration::from_secs(10));
+    agent.start(&cp);
+    agent.wait_ready().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    eventually(
+        "still unpublished after a restart",
+        Duration::from_secs(5),
+        gone,
+    )
+    .await;
+    let said = cli("uncordon");
+    assert!(said.starts_with("uncordoned "), "{said}");
+    pv_at(
+        &client,
+        "node-1",
+        &vol,
+        "Available",
+        Duration::from_secs(30),
+    )
+    .await;
+    agent.process.take();
+}

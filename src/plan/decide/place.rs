@@ -47,6 +47,7 @@ impl Planner<'_> {
             || self.held_for_overlap(disk)
             || self.held_as_duplicate(disk)
             || self.held_unhealthy(disk)
+            || self.held_cordoned(disk)
             || !self.identified(disk, class)
         {
             return;

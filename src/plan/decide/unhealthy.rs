@@ -4,6 +4,9 @@
 //!   disk proves nothing, and its data may still be wanted;
 //! - its Available PV is withdrawn (deleted, with an Event), and published again only once the disk is `Healthy`;
 //! - its Released PV is not wiped (an Event once), its Bound PV gets an Event once: the tenant is told.
+//!
+//! A disk an operator cordoned (`localpv disks cordon`) is held and its Available PV withdrawn the same way; its
+//! Bound and Released PVs go on as usual (a cordon only stops publishing).
 
 use super::{Planner, PvView};
 use crate::disk::{Disk, DiskHealth};
@@ -32,6 +35,35 @@ impl Planner<'_> {
             .get(disk.host_path.as_path())
             .copied()
             .filter(|h| h.state != State::Healthy)
+    }
+
+    fn cordoned(&self, disk: &Disk) -> bool {
+        self.inputs.found.cordoned.contains(&disk.host_path)
+    }
+
+    /// Holds back a cordoned disk without a PV. True when held.
+    pub(super) fn held_cordoned(&mut self, disk: &Disk) -> bool {
+        if !self.cordoned(disk) {
+            return false;
+        }
+        let message =
+            "cordoned by an operator: not published until `localpv disks uncordon`".to_string();
+        self.hold(disk, HoldReason::Cordoned, message);
+        true
+    }
+
+    /// An unclaimed PV of ours on a cordoned disk is withdrawn. True when that decided the PV.
+    pub(super) fn pv_on_cordoned_disk(&mut self, pv: &PvView, disk: &Disk) -> bool {
+        if !pv.is_unclaimed() || !self.cordoned(disk) {
+            return false;
+        }
+        let message = format!(
+            "{} was cordoned by an operator: this unclaimed PV is withdrawn until `localpv disks uncordon`",
+            pv.path.display()
+        );
+        self.event(&pv.pv_ref, EventType::Normal, Reason::DiskCordoned, message);
+        self.delete(pv);
+        true
     }
 
     /// Holds back a disk without a PV that is not healthy. True when held.

@@ -95,3 +95,36 @@ fn the_bound_claim_is_told_too() {
     assert_eq!(claims.len(), 1, "{:?}", summary(&plan));
     assert_eq!(claims[0].uid.as_deref(), Some("claim-1"));
 }
+
+#[test]
+fn a_cordoned_disk_is_held_its_available_pv_withdrawn_and_published_again_once_uncordoned() {
+    let mut world = World::new(
+        vec![disk("vol1"), disk("vol2")],
+        vec![
+            Pv::test().build(),
+            Pv::test().for_disk(&disk("vol2")).bound().build(),
+        ],
+    );
+    world.found.cordoned = vec![
+        PathBuf::from("/mnt/disks/vol1"),
+        PathBuf::from("/mnt/disks/vol2"),
+    ];
+    let plans = world.settle();
+    let first: Vec<String> = summary(&plans[0])
+        .into_iter()
+        .filter(|s| !s.starts_with("ledger"))
+        .collect();
+    assert_eq!(first, ["delete uid-vol1", "event uid-vol1 DiskCordoned"]);
+    assert_eq!(world.existing.len(), 1, "the Bound PV goes on");
+    let held: Vec<_> = plans
+        .last()
+        .expect("a plan")
+        .unpublished
+        .iter()
+        .map(|u| u.reason)
+        .collect();
+    assert_eq!(held, [HoldReason::Cordoned]);
+    world.found.cordoned.clear();
+    world.settle();
+    assert_eq!(world.existing.len(), 2, "published again once uncordoned");
+}
