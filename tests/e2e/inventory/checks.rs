@@ -137,7 +137,8 @@ pub fn kubectl_shows_the_columns(cp: &ControlPlane, ext4: &FsDisk, xfs: &FsDisk,
     assert_eq!(
         header(&table),
         [
-            "NAME", "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "PV", "CLAIM", "AGE"
+            "NAME", "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "HEALTH", "PV", "CLAIM",
+            "AGE"
         ],
         "{table}"
     );
@@ -157,7 +158,7 @@ pub fn kubectl_shows_the_columns(cp: &ControlPlane, ext4: &FsDisk, xfs: &FsDisk,
     let wide = cp.kubectl(&["get", "ldisk", "-o", "wide"]);
     let columns = header(&wide);
     assert_eq!(
-        columns[10..],
+        columns[11..],
         ["DEVICE", "FSTYPE", "FSUUID", "MODEL", "SERIAL"],
         "{wide}"
     );
@@ -177,7 +178,7 @@ pub fn localpv_disks_lists_them(cp: &ControlPlane, fs: &[&FsDisk], block: &Path,
     assert_eq!(
         header(&table),
         [
-            "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "PV", "CLAIM", "AGE"
+            "NODE", "PATH", "CLASS", "SIZE", "PHASE", "REASON", "HEALTH", "PV", "CLAIM", "AGE"
         ],
         "{table}"
     );
