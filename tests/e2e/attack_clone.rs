@@ -9,16 +9,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
-use crate::node_agent::{claim_pv, phase, plane_with_agent, pv_at, pvs_of, release, wait_event};
-use crate::support::cluster::Options;
+use crate::node_agent::{
+    claim_pv, fresh_pv_at, one_class_plane, pv_at, pvs_of, release, wait_event,
+};
 use crate::support::disks::{LoopDevice, Mount, run};
-use crate::support::eventually;
 
 const CLASS: &str = "local-storage";
-
-fn uid(pv: &PersistentVolume) -> String {
-    pv.metadata.uid.clone().unwrap_or_default()
-}
 
 fn name(pv: &PersistentVolume) -> &str {
     pv.metadata.name.as_deref().expect("name")
@@ -26,17 +22,7 @@ fn name(pv: &PersistentVolume) -> &str {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn copies_of_a_bound_disk_are_never_published_and_never_authorise_a_wipe() {
-    let (cp, ns, mut agent) = plane_with_agent(
-        Options {
-            controller_manager: true,
-            ..Default::default()
-        },
-        "attack-clone",
-        &[(CLASS, "Delete")],
-        &["node-1"],
-        &[(CLASS, "disks", "")],
-    )
-    .await;
+    let (cp, ns, mut agent) = one_class_plane("attack-clone").await;
     let client = cp.client();
     let reaper = cp.reaper();
     let hosts = cp.dir.join("hosts/node-1");
@@ -123,18 +109,8 @@ async fn copies_of_a_bound_disk_are_never_published_and_never_authorise_a_wipe()
     drop(c_tmpfs);
     drop(copy);
     for (pv, vol) in pvs.iter().zip([&ext4, &tmpfs]) {
-        let path = vol.display().to_string();
-        eventually(
-            &format!("{path} to come back as a new Available PV"),
-            Duration::from_secs(90),
-            || async {
-                match pvs_of(&client, "node-1").await.get(&path) {
-                    Some(now) if uid(now) != uid(pv) && phase(now) == "Available" => Ok(()),
-                    other => Err(format!("{:?}", other.map(|p| (uid(p), phase(p))))),
-                }
-            },
-        )
-        .await;
+        fresh_pv_at(&client, vol, pv, Duration::from_secs(90)).await;
+        let path = vol.display();
         assert!(!vol.join("secret").exists(), "{path} published unwiped");
     }
     agent.process.take();

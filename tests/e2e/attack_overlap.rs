@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
-use crate::node_agent::{claim_pv, phase, plane_with_agent, pv_at, pvs_of, release, wait_event};
-use crate::support::cluster::Options;
+use crate::node_agent::{claim_pv, one_class_plane, phase, pv_at, pvs_of, release, wait_event};
 use crate::support::disks::{LoopDevice, Mount};
 
 const CLASS: &str = "local-storage";
@@ -29,17 +28,7 @@ struct Target {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn binds_overlapping_a_bound_volume_are_never_published_or_wiped() {
-    let (cp, ns, mut agent) = plane_with_agent(
-        Options {
-            controller_manager: true,
-            ..Default::default()
-        },
-        "attack-overlap",
-        &[(CLASS, "Delete")],
-        &["node-1"],
-        &[(CLASS, "disks", "")],
-    )
-    .await;
+    let (cp, ns, mut agent) = one_class_plane("attack-overlap").await;
     let client = cp.client();
     let reaper = cp.reaper();
     let hosts = cp.dir.join("hosts/node-1");

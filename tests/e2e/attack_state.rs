@@ -10,27 +10,15 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, DeleteParams};
 
-use crate::node_agent::{claim_pv, phase, plane_with_agent, pv_at, pvs_of, release, wait_event};
+use crate::node_agent::{
+    claim_pv, fresh_pv_at, one_class_plane, phase, pv_at, pvs_of, release, wait_event,
+};
 use crate::support::agent::Agent;
-use crate::support::cluster::{ControlPlane, Options};
+use crate::support::cluster::ControlPlane;
 use crate::support::disks::Mount;
 use crate::support::eventually;
 
 const CLASS: &str = "local-storage";
-
-async fn plane(ns: &str) -> (ControlPlane, String, Agent) {
-    plane_with_agent(
-        Options {
-            controller_manager: true,
-            ..Default::default()
-        },
-        ns,
-        &[(CLASS, "Delete")],
-        &["node-1"],
-        &[(CLASS, "disks", "")],
-    )
-    .await
-}
 
 /// Waits until `agent` answers `/readyz` with 503 and a body naming the state directory lock.
 async fn waits_for_the_lock(agent: &mut Agent) {
@@ -88,29 +76,18 @@ async fn published_again_empty(
     old: &PersistentVolume,
     log: impl Fn() -> String,
 ) {
-    let client = cp.client();
-    let path = vol.display().to_string();
-    eventually(
-        &format!("{path} to come back as a new Available PV"),
-        Duration::from_secs(90),
-        || async {
-            match pvs_of(&client, "node-1").await.get(&path) {
-                Some(pv) if uid(pv) != uid(old) && phase(pv) == "Available" => Ok(()),
-                other => Err(format!("{:?}", other.map(|p| (uid(p), phase(p))))),
-            }
-        },
-    )
-    .await;
+    fresh_pv_at(&cp.client(), vol, old, Duration::from_secs(90)).await;
     assert!(
         !vol.join("tenant.txt").exists(),
-        "{path} was published again with the last tenant's file:\n{}",
+        "{} was published again with the last tenant's file:\n{}",
+        vol.display(),
         log()
     );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_agents_on_one_state_dir_take_turns_and_keep_the_ledger() {
-    let (cp, ns, mut first) = plane("attack-state-twins").await;
+    let (cp, ns, mut first) = one_class_plane("attack-state-twins").await;
     let client = cp.client();
     let reaper = cp.reaper();
     let (vol1, vol2, vol3) = (first.disk("vol1"), first.disk("vol2"), first.disk("vol3"));
@@ -189,7 +166,7 @@ async fn two_agents_on_one_state_dir_take_turns_and_keep_the_ledger() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_state_dir_nested_with_a_discovery_dir_is_refused_at_start() {
-    let (cp, _ns, mut agent) = plane("attack-state-nested").await;
+    let (cp, _ns, mut agent) = one_class_plane("attack-state-nested").await;
     let disks = agent.disks_dir.clone();
     let _m1 = Mount::tmpfs(&disks.join("vol1"), "16M", cp.reaper());
     for (state, what) in [
@@ -237,7 +214,7 @@ async fn a_state_dir_nested_with_a_discovery_dir_is_refused_at_start() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_ledger_never_publishes_a_disk_with_data_unwiped() {
-    let (cp, ns, mut agent) = plane("attack-state-lost").await;
+    let (cp, ns, mut agent) = one_class_plane("attack-state-lost").await;
     let client = cp.client();
     let (vol1, vol2) = (agent.disk("vol1"), agent.disk("vol2"));
     let _m1 = Mount::tmpfs(&vol1, "16M", cp.reaper());

@@ -10,8 +10,7 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, ListParams};
 use localpv::inventory::LocalDisk;
 
-use crate::node_agent::{claim_pv, events_of, phase, plane_with_agent, pv_at, pvs_of, wait_event};
-use crate::support::cluster::Options;
+use crate::node_agent::{claim_pv, events_of, one_class_plane, phase, pv_at, pvs_of, wait_event};
 use crate::support::disks::{LoopDevice, Mount, run};
 use crate::support::eventually;
 
@@ -23,17 +22,7 @@ fn name(pv: &PersistentVolume) -> &str {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_disk_that_fails_is_withdrawn_and_its_tenant_told() {
-    let (cp, ns, mut agent) = plane_with_agent(
-        Options {
-            controller_manager: true,
-            ..Default::default()
-        },
-        "failure",
-        &[(CLASS, "Delete")],
-        &["node-1"],
-        &[(CLASS, "disks", "")],
-    )
-    .await;
+    let (cp, ns, mut agent) = one_class_plane("failure").await;
     let client = cp.client();
     let reaper = cp.reaper();
     let hosts = cp.dir.join("hosts/node-1");
@@ -161,17 +150,7 @@ async fn a_disk_that_fails_is_withdrawn_and_its_tenant_told() {
 /// restart (the state is on the LocalDisk); `uncordon` publishes it again (issue 37, point 4).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cordoned_disk_is_withdrawn_until_uncordoned_across_a_restart() {
-    let (cp, _ns, mut agent) = plane_with_agent(
-        Options {
-            controller_manager: true,
-            ..Default::default()
-        },
-        "cordon",
-        &[(CLASS, "Delete")],
-        &["node-1"],
-        &[(CLASS, "disks", "")],
-    )
-    .await;
+    let (cp, _ns, mut agent) = one_class_plane("cordon").await;
     let client = cp.client();
     let vol = agent.disk("vol1");
     let _m = Mount::tmpfs(&vol, "16M", cp.reaper());

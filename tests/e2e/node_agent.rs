@@ -58,6 +58,45 @@ pub async fn plane_with_agent(
     (cp, ns, agent)
 }
 
+/// A plane with the PV controller, namespace `ns`, node-1 and its agent (not started) with one Delete class
+/// `local-storage` on `<plane>/hosts/node-1/disks`: the setup of most attack tests.
+pub async fn one_class_plane(ns: &str) -> (ControlPlane, String, Agent) {
+    let class = "local-storage";
+    plane_with_agent(
+        Options {
+            controller_manager: true,
+            ..Default::default()
+        },
+        ns,
+        &[(class, "Delete")],
+        &["node-1"],
+        &[(class, "disks", "")],
+    )
+    .await
+}
+
+/// Waits up to `within` for a PV of node-1 at `path` other than `old`, in phase Available (a volume recycled).
+pub async fn fresh_pv_at(
+    client: &kube::Client,
+    path: &Path,
+    old: &PersistentVolume,
+    within: Duration,
+) {
+    let path = path.display().to_string();
+    let uid = |pv: &PersistentVolume| pv.metadata.uid.clone().unwrap_or_default();
+    eventually(
+        &format!("{path} to come back as a new Available PV"),
+        within,
+        || async {
+            match pvs_of(client, "node-1").await.get(&path) {
+                Some(pv) if uid(pv) != uid(old) && phase(pv) == "Available" => Ok(()),
+                other => Err(format!("{:?}", other.map(|p| (uid(p), phase(p))))),
+            }
+        },
+    )
+    .await;
+}
+
 /// This node's PVs by `spec.local.path`, from the `localpv.io/node` label.
 pub async fn pvs_of(client: &kube::Client, node: &str) -> BTreeMap<String, PersistentVolume> {
     let api: Api<PersistentVolume> = Api::all(client.clone());
