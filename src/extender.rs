@@ -68,6 +68,10 @@ pub struct Options {
     /// Largest request body accepted, in bytes; larger bodies get 413.
     #[arg(long, env = "LOCALPV_EXTENDER_BODY_LIMIT", default_value_t = 64 << 20)]
     pub body_limit: usize,
+    /// Most node names (or Nodes) one request may list; more get 413 before any is decoded. Bounds what a request
+    /// costs in memory once decoded, which its size in bytes does not.
+    #[arg(long, env = "LOCALPV_EXTENDER_MAX_NODES", default_value_t = server::DEFAULT_MAX_NODES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_nodes: usize,
     /// Milliseconds after which a request is answered with an Error; keep it below the scheduler's httpTimeout.
     #[arg(long, env = "LOCALPV_EXTENDER_DEADLINE_MS", default_value_t = 4000)]
     pub deadline_ms: u64,
@@ -123,6 +127,7 @@ impl Options {
             filter_path: self.filter_path.clone(),
             prioritize_path: self.prioritize_path.clone(),
             body_limit: self.body_limit,
+            max_nodes: self.max_nodes,
             deadline: Duration::from_millis(self.deadline_ms),
             strategy: self.score_strategy,
         }

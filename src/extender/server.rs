@@ -31,7 +31,7 @@ pub use super::cache::Cache;
 use super::metrics::{Metrics, NodeLabels, NodeResult, Outcome, Verb};
 use super::model::Strategy;
 use super::verbs;
-use super::wire::{ExtenderArgs, ExtenderFilterResult};
+use super::wire::{ExtenderArgs, ExtenderFilterResult, Refused};
 use crate::serve::warm::WARM;
 
 /// Longest a request waits for the watch to catch up with objects the scheduler already knows.
@@ -41,11 +41,17 @@ const LAG_WAIT: Duration = Duration::from_secs(1);
 /// is already larger.
 const INLINE_BODY: usize = 256 << 10;
 
+/// Node names or Nodes one request may list by default: four times the largest cluster Kubernetes supports (5,000
+/// nodes), and small enough that four concurrent requests of tiny names stay far below the chart's 512 MiB limit.
+pub const DEFAULT_MAX_NODES: usize = 20_000;
+
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub filter_path: String,
     pub prioritize_path: String,
     pub body_limit: usize,
+    /// Most node names or Nodes one request may list (`--max-nodes`).
+    pub max_nodes: usize,
     pub deadline: Duration,
     pub strategy: Strategy,
 }
@@ -56,6 +62,7 @@ impl Default for ServerConfig {
             filter_path: "/filter".into(),
             prioritize_path: "/prioritize".into(),
             body_limit: 64 << 20,
+            max_nodes: DEFAULT_MAX_NODES,
             deadline: Duration::from_secs(4),
             strategy: Strategy::Binpack,
         }
@@ -130,6 +137,8 @@ enum Reject {
     Body(BytesRejection),
     #[error("failed to decode ExtenderArgs: {0}")]
     Malformed(serde_json::Error),
+    #[error("request too large: {0}")]
+    TooMany(String),
     #[error("failed to decide: extender caches have not synced yet")]
     NotReady,
     #[error("failed to decide within {0:?}")]
@@ -143,6 +152,7 @@ impl Reject {
         match self {
             Reject::Body(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Outcome::TooLarge,
             Reject::Body(_) | Reject::Malformed(_) => Outcome::BadRequest,
+            Reject::TooMany(_) => Outcome::TooLarge,
             Reject::NotReady => Outcome::NotReady,
             Reject::Deadline(_) => Outcome::Deadline,
             Reject::Internal(_) => Outcome::Internal,
@@ -155,6 +165,7 @@ impl Reject {
         match self {
             Reject::Body(r) => (r.status(), message).into_response(),
             Reject::Malformed(_) => (StatusCode::BAD_REQUEST, message).into_response(),
+            Reject::TooMany(_) => (StatusCode::PAYLOAD_TOO_LARGE, message).into_response(),
             Reject::NotReady => (StatusCode::SERVICE_UNAVAILABLE, message).into_response(),
             // A filter Error is reported by the scheduler on the pod; prioritize has no such field, and the
             // scheduler ignores failed prioritize calls.
@@ -196,11 +207,15 @@ async fn decide(
     }
     let deadline = state.config.deadline;
     let strategy = state.config.strategy;
+    let max_nodes = state.config.max_nodes;
     let metrics = state.metrics.clone();
     let inline = body.len() <= INLINE_BODY;
     let work = async move {
         let args = off_runtime(inline, "decode", move || {
-            ExtenderArgs::decode(body).map_err(Reject::Malformed)
+            ExtenderArgs::decode_within(body, max_nodes).map_err(|refused| match refused {
+                Refused::Malformed(e) => Reject::Malformed(e),
+                too_many @ Refused::TooMany { .. } => Reject::TooMany(too_many.to_string()),
+            })
         })
         .await?;
         // Wait out watch lag for at most a quarter of the deadline, leaving the rest for the decision.

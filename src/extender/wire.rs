@@ -60,13 +60,26 @@ impl ExtenderArgs {
 
     /// `decode` with the node list checked on at most `threads` threads.
     pub fn decode_on(body: Bytes, threads: usize) -> Result<ExtenderArgs, serde_json::Error> {
-        ExtenderArgs::decode_split(body, Split::on(threads))
+        ExtenderArgs::decode_split(body, Split::on(threads), usize::MAX).map_err(|e| match e {
+            Refused::Malformed(e) => e,
+            Refused::TooMany { .. } => unreachable!("no limit was given"),
+        })
     }
 
-    fn decode_split(body: Bytes, split: Split) -> Result<ExtenderArgs, serde_json::Error> {
+    /// `decode`, refusing a request that lists more than `max_nodes` node names or Nodes before any of them is
+    /// decoded: a 4-byte name (`"a",`) would cost 30 or more bytes of heap once decoded, a 3-byte Node (`{},`) a
+    /// hundred, so the body limit alone does not bound what a request costs (issue 39, point 1).
+    pub fn decode_within(body: Bytes, max_nodes: usize) -> Result<ExtenderArgs, Refused> {
+        static THREADS: OnceLock<usize> = OnceLock::new();
+        let threads = *THREADS
+            .get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)));
+        ExtenderArgs::decode_split(body, Split::on(threads), max_nodes)
+    }
+
+    fn decode_split(body: Bytes, split: Split, max_nodes: usize) -> Result<ExtenderArgs, Refused> {
         let mut w = Walker::new(&body);
         if !w.enter(b'{') {
-            return Err(expected(&mut w, "an ExtenderArgs object"));
+            return Err(expected(&mut w, "an ExtenderArgs object").into());
         }
         let mut args = ExtenderArgs::default();
         let mut first = true;
@@ -75,8 +88,9 @@ impl ExtenderArgs {
             if key.eq_ignore_ascii_case("pod") {
                 args.pod = w.value::<Option<Pod>>()?.unwrap_or_default();
             } else if key.eq_ignore_ascii_case("nodes") {
-                args.nodes = node_list(&mut w, &body, split)?;
+                args.nodes = node_list(&mut w, &body, split, max_nodes)?;
             } else if key.eq_ignore_ascii_case("nodenames") {
+                within(&w, "NodeNames", max_nodes)?;
                 args.node_names = w
                     .value::<Option<Vec<Option<String>>>>()?
                     .map(|names| names.into_iter().flatten().collect());
@@ -94,29 +108,63 @@ impl ExtenderArgs {
     }
 }
 
+/// Why a request body was not decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error(transparent)]
+    Malformed(#[from] serde_json::Error),
+    #[error("{what} lists more than {limit} entries (--max-nodes, LOCALPV_EXTENDER_MAX_NODES)")]
+    TooMany { what: &'static str, limit: usize },
+}
+
+/// Counts the elements of the array at the cursor without decoding them (the cursor does not move); refuses more
+/// than `limit`. Anything that is not an array is left to the decoder to judge.
+fn within(w: &Walker, what: &'static str, limit: usize) -> Result<(), Refused> {
+    if limit == usize::MAX {
+        return Ok(());
+    }
+    let mut scan = w.clone();
+    if !scan.enter(b'[') {
+        return Ok(());
+    }
+    let mut count = 0usize;
+    let mut first = true;
+    while scan.next_element(first)? {
+        first = false;
+        count += 1;
+        if count > limit {
+            return Err(Refused::TooMany { what, limit });
+        }
+        scan.raw()?;
+    }
+    Ok(())
+}
+
 /// `Nodes`: a `v1.NodeList` or `null`; its `items` become `WireNode`s sharing the body.
 fn node_list(
     w: &mut Walker,
     body: &Bytes,
     split: Split,
-) -> Result<Option<Vec<WireNode>>, serde_json::Error> {
+    max_nodes: usize,
+) -> Result<Option<Vec<WireNode>>, Refused> {
     if w.null() {
         return Ok(None);
     }
     if !w.enter(b'{') {
-        return Err(expected(w, "a NodeList object or null"));
+        return Err(expected(w, "a NodeList object or null").into());
     }
     let mut nodes = Vec::new();
     let mut first = true;
     while let Some(key) = w.next_key(first)? {
         first = false;
         if key == "items" {
+            within(w, "Nodes.items", max_nodes)?;
             nodes = if w.null() {
                 Vec::new()
             } else if w.enter(b'[') {
                 items::read(w, body, split)?
             } else {
-                return Err(expected(w, "a list of Nodes or null"));
+                return Err(expected(w, "a list of Nodes or null").into());
             };
         } else {
             w.raw()?;

@@ -400,3 +400,140 @@ async fn the_agent_publishes_a_new_disk_and_answers_readyz_while_its_port_is_flo
     );
     assert_eq!(cgroup.oom_kills(), 0, "the agent was OOM-killed");
 }
+
+/// ~`mib` MiB of ExtenderArgs built to cost the most memory per byte once decoded: one-letter node names
+/// (`"a",`: 4 bytes each) or empty Nodes (`{},`: 3 bytes each).
+fn amplifying_body(mib: usize, names: bool) -> Vec<u8> {
+    let (head, one, tail) = match names {
+        true => (
+            r#"{"Pod":{"metadata":{"name":"web"}},"Nodes":null,"NodeNames":["#,
+            r#""a""#,
+            "]}",
+        ),
+        false => (
+            r#"{"Pod":{"metadata":{"name":"web"}},"Nodes":{"items":["#,
+            "{}",
+            "]},\"NodeNames\":null}",
+        ),
+    };
+    let count = (mib << 20) / (one.len() + 1);
+    let mut body = String::with_capacity((mib << 20) + 128);
+    body.push_str(head);
+    for i in 0..count {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(one);
+    }
+    body.push_str(tail);
+    body.into_bytes()
+}
+
+/// POST `body` and read the whole answer: (status, body text).
+fn post_reading(port: u16, body: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let head = format!(
+        "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).expect("write head");
+    s.write_all(body).expect("write body");
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+/// Issue 39 point 1: four concurrent 60 MiB requests of 15.7 million one-letter node names (or of empty Nodes)
+/// OOM-killed the extender at the chart's 512 MiB limit, though each was under the 64 MiB body limit. A request
+/// listing more than `--max-nodes` names or Nodes is refused with 413 naming the flag before any is decoded.
+#[tokio::test(flavor = "multi_thread")]
+async fn tiny_names_and_empty_nodes_by_the_million_never_oom_the_extender() {
+    let cp = ControlPlane::start(Options::default()).await;
+    let client = cp.client();
+    create_node(&client, "node-1", &[]).await;
+    let port = free_port();
+    let args = vec![
+        "extender".to_string(),
+        format!("--listen=127.0.0.1:{port}"),
+        "--node-cleanup=false".to_string(),
+        "--explain-pending=false".to_string(),
+    ];
+    let kubeconfig = cp
+        .admin_kubeconfig
+        .to_str()
+        .expect("utf-8 path")
+        .to_string();
+    let env = [("KUBECONFIG", kubeconfig.as_str()), ("RUST_LOG", "info")];
+    let mut process = Component::spawn_with_env(
+        "localpv-extender-amplify",
+        &localpv_bin(),
+        &args,
+        &env,
+        &cp.log_dir(),
+        cp.reaper(),
+    );
+    let cgroup = MemCgroup::new(512 << 20);
+    cgroup.add(process.pid().expect("extender pid"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(http_get(port, "/readyz"), Some((200, _))) {
+        assert!(
+            process.running() && Instant::now() < deadline,
+            "extender not ready:\n{}",
+            process.tail(40)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let filter = filter_body();
+
+    // One of each alone: 413, naming the limit and the flag.
+    for names in [true, false] {
+        let (status, text) = post_reading(port, &amplifying_body(8, names));
+        assert_eq!(status, 413, "{text}");
+        assert!(text.contains("--max-nodes"), "{text}");
+    }
+    // Four at once, 60 MiB each, while a well-formed request keeps being answered.
+    let bodies: Vec<std::sync::Arc<Vec<u8>>> = [true, false, true, false]
+        .into_iter()
+        .map(|names| std::sync::Arc::new(amplifying_body(60, names)))
+        .collect();
+    let senders: Vec<_> = bodies
+        .into_iter()
+        .map(|body| {
+            std::thread::spawn(move || post(port, "/filter", &body, Duration::from_secs(30)))
+        })
+        .collect();
+    let answers = answered_throughout("/filter", Instant::now() + Duration::from_secs(8), || {
+        post(port, "/filter", &filter, Duration::from_secs(5))
+    });
+    let statuses: Vec<Result<u16, String>> = senders
+        .into_iter()
+        .map(|t| t.join().expect("sender"))
+        .collect();
+    eprintln!(
+        "amplifying bodies answered {statuses:?}; {answers} small answers; peak {} MiB",
+        cgroup.max_usage_mib()
+    );
+    assert!(
+        statuses.iter().all(|s| matches!(s, Ok(413 | 503))),
+        "each is refused (413 over the count, 503 over the body budget): {statuses:?}"
+    );
+    assert!(
+        process.running(),
+        "the extender died:\n{}",
+        process.tail(40)
+    );
+    assert_eq!(cgroup.oom_kills(), 0, "the extender was OOM-killed");
+    assert_eq!(
+        post(port, "/filter", &filter, Duration::from_secs(5)),
+        Ok(200)
+    );
+    process.stop(Duration::from_secs(10));
+}
