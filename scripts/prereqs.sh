@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine of this kind lacks for building and running localpv's tests and demo:
 # Debian packages (libblkid/libudev bindings need their -dev packages and libclang; the disk tests need mkfs,
-# losetup and chattr; the image test needs buildah and debootstrap; the real-node tier runs containerd, runc, the
-# bridge CNI plugins, iptables and a static busybox, and compiles its pause program with gcc). Fails loudly when
-# something cannot be had.
+# losetup and chattr, and the fault tests python3-fusepy for their FUSE server; the image test needs buildah and
+# debootstrap; the real-node tier runs containerd, runc, the bridge CNI plugins, iptables and a static busybox, and
+# compiles its pause program with gcc). Fails loudly when something cannot be had.
 # Sourced by scripts/test.sh and scripts/demo.sh.
 
 prereqs_die() { printf 'prereqs: error: %s\n' "$*" >&2; exit 1; }
@@ -13,7 +13,8 @@ command -v cargo >/dev/null || prereqs_die "cargo is not installed (Rust toolcha
 command -v go >/dev/null || prereqs_die "go is not installed (needed to build the Kubernetes control plane)"
 
 apt_packages=(pkg-config libudev-dev libblkid-dev libclang-dev clang e2fsprogs xfsprogs util-linux mount openssl
-  buildah debootstrap containerd runc containernetworking-plugins busybox-static iptables iproute2 gcc libc6-dev prometheus)
+  buildah debootstrap containerd runc containernetworking-plugins busybox-static iptables iproute2 gcc libc6-dev prometheus
+  python3-fusepy)
 missing=()
 for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -25,5 +26,10 @@ fi
 for tool in losetup mkfs.ext4 mkfs.xfs mount umount chattr buildah debootstrap containerd runc ctr iptables ip unshare gcc; do
   command -v "$tool" >/dev/null || prereqs_die "$tool is missing after installing packages"
 done
+# NB: Debian installs fusepy as the module `fusepy` (`fuse` is python3-fuse's), for the system python only: a
+# python3 earlier on PATH (pyenv) cannot import it, so tests/support/faulty.rs runs /usr/bin/python3.
+/usr/bin/python3 -c 'import fusepy' 2>/dev/null \
+  || prereqs_die "/usr/bin/python3 cannot import fusepy after installing python3-fusepy (needed by tests/faults.rs)"
+[ -e /dev/fuse ] || prereqs_die "/dev/fuse is missing: the fault tests (tests/faults.rs) need FUSE"
 [ -x /usr/lib/cni/bridge ] || prereqs_die "/usr/lib/cni/bridge is missing after installing containernetworking-plugins"
 [ -e /dev/loop-control ] || prereqs_die "/dev/loop-control is missing: loop devices are needed for the disk tests"
