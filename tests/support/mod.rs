@@ -1,6 +1,6 @@
 //! Test support shared by the integration tests and the benchmarks: a real control plane (`cluster`), stand-in
-//! nodes (`nodes`), real disks (`disks`), agent and extender processes (`agent`, `extender`), and the process
-//! plumbing under them (`proc`, `certs`).
+//! nodes (`nodes`), real disks (`disks`) and disks that fail on command (`faulty`), agent and extender processes
+//! (`agent`, `extender`), and the process plumbing under them (`proc`, `certs`).
 #![allow(dead_code)]
 
 pub mod agent;
@@ -9,6 +9,7 @@ pub mod certs;
 pub mod cluster;
 pub mod disks;
 pub mod extender;
+pub mod faulty;
 pub mod nodes;
 pub mod proc;
 pub mod realnode;
