@@ -24,6 +24,7 @@ const BLOCK: usize = 4096;
 
 /// A faulty disk mounted in a temp dir. Fields drop in order: the filesystem, then the disk, then the dir.
 struct Scene {
+    fs: String,
     mount: Option<Mount>,
     disk: FaultyDisk,
     dir: tempfile::TempDir,
@@ -45,6 +46,7 @@ impl Scene {
         let disk = FaultyDisk::new(dir.path(), mib, fs, &Unwatched);
         let mount = disk.mount_at(&dir.path().join("fs"), &Unwatched);
         Scene {
+            fs: fs.to_string(),
             mount: Some(mount),
             disk,
             dir,
@@ -52,8 +54,25 @@ impl Scene {
         }
     }
 
+    /// A scene holding the file `data` of `blocks` blocks, written and synced while the disk was healthy.
+    fn with_data(fs: &str, mib: u64, blocks: usize) -> (Scene, PathBuf) {
+        let scene = Scene::new(fs, mib);
+        let file = scene.path("data");
+        write_synced(&file, b'a', blocks).expect("healthy disk takes writes");
+        (scene, file)
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("fs")
+    }
+
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join("fs").join(name)
+        self.root().join(name)
+    }
+
+    /// `/sys/fs/<fs>/<loopN>`: what the kernel shows of the mounted filesystem.
+    fn sysfs(&self) -> PathBuf {
+        Path::new("/sys/fs").join(&self.fs).join(self.disk.name())
     }
 
     /// Tears down and asserts nothing of this scene is left mounted or attached; prints how long it all took.
@@ -89,6 +108,12 @@ fn read_direct(path: &Path, index: usize) -> std::io::Result<()> {
     let skip = raw.as_ptr().align_offset(BLOCK);
     file.seek(SeekFrom::Start((index * BLOCK) as u64))?;
     file.read_exact(&mut raw[skip..skip + BLOCK])
+}
+
+/// Asserts `result` is the EIO a failed disk gives, naming `what` was tried.
+fn assert_eio<T: std::fmt::Debug>(result: std::io::Result<T>, what: &str) {
+    let err = result.expect_err(what);
+    assert_eq!(err.raw_os_error(), Some(EIO), "{what}: {err}");
 }
 
 fn syncfs(dir: &Path) -> nix::Result<()> {
@@ -131,10 +156,8 @@ fn mountinfo(path: &Path) -> String {
 
 #[test]
 fn ext4_counts_the_error_and_goes_read_only_when_its_disk_fails_writes() {
-    let scene = Scene::new("ext4", 64);
-    let root = scene.dir.path().join("fs");
-    let sysfs = Path::new("/sys/fs/ext4").join(scene.disk.name());
-    write_synced(&scene.path("before"), b'a', 4).expect("healthy disk takes writes");
+    let (scene, _) = Scene::with_data("ext4", 64, 4);
+    let (root, sysfs) = (scene.root(), scene.sysfs());
     assert_eq!(
         fs::read_to_string(sysfs.join("errors_count"))
             .unwrap()
@@ -143,8 +166,7 @@ fn ext4_counts_the_error_and_goes_read_only_when_its_disk_fails_writes() {
     );
 
     scene.disk.set(Mode::FailWrites);
-    let err = write_synced(&scene.path("during"), b'b', 4).expect_err("fsync fails");
-    assert_eq!(err.raw_os_error(), Some(EIO), "{err}");
+    assert_eio(write_synced(&scene.path("during"), b'b', 4), "fsync fails");
     // The data write failed; the journal commit that syncfs forces fails too and aborts the journal, which ext4
     // notices (and records) at the next metadata change.
     assert_eq!(syncfs(&root), Err(nix::errno::Errno::EIO));
@@ -153,7 +175,8 @@ fn ext4_counts_the_error_and_goes_read_only_when_its_disk_fails_writes() {
 
     let values = sysfs_values(&sysfs);
     let line = mountinfo(&root);
-    eprintln!("ext4 after failed writes: {values:#?}\nmountinfo: {line}");
+    let flags = nix::sys::statvfs::statvfs(&root).unwrap().flags();
+    eprintln!("ext4 after failed writes: {values:#?}\nmountinfo: {line}\nstatvfs flags: {flags:?}");
     let value = |name: &str| {
         fs::read_to_string(sysfs.join(name))
             .unwrap()
@@ -176,26 +199,21 @@ fn ext4_counts_the_error_and_goes_read_only_when_its_disk_fails_writes() {
     let stats = scene.disk.stats();
     eprintln!("faultyfs: {stats:?}");
     assert!(stats.failed > 0);
-    scene.disk.set(Mode::Ok);
     scene.finish("ext4 fail-writes");
 }
 
 #[test]
 fn ext4_reads_of_a_disk_failing_reads_return_eio() {
-    let scene = Scene::new("ext4", 64);
-    let file = scene.path("data");
-    write_synced(&file, b'a', 4).expect("healthy disk takes writes");
+    let (scene, file) = Scene::with_data("ext4", 64, 4);
     read_direct(&file, 0).expect("healthy disk reads");
 
     scene.disk.set(Mode::FailReads);
-    let err = read_direct(&file, 1).expect_err("read fails");
-    assert_eq!(err.raw_os_error(), Some(EIO), "{err}");
+    assert_eio(read_direct(&file, 1), "read fails");
     // Writes still go through: the disk fails only one direction.
     write_synced(&scene.path("more"), b'b', 1).expect("writes still work");
-    let sysfs = Path::new("/sys/fs/ext4").join(scene.disk.name());
     eprintln!(
         "ext4 after a failed data read: {:#?}\nfaultyfs: {:?}",
-        sysfs_values(&sysfs),
+        sysfs_values(&scene.sysfs()),
         scene.disk.stats()
     );
 
@@ -206,15 +224,12 @@ fn ext4_reads_of_a_disk_failing_reads_return_eio() {
 
 #[test]
 fn xfs_shuts_down_when_its_disk_fails_writes() {
-    let scene = Scene::new("xfs", 300);
-    let root = scene.dir.path().join("fs");
-    let sysfs = Path::new("/sys/fs/xfs").join(scene.disk.name());
-    write_synced(&scene.path("before"), b'a', 4).expect("healthy disk takes writes");
+    let (scene, data) = Scene::with_data("xfs", 300, 4);
+    let (root, sysfs) = (scene.root(), scene.sysfs());
     let healthy = sysfs_values(&sysfs);
 
     scene.disk.set(Mode::FailWrites);
-    let err = write_synced(&scene.path("during"), b'b', 4).expect_err("fsync fails");
-    assert_eq!(err.raw_os_error(), Some(EIO), "{err}");
+    assert_eio(write_synced(&scene.path("during"), b'b', 4), "fsync fails");
     // The log write fails: xfs shuts down ("log I/O error -5", "Filesystem has been shut down due to log error").
     assert_eq!(syncfs(&root), Err(nix::errno::Errno::EIO));
     // Shut down, every path lookup and change fails with EIO, even of what was written while healthy; the disk is
@@ -222,11 +237,10 @@ fn xfs_shuts_down_when_its_disk_fails_writes() {
     scene.disk.set(Mode::Ok);
     for (what, result) in [
         ("stat root", fs::metadata(&root).map(drop)),
-        ("read", fs::read(scene.path("before")).map(drop)),
+        ("read", fs::read(&data).map(drop)),
         ("create", File::create(scene.path("after")).map(drop)),
     ] {
-        let err = result.expect_err(what);
-        assert_eq!(err.raw_os_error(), Some(EIO), "{what}: {err}");
+        assert_eio(result, what);
     }
     // NB: on 6.18, /sys/fs/xfs/<dev>/ holds no shutdown state: error/ is the retry configuration (fail_at_unmount,
     // metadata/<errno>/max_retries, retry_timeout_seconds), log/ the head and tail LSNs and grant heads, stats/stats
@@ -240,31 +254,41 @@ fn xfs_shuts_down_when_its_disk_fails_writes() {
 }
 
 #[test]
-fn reads_of_a_disk_that_is_gone_return_eio() {
+fn a_range_fails_only_the_requests_that_overlap_it() {
     let scene = Scene::new("ext4", 64);
-    let file = scene.path("data");
-    write_synced(&file, b'a', 4).expect("healthy disk takes writes");
+    // The device itself, read with O_DIRECT: device offsets are image offsets.
+    let device = PathBuf::from(scene.disk.device());
+    scene
+        .disk
+        .set_range(Mode::FailReads, 1 << 20..(1 << 20) + BLOCK as u64);
+    assert_eio(read_direct(&device, 256), "block at 1 MiB fails");
+    read_direct(&device, 255).expect("block before the range reads");
+    read_direct(&device, 257).expect("block after the range reads");
+    let stats = scene.disk.stats();
+    eprintln!("range 1MiB..+4KiB: faultyfs: {stats:?}");
+    assert_eq!((stats.reads, stats.failed), (3, 1));
+    scene.finish("range");
+}
+
+#[test]
+fn reads_of_a_disk_that_is_gone_return_eio() {
+    let (scene, file) = Scene::with_data("ext4", 64, 4);
 
     scene.disk.set(Mode::Gone);
-    let err = read_direct(&file, 0).expect_err("read fails");
-    assert_eq!(err.raw_os_error(), Some(EIO), "{err}");
-    let err = write_synced(&scene.path("new"), b'b', 1).expect_err("fsync fails");
-    assert_eq!(err.raw_os_error(), Some(EIO), "{err}");
+    assert_eio(read_direct(&file, 0), "read fails");
+    assert_eio(write_synced(&scene.path("new"), b'b', 1), "fsync fails");
     let stats = scene.disk.stats();
     eprintln!(
         "ext4 on a gone disk: {:#?}\nfaultyfs: {stats:?}",
-        sysfs_values(&Path::new("/sys/fs/ext4").join(scene.disk.name()))
+        sysfs_values(&scene.sysfs())
     );
     assert!(stats.failed >= 2, "{stats:?}");
-    scene.disk.set(Mode::Ok);
     scene.finish("gone");
 }
 
 #[test]
 fn a_flapping_disk_fails_only_every_nth_read() {
-    let scene = Scene::new("ext4", 64);
-    let file = scene.path("data");
-    write_synced(&file, b'a', 12).expect("healthy disk takes writes");
+    let (scene, file) = Scene::with_data("ext4", 64, 12);
 
     scene.disk.set(Mode::Flap(3));
     // One O_DIRECT block read is one request to the disk.
@@ -274,6 +298,5 @@ fn a_flapping_disk_fails_only_every_nth_read() {
     let failed = outcome.iter().filter(|ok| !**ok).count();
     assert_eq!((failed, stats.reads, stats.failed), (4, 12, 4));
     assert_eq!(outcome, [true, true, false].repeat(4));
-    scene.disk.set(Mode::Ok);
     scene.finish("flap");
 }
