@@ -170,8 +170,8 @@ impl FaultyDisk {
         self.send(&mode.command());
     }
 
-    /// Switches reads and writes that overlap `bytes` of the image to `mode`; the rest, and flushes outside
-    /// `FailWrites`/`FailAll`, succeed (`Gone` still fails everything).
+    /// Switches reads and writes that overlap `bytes` of the image to `mode`; the rest, and flushes (they name no
+    /// bytes), succeed. `Gone` ignores the range.
     pub fn set_range(&self, mode: Mode, bytes: Range<u64>) {
         self.send(&format!("{} {}-{}", mode.command(), bytes.start, bytes.end));
     }

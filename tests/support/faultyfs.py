@@ -14,7 +14,8 @@ command is in force for every request the kernel sends after the answer:
     stats                                                                      counters since the last switch
 
 `flap N` fails every Nth read or write (a flapping disk); `gone` fails every request, lookups included, with
-ENXIO (a disk that disappeared). A byte range limits read/write failures to requests that overlap it.
+ENXIO (a disk that disappeared). A byte range limits failures to reads and writes that overlap it (flushes
+then succeed); `gone` ignores it.
 Needs Debian's python3-fusepy, which installs the module as `fusepy` (`fuse` is python3-fuse's).
 """
 
@@ -54,7 +55,10 @@ class Faults:
                 raise FuseOSError(errno.ENXIO)
             if self.mode == "ok" or kind == "meta":
                 return
-            if kind in ("read", "write") and self.span is not None:
+            if self.span is not None:
+                # A flush names no bytes: a disk with a bad region still flushes the rest.
+                if kind == "sync":
+                    return
                 start, end = self.span
                 if offset >= end or offset + size <= start:
                     return
