@@ -42,13 +42,25 @@ impl HealthBook {
     ) {
         let now = SystemTime::now();
         self.round = self.round.wrapping_add(1);
+        // NB: one read of the mount table per look, for every disk's superblock options.
+        let supers: HashMap<PathBuf, String> = host
+            .mount_table()
+            .map(|t| {
+                t.entries
+                    .iter()
+                    .map(|m| (m.mount_point.clone(), m.super_options.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut seen = HashMap::with_capacity(found.disks.len());
         for disk in &found.disks {
             let Some(class) = classes.iter().find(|c| c.name == disk.class) else {
                 continue;
             };
+            let path = class.mount_dir.join(&disk.entry);
             let probe = HealthProbe {
-                path: class.mount_dir.join(&disk.entry),
+                super_options: supers.get(&path).cloned(),
+                path,
                 mode: disk.mode,
                 dev: disk.identity.dev_id,
                 device: disk.identity.device.as_ref().map(PathBuf::from),

@@ -2,7 +2,8 @@
 //! without writing anything:
 //! - the device still exists (`/sys/dev/block/M:m`);
 //! - ext2/3/4 keep an error counter in the superblock, shown at `/sys/fs/ext4/<dev>/errors_count`;
-//! - a filesystem whose error policy remounted it read-only says so in `statvfs` (`ST_RDONLY`); one that shut
+//! - ext4 that stopped writing after an error says `emergency_ro` in the mount table's superblock options (Linux
+//!   6.x: `statvfs` and the mount options still say read-write), older kernels `ro` there or in `statvfs`; one that shut
 //!   itself down (xfs after a metadata I/O error, or `xfs_io -x -c shutdown`) still answers `statvfs` but fails
 //!   reading its root directory with EIO, so the root is read too;
 //! - a read probe: one 4 KiB block of the device read with `O_DIRECT`, past every cache, at an offset that moves
@@ -28,6 +29,8 @@ pub struct HealthProbe {
     /// The device node to read from (`/dev/loop3`), when there is one.
     pub device: Option<PathBuf>,
     pub fs_type: Option<String>,
+    /// The superblock options the mount table shows for the volume (`ro`, `emergency_ro`...), when known.
+    pub super_options: Option<String>,
     /// Moves the probed block from one probe to the next.
     pub round: u64,
 }
@@ -67,8 +70,11 @@ pub(super) fn signals(sys: &Path, probe: &HealthProbe) -> Signals {
     if probe.mode == VolumeMode::Filesystem {
         match nix::sys::statvfs::statvfs(&probe.path) {
             Ok(stat) => {
-                let read_only = stat.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY);
-                out.fs_shut_down = read_only && out.fs_errors.unwrap_or(0) > 0;
+                let options = probe.super_options.as_deref().unwrap_or_default();
+                let emergency = options.split(',').any(|o| o == "emergency_ro");
+                let read_only = stat.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY)
+                    || options.split(',').next() == Some("ro");
+                out.fs_shut_down = emergency || (read_only && out.fs_errors.unwrap_or(0) > 0);
             }
             Err(errno) => {
                 let error = io::Error::from(errno);
@@ -78,6 +84,19 @@ pub(super) fn signals(sys: &Path, probe: &HealthProbe) -> Signals {
                 }
             }
         }
+    }
+    // NB: the live mount table (statmount) may not carry superblock options; a filesystem that counted errors is
+    // looked up in /proc/self/mountinfo, which always does (one read, only for such a disk).
+    if out.fs_errors.unwrap_or(0) > 0
+        && !out.fs_shut_down
+        && let Ok(text) = fs::read("/proc/self/mountinfo")
+        && let Ok(table) = crate::host::MountTable::parse(&text)
+        && let Some(mount) = table.mount_at(&probe.path)
+    {
+        out.fs_shut_down = mount
+            .super_options
+            .split(',')
+            .any(|o| o == "emergency_ro" || o == "ro");
     }
     if probe.mode == VolumeMode::Filesystem
         && out.probe_error.is_none()

@@ -227,3 +227,88 @@ async fn a_cordoned_disk_is_withdrawn_until_uncordoned_across_a_restart() {
     .await;
     agent.process.take();
 }
+
+/// Real I/O errors (issue 37's proof): an ext4 on a disk whose writes start failing (a loop device over a FUSE
+/// image, `support::faulty`) while its tenant writes and syncs. The kernel counts the error and stops the filesystem
+/// (`emergency_ro`); the agent says `Failed` on the LocalDisk and withdraws the Available PV of the same disk at the
+/// first sign; a healthy neighbour keeps its PV.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_whose_writes_fail_is_marked_unhealthy_and_withdrawn() {
+    use std::io::Write;
+
+    use crate::support::faulty::{FaultyDisk, Mode};
+
+    let (cp, _ns, mut agent) = one_class_plane("failure-eio").await;
+    let client = cp.client();
+    let reaper = cp.reaper();
+    let config = std::fs::read_to_string(&agent.config).unwrap();
+    std::fs::write(
+        &agent.config,
+        format!("{config}diskHealthCheckPeriod: 1s\n"),
+    )
+    .unwrap();
+    let disk = FaultyDisk::new(&cp.dir.join("hosts/node-1/faulty"), 64, "ext4", reaper);
+    let sick = agent.disk("sick");
+    let _sick = disk.mount_at(&sick, reaper);
+    let well = agent.disk("well");
+    let _well = Mount::tmpfs(&well, "16M", reaper);
+    agent.start(&cp);
+    agent.wait_ready().await;
+    let pv = pv_at(
+        &client,
+        "node-1",
+        &sick,
+        "Available",
+        Duration::from_secs(60),
+    )
+    .await;
+    let neighbour = pv_at(
+        &client,
+        "node-1",
+        &well,
+        "Available",
+        Duration::from_secs(60),
+    )
+    .await;
+
+    disk.set(Mode::FailWrites);
+    let mut file = std::fs::File::create(sick.join("tenant.txt")).expect("create");
+    let _ = file.write_all(&[7u8; 1 << 16]);
+    let synced = file.sync_all();
+    assert!(
+        synced.is_err(),
+        "the sync should fail on a disk whose writes fail"
+    );
+
+    let said = wait_event(&client, name(&pv), "DiskDegraded", Duration::from_secs(60)).await;
+    assert!(said.contains("withdrawn"), "{said}");
+    let disks: Api<LocalDisk> = Api::all(client.clone());
+    eventually(
+        "the LocalDisk to say Degraded or Failed",
+        Duration::from_secs(60),
+        || async {
+            let list = disks
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let health = list
+                .items
+                .iter()
+                .find(|d| d.spec.path == sick.display().to_string())
+                .and_then(|d| d.status.as_ref()?.health.clone());
+            match health.as_deref() {
+                Some("Degraded" | "Failed") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let now = pvs_of(&client, "node-1").await;
+    assert!(!now.contains_key(&sick.display().to_string()), "withdrawn");
+    let kept = now
+        .get(&well.display().to_string())
+        .expect("the healthy PV stays");
+    assert_eq!(kept.metadata.uid, neighbour.metadata.uid);
+    agent.process.take();
+    disk.set(Mode::Ok);
+}
