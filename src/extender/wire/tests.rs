@@ -4,7 +4,7 @@ use serde_json::json;
 use super::*;
 use crate::selector::{Labels, NodeLabels};
 
-fn decode(body: &str) -> Result<ExtenderArgs, serde_json::Error> {
+fn decode(body: &str) -> Result<ExtenderArgs, DecodeError> {
     ExtenderArgs::from_slice(body.as_bytes())
 }
 
