@@ -18,81 +18,11 @@ use serde_json::json;
 
 use crate::node_agent::{local_storage_class, wait_pvs};
 use crate::support::agent::{Agent, http_get, install_crd, localpv_bin};
+use crate::support::cgroup::MemCgroup;
 use crate::support::cluster::{ControlPlane, Options, free_port};
 use crate::support::disks::Mount;
 use crate::support::nodes::create_node;
 use crate::support::proc::Component;
-
-/// A memory cgroup (v1) of the test's own; processes are moved out and it is removed on drop.
-struct MemCgroup {
-    dir: PathBuf,
-}
-
-impl MemCgroup {
-    fn new(limit: u64) -> MemCgroup {
-        let root = PathBuf::from("/sys/fs/cgroup/memory");
-        assert!(
-            root.join("cgroup.procs").exists(),
-            "the memory cgroup v1 hierarchy is missing at {}: the flood tests need it",
-            root.display()
-        );
-        let dir = root.join(format!(
-            "localpv-flood-{}",
-            crate::support::cluster::unique()
-        ));
-        std::fs::create_dir(&dir)
-            .unwrap_or_else(|e| panic!("failed to create {}: {e}", dir.display()));
-        let cg = MemCgroup { dir };
-        cg.write("memory.limit_in_bytes", &limit.to_string());
-        cg
-    }
-
-    fn write(&self, file: &str, value: &str) {
-        std::fs::write(self.dir.join(file), value).unwrap_or_else(|e| {
-            panic!(
-                "failed to write {value} to {}/{file}: {e}",
-                self.dir.display()
-            )
-        });
-    }
-
-    fn read(&self, file: &str) -> String {
-        std::fs::read_to_string(self.dir.join(file)).unwrap_or_default()
-    }
-
-    fn add(&self, pid: u32) {
-        self.write("cgroup.procs", &pid.to_string());
-    }
-
-    /// OOM kills inside the cgroup so far (`memory.oom_control`'s `oom_kill`).
-    fn oom_kills(&self) -> u64 {
-        self.read("memory.oom_control")
-            .lines()
-            .find_map(|l| l.strip_prefix("oom_kill "))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0)
-    }
-
-    fn max_usage_mib(&self) -> u64 {
-        self.read("memory.max_usage_in_bytes")
-            .trim()
-            .parse::<u64>()
-            .unwrap_or(0)
-            >> 20
-    }
-}
-
-impl Drop for MemCgroup {
-    fn drop(&mut self) {
-        let parent = self.dir.parent().map(|p| p.join("cgroup.procs"));
-        for pid in self.read("cgroup.procs").lines() {
-            if let Some(parent) = &parent {
-                let _ = std::fs::write(parent, pid);
-            }
-        }
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
 
 /// A helper process holding `count` connections to `port` for `secs` seconds (`mode`: idle or slowloris).
 fn flood(port: u16, count: usize, secs: u64, mode: &str) -> Child {
