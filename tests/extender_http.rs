@@ -731,6 +731,32 @@ mod limits {
         assert!(answer.ends_with(&size.to_string()), "{answer}");
     }
 
+    /// A head of `headers` headers of `bytes` bytes each.
+    fn head(headers: usize, bytes: usize) -> String {
+        let pad = "p".repeat(bytes);
+        let lines: String = (0..headers).map(|i| format!("x-{i}: {pad}\r\n")).collect();
+        format!("GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{lines}\r\n")
+    }
+
+    #[rstest]
+    #[case::one_large_header(head(1, 100 << 10))]
+    #[case::many_headers(head(120, 8))]
+    #[tokio::test]
+    async fn a_request_head_past_the_header_bounds_gets_431(#[case] head: String) {
+        let addr = start(small()).await;
+        let response = request(addr, &head).await;
+        assert_eq!(status(&response), "431", "{response}");
+    }
+
+    #[tokio::test]
+    async fn a_request_head_within_the_header_bounds_is_answered() {
+        let addr = start(small()).await;
+        for head in [head(1, 60 << 10), head(90, 8)] {
+            let response = request(addr, &head).await;
+            assert_eq!(status(&response), "200", "{response}");
+        }
+    }
+
     #[tokio::test]
     async fn a_body_that_does_not_arrive_in_time_gets_408() {
         let addr = start(small()).await;

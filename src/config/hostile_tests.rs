@@ -260,9 +260,9 @@ fn unchanged_text_is_parsed_once_however_often_it_is_loaded() {
 fn legitimate_nesting_stays_well_below_the_limit() {
     let yaml = "storageClassMap:\n  a:\n    hostDir: /mnt/a\n    selector:\n      - matchExpressions:\n          - key: zone\n            operator: In\n            values: [\"a\", {x: [1]}]\n";
     assert!(
-        source::nesting_depth(yaml) < 16,
+        source::shape(yaml).depth < 16,
         "{}",
-        source::nesting_depth(yaml)
+        source::shape(yaml).depth
     );
     Config::from_yaml(yaml, "t").map(drop).unwrap_or_else(|e| {
         assert!(!e.to_string().contains("nested"), "{e}");

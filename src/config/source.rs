@@ -146,11 +146,6 @@ pub(super) fn check_text(text: &str, origin: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// An upper estimate of how deeply collections nest: see [`shape`].
-pub fn nesting_depth(text: &str) -> usize {
-    shape(text).depth
-}
-
 /// What the parsed tree would be like, estimated from the text.
 pub struct Shape {
     /// How deeply collections nest: indentation levels, `- ` items opened on one line, and flow brackets (outside

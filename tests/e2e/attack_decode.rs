@@ -36,9 +36,6 @@ enum Transport {
     Tls(Arc<rustls::ClientConfig>),
 }
 
-trait Stream: Read + Write {}
-impl<T: Read + Write> Stream for T {}
-
 /// A status and the start of the body.
 #[derive(Debug)]
 struct Answer {
