@@ -657,7 +657,7 @@ mod limits {
     }
 
     /// Serves `app` behind `limits` on a loopback port until the test ends.
-    async fn serve(limits: Limits, app: Router) -> SocketAddr {
+    pub(super) async fn serve(limits: Limits, app: Router) -> SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
@@ -1098,7 +1098,6 @@ mod decoded_limits {
 
     use localpv::extender::wire::DecodeLimits;
     use localpv::serve::Limits;
-    use localpv::serve::listen::serve_plain;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
@@ -1178,17 +1177,7 @@ mod decoded_limits {
             body_budget: budget,
             ..Limits::extender()
         };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("bound address");
-        tokio::spawn(serve_plain(
-            listener,
-            limits,
-            app(state()),
-            std::future::pending(),
-        ));
-        addr
+        super::limits::serve(limits, app(state())).await
     }
 
     async fn post(addr: SocketAddr, body: &str) -> String {

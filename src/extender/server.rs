@@ -23,7 +23,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Extension, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use prometheus_client::registry::Registry;
 use tracing::{debug, warn};
 
@@ -92,8 +92,8 @@ impl AppState {
 pub fn app(state: AppState) -> Router {
     let limit = state.config.body_limit;
     Router::new()
-        .route(&state.config.filter_path, post(filter))
-        .route(&state.config.prioritize_path, post(prioritize))
+        .route(&state.config.filter_path, verb(Verb::Filter))
+        .route(&state.config.prioritize_path, verb(Verb::Prioritize))
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -121,20 +121,13 @@ async fn metrics(State(state): State<AppState>) -> Response {
 /// tests calling the router directly), and then nothing is charged.
 type MaybeCharge = Option<Extension<Charge>>;
 
-async fn filter(
-    State(state): State<AppState>,
-    charge: MaybeCharge,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    handle(state, Verb::Filter, charge, body).await
-}
-
-async fn prioritize(
-    State(state): State<AppState>,
-    charge: MaybeCharge,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    handle(state, Verb::Prioritize, charge, body).await
+/// The route of one verb.
+fn verb(verb: Verb) -> MethodRouter<AppState> {
+    post(
+        move |State(state): State<AppState>,
+              charge: MaybeCharge,
+              body: Result<Bytes, BytesRejection>| { handle(state, verb, charge, body) },
+    )
 }
 
 /// Why a request got no decision.

@@ -193,11 +193,8 @@ fn count_volumes(w: &mut Walker, stop: usize) -> Result<usize, serde_json::Error
 
 /// `NodeNames`: a list of strings (a `null` entry skipped) or `null`, counted before each name is allocated.
 fn node_names(w: &mut Walker, tally: &mut Tally) -> Result<Option<Vec<String>>, DecodeError> {
-    if w.null() {
+    if !enter_or_null(w, b'[', "a list of node names or null")? {
         return Ok(None);
-    }
-    if !w.enter(b'[') {
-        return Err(expected(w, "a list of node names or null").into());
     }
     let mut names = Vec::new();
     let mut first = true;
@@ -216,11 +213,8 @@ fn node_list(
     split: Split,
     tally: &mut Tally,
 ) -> Result<Option<Vec<WireNode>>, DecodeError> {
-    if w.null() {
+    if !enter_or_null(w, b'{', "a NodeList object or null")? {
         return Ok(None);
-    }
-    if !w.enter(b'{') {
-        return Err(expected(w, "a NodeList object or null").into());
     }
     let mut nodes = Vec::new();
     let mut first = true;
@@ -239,6 +233,18 @@ fn node_list(
         }
     }
     Ok(Some(nodes))
+}
+
+/// Moves into the list or object that `open` starts at the cursor: `false` past a `null`, an error naming `what`
+/// for any other value.
+fn enter_or_null(w: &mut Walker, open: u8, what: &str) -> Result<bool, serde_json::Error> {
+    if w.null() {
+        return Ok(false);
+    }
+    if !w.enter(open) {
+        return Err(expected(w, what));
+    }
+    Ok(true)
 }
 
 /// The error for a value at the cursor that is not `what`: serde_json's when it is not JSON at all.
