@@ -228,22 +228,25 @@ async fn decide(
     };
     let work = async move {
         // What decoding may allocate is charged before it does; once decoded, the charge becomes what the request
-        // holds until its answer is encoded (label maps a decision may build and the answer included).
+        // holds until its answer is encoded (label maps a decision may build and the answer included). Each charge
+        // is held by the closure doing the work, so a request past its deadline keeps it until that work ends.
         let decoding = reserve(ExtenderArgs::decode_bound(body.len(), &limits))?;
         let args = off_runtime(inline, "decode", move || {
-            ExtenderArgs::decode_within(body, &limits).map_err(|e| match e {
+            let decoded = ExtenderArgs::decode_within(body, &limits);
+            // NB: released before the second charge, which could otherwise fail for the sake of the first.
+            drop(decoding);
+            decoded.map_err(|e| match e {
                 DecodeError::Malformed(e) => Reject::Malformed(e),
                 too_many => Reject::TooMany(too_many),
             })
         })
         .await?;
-        // NB: released before the second charge, which could otherwise fail for the sake of the first.
-        drop(decoding);
-        let _deciding = reserve(args.cost_bytes())?;
+        let deciding = reserve(args.cost_bytes())?;
         // Wait out watch lag for at most a quarter of the deadline, leaving the rest for the decision.
         let until = tokio::time::Instant::now() + (deadline / 4).min(LAG_WAIT);
         let snapshot = state.cache.load_knowing(&args, until).await;
         off_runtime(inline && verbs::light(&args), "decision", move || {
+            let _deciding = deciding;
             let encoded = match verb {
                 Verb::Filter => {
                     let (result, counts) = verbs::filter(args, &snapshot);
