@@ -260,3 +260,55 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     }
     result
 }
+
+#[cfg(test)]
+mod options_tests {
+    use clap::Parser;
+
+    use super::{DecodeLimits, Options};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        opts: Options,
+    }
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        Cli::try_parse_from(std::iter::once("extender").chain(args.iter().copied())).map(|c| c.opts)
+    }
+
+    #[test]
+    fn the_count_limits_default_to_the_decoders_and_each_flag_sets_its_own() {
+        let defaults = parse(&[]).expect("no flags");
+        assert_eq!(defaults.decode_limits(), DecodeLimits::default());
+        let set = parse(&[
+            "--max-nodes=7",
+            "--max-labels-per-node=8",
+            "--max-labels=9",
+            "--max-volumes=10",
+        ])
+        .expect("valid flags");
+        let expected = DecodeLimits {
+            max_nodes: 7,
+            max_labels_per_node: 8,
+            max_labels: 9,
+            max_volumes: 10,
+        };
+        assert_eq!(set.decode_limits(), expected);
+        assert_eq!(set.server_config().decode, expected);
+    }
+
+    #[test]
+    fn a_count_limit_of_zero_is_refused_naming_the_flag() {
+        for flag in [
+            "--max-nodes",
+            "--max-labels-per-node",
+            "--max-labels",
+            "--max-volumes",
+        ] {
+            let err = parse(&[&format!("{flag}=0")]).err().map(|e| e.to_string());
+            let err = err.unwrap_or_else(|| panic!("{flag}=0 accepted"));
+            assert!(err.contains(flag) && err.contains("at least 1"), "{err}");
+        }
+    }
+}

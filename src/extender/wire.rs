@@ -121,15 +121,19 @@ impl ExtenderArgs {
     }
 
     /// Memory that deciding this request may hold beyond its body, in bytes: what was decoded (a `String` per
-    /// node name, a `WireNode` per node), the label maps a decision may build, and the answer (a reason per node).
-    /// Bounded by the `DecodeLimits` the request was decoded within.
+    /// node name, a `WireNode` per node), the label maps a decision may build, and the answer (a reason per node,
+    /// and in `Nodes` mode a copy of the survivors' JSON, at most every node's). Bounded by the `DecodeLimits` the
+    /// request was decoded within, and by its body.
     pub fn cost_bytes(&self) -> usize {
         let string = std::mem::size_of::<String>();
         let names = self.node_names.iter().flatten();
         let names: usize = names.map(|n| string + n.capacity()).sum();
         let nodes = self.nodes.iter().flatten();
         let nodes: usize = nodes
-            .map(|n| std::mem::size_of::<WireNode>() + n.name.capacity() + n.labels.map_bytes())
+            .map(|n| {
+                let echo = n.raw.json().len();
+                std::mem::size_of::<WireNode>() + n.name.capacity() + n.labels.map_bytes() + echo
+            })
             .sum();
         let volumes = self.pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
         let volumes = volumes.map_or(0, |v| v.len() * std::mem::size_of::<Option<PodVolume>>());

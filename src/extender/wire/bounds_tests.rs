@@ -169,4 +169,71 @@ fn the_cost_of_a_request_grows_with_its_counts_not_only_its_bytes() {
     let labelled = decode(&nodes(&[3, 3]), 1).expect("valid").cost_bytes();
     let bare = decode(&nodes(&[0, 0]), 1).expect("valid").cost_bytes();
     assert!(labelled - bare >= 6 * 96, "{bare} {labelled}");
+    // A `Nodes` answer may echo every node's JSON.
+    let body = nodes(&[3, 3]);
+    assert!(labelled >= body.len() - 40, "{labelled} {}", body.len());
+}
+
+#[rstest]
+#[case::empty_nodes(format!(r#"{{"Nodes":{{"items":[{}]}}}}"#, ["{}"; 4].join(",")), 4)]
+#[case::null_nodes(format!(r#"{{"Nodes":{{"items":[{}]}}}}"#, ["null"; 4].join(",")), 4)]
+#[case::names(names(4), 4)]
+fn what_decoding_may_allocate_is_covered_by_the_charge_taken_before_it(
+    #[case] body: String,
+    #[case] entries: usize,
+) {
+    let args = decode(&body, 1).expect("at the limits");
+    let listed =
+        args.nodes.as_ref().map_or(0, Vec::len) + args.node_names.as_ref().map_or(0, Vec::len);
+    assert_eq!(listed, entries);
+    let bound = ExtenderArgs::decode_bound(body.len(), &tight());
+    assert!(
+        bound >= entries * std::mem::size_of::<WireNode>(),
+        "{bound}"
+    );
+    // And no more than the limits allow, however long the body.
+    let most = ExtenderArgs::decode_bound(usize::MAX / 2, &tight());
+    assert!(
+        most <= 4 * tight().max_nodes * 1024 + tight().max_volumes * 1024,
+        "{most}"
+    );
+}
+
+/// A `Nodes` request of `n` nodes of about 8 KiB each (the size Go writes for a real node), `labels` labels of about
+/// 70 bytes on each.
+fn real_nodes(n: usize, labels: usize) -> String {
+    let items: Vec<String> = (0..n)
+        .map(|i| {
+            let mut l: Vec<String> = (0..labels)
+                .map(|j| format!(r#""example.com/label-{j}":"value-{j:040}""#))
+                .collect();
+            l.push(format!(r#""kubernetes.io/hostname":"node-{i}""#));
+            let labels = l.join(",");
+            let status = "s".repeat(8_000 - labels.len().min(7_000));
+            format!(
+                r#"{{"metadata":{{"name":"node-{i}","labels":{{{labels}}}}},"status":{{"x":"{status}"}}}}"#
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"Pod":null,"Nodes":{{"items":[{}]}}}}"#,
+        items.join(",")
+    )
+}
+
+#[test]
+fn the_extenders_default_budget_admits_a_label_heavy_five_thousand_node_request_or_two_ordinary_ones()
+ {
+    let budget = crate::serve::Limits::extender().body_budget;
+    let held = |body: String| {
+        let len = body.len();
+        let args = ExtenderArgs::decode(body.into()).expect("a real request");
+        assert_eq!(args.nodes.as_ref().map(Vec::len), Some(5_000));
+        let bound = ExtenderArgs::decode_bound(len, &DecodeLimits::default());
+        len + bound.max(args.cost_bytes())
+    };
+    let heavy = held(real_nodes(5_000, 60));
+    assert!(heavy < budget, "{heavy} of {budget}");
+    let ordinary = held(real_nodes(5_000, 15));
+    assert!(2 * ordinary < budget, "{ordinary} twice, of {budget}");
 }
