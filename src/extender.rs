@@ -45,6 +45,7 @@ use self::metrics::Metrics;
 use self::model::Strategy;
 use self::server::{AppState, ServerConfig};
 use self::snapshot::Snapshot;
+use self::wire::DecodeLimits;
 
 /// Flags of `localpv extender`; each can also come from the environment.
 #[derive(clap::Args, Debug, Clone)]
@@ -68,10 +69,19 @@ pub struct Options {
     /// Largest request body accepted, in bytes; larger bodies get 413.
     #[arg(long, env = "LOCALPV_EXTENDER_BODY_LIMIT", default_value_t = 64 << 20)]
     pub body_limit: usize,
-    /// Most node names (or Nodes) one request may list; more get 413 before any is decoded. Bounds what a request
-    /// costs in memory once decoded, which its size in bytes does not.
-    #[arg(long, env = "LOCALPV_EXTENDER_MAX_NODES", default_value_t = server::DEFAULT_MAX_NODES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    /// Most entries of `NodeNames` or `Nodes.items` one request may list; more get 413. The body limit counts
+    /// bytes, but each entry costs an allocation once decoded: this bounds what a request costs in memory.
+    #[arg(long, env = "LOCALPV_EXTENDER_MAX_NODES", default_value_t = DecodeLimits::default().max_nodes, value_parser = at_least_one)]
     pub max_nodes: usize,
+    /// Most labels one node in `Nodes.items` may carry; more get 413.
+    #[arg(long, env = "LOCALPV_EXTENDER_MAX_LABELS_PER_NODE", default_value_t = DecodeLimits::default().max_labels_per_node, value_parser = at_least_one)]
+    pub max_labels_per_node: usize,
+    /// Most node labels one request may carry, all nodes together; more get 413.
+    #[arg(long, env = "LOCALPV_EXTENDER_MAX_LABELS", default_value_t = DecodeLimits::default().max_labels, value_parser = at_least_one)]
+    pub max_labels: usize,
+    /// Most entries of the pod's `spec.volumes`; more get 413.
+    #[arg(long, env = "LOCALPV_EXTENDER_MAX_VOLUMES", default_value_t = DecodeLimits::default().max_volumes, value_parser = at_least_one)]
+    pub max_volumes: usize,
     /// Milliseconds after which a request is answered with an Error; keep it below the scheduler's httpTimeout.
     #[arg(long, env = "LOCALPV_EXTENDER_DEADLINE_MS", default_value_t = 4000)]
     pub deadline_ms: u64,
@@ -112,6 +122,15 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     crate::config::values::go_duration(text)
 }
 
+/// A count limit: 0 would refuse every request.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 impl Options {
     /// The server's bounds: `--body-limit` plus the `--http-*` flags over the extender's defaults.
     pub fn limits(&self) -> crate::serve::Limits {
@@ -122,12 +141,22 @@ impl Options {
         self.http.apply(defaults)
     }
 
+    /// The counts a request may hold once decoded.
+    pub fn decode_limits(&self) -> DecodeLimits {
+        DecodeLimits {
+            max_nodes: self.max_nodes,
+            max_labels_per_node: self.max_labels_per_node,
+            max_labels: self.max_labels,
+            max_volumes: self.max_volumes,
+        }
+    }
+
     fn server_config(&self) -> ServerConfig {
         ServerConfig {
             filter_path: self.filter_path.clone(),
             prioritize_path: self.prioritize_path.clone(),
             body_limit: self.body_limit,
-            max_nodes: self.max_nodes,
+            decode: self.decode_limits(),
             deadline: Duration::from_millis(self.deadline_ms),
             strategy: self.score_strategy,
         }
@@ -230,4 +259,56 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         c.await.context("failed to join the controller task")?;
     }
     result
+}
+
+#[cfg(test)]
+mod options_tests {
+    use clap::Parser;
+
+    use super::{DecodeLimits, Options};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        opts: Options,
+    }
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        Cli::try_parse_from(std::iter::once("extender").chain(args.iter().copied())).map(|c| c.opts)
+    }
+
+    #[test]
+    fn the_count_limits_default_to_the_decoders_and_each_flag_sets_its_own() {
+        let defaults = parse(&[]).expect("no flags");
+        assert_eq!(defaults.decode_limits(), DecodeLimits::default());
+        let set = parse(&[
+            "--max-nodes=7",
+            "--max-labels-per-node=8",
+            "--max-labels=9",
+            "--max-volumes=10",
+        ])
+        .expect("valid flags");
+        let expected = DecodeLimits {
+            max_nodes: 7,
+            max_labels_per_node: 8,
+            max_labels: 9,
+            max_volumes: 10,
+        };
+        assert_eq!(set.decode_limits(), expected);
+        assert_eq!(set.server_config().decode, expected);
+    }
+
+    #[test]
+    fn a_count_limit_of_zero_is_refused_naming_the_flag() {
+        for flag in [
+            "--max-nodes",
+            "--max-labels-per-node",
+            "--max-labels",
+            "--max-volumes",
+        ] {
+            let err = parse(&[&format!("{flag}=0")]).err().map(|e| e.to_string());
+            let err = err.unwrap_or_else(|| panic!("{flag}=0 accepted"));
+            assert!(err.contains(flag) && err.contains("at least 1"), "{err}");
+        }
+    }
 }

@@ -657,7 +657,7 @@ mod limits {
     }
 
     /// Serves `app` behind `limits` on a loopback port until the test ends.
-    async fn serve(limits: Limits, app: Router) -> SocketAddr {
+    pub(super) async fn serve(limits: Limits, app: Router) -> SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
@@ -729,6 +729,32 @@ mod limits {
         let (answer, _) = read_until_closed(&mut first, Duration::from_secs(5)).await;
         assert_eq!(status(&answer), "200", "{answer}");
         assert!(answer.ends_with(&size.to_string()), "{answer}");
+    }
+
+    /// A head of `headers` headers of `bytes` bytes each.
+    fn head(headers: usize, bytes: usize) -> String {
+        let pad = "p".repeat(bytes);
+        let lines: String = (0..headers).map(|i| format!("x-{i}: {pad}\r\n")).collect();
+        format!("GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{lines}\r\n")
+    }
+
+    #[rstest]
+    #[case::one_large_header(head(1, 100 << 10))]
+    #[case::many_headers(head(120, 8))]
+    #[tokio::test]
+    async fn a_request_head_past_the_header_bounds_gets_431(#[case] head: String) {
+        let addr = start(small()).await;
+        let response = request(addr, &head).await;
+        assert_eq!(status(&response), "431", "{response}");
+    }
+
+    #[tokio::test]
+    async fn a_request_head_within_the_header_bounds_is_answered() {
+        let addr = start(small()).await;
+        for head in [head(1, 60 << 10), head(90, 8)] {
+            let response = request(addr, &head).await;
+            assert_eq!(status(&response), "200", "{response}");
+        }
     }
 
     #[tokio::test]
@@ -1062,5 +1088,126 @@ mod fuzz {
     fn a_nesting_bomb_is_refused_without_exhausting_the_stack(#[case] body: String) {
         let result = ExtenderArgs::decode(Bytes::from(body));
         assert!(result.is_err(), "a nesting bomb decoded");
+    }
+}
+
+mod decoded_limits {
+    //! The count limits and the decoded-memory charge as the scheduler meets them: a 413 whose body names the flag
+    //! to raise, on both verbs and in both modes; a 503 naming the budget when what a body decodes into does not
+    //! fit beside the others, on a real socket behind `serve::guard`; and a request within both answered as before.
+
+    use localpv::extender::wire::DecodeLimits;
+    use localpv::serve::Limits;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    fn tight() -> ServerConfig {
+        ServerConfig {
+            decode: DecodeLimits {
+                max_nodes: 3,
+                max_labels_per_node: 2,
+                max_labels: 4,
+                max_volumes: 1,
+            },
+            ..ServerConfig::default()
+        }
+    }
+
+    fn labelled(name: &str, labels: usize) -> Value {
+        let mut map = serde_json::Map::new();
+        map.insert("kubernetes.io/hostname".into(), json!(name));
+        for i in 1..labels {
+            map.insert(format!("l{i}"), json!("v"));
+        }
+        json!({"metadata": {"name": name, "labels": map}})
+    }
+
+    #[rstest]
+    #[case::names(json!({"Pod": pod("data"), "NodeNames": ["n1", "n2", "n1", "n2"]}), "--max-nodes")]
+    #[case::nodes(json!({"Pod": pod("data"), "Nodes": {"items": [{}, {}, {}, {}]}}), "--max-nodes")]
+    #[case::labels_on_a_node(
+        json!({"Pod": pod("data"), "Nodes": {"items": [labelled("n1", 3)]}}),
+        "--max-labels-per-node"
+    )]
+    #[case::labels_in_all(
+        json!({"Pod": pod("data"), "Nodes": {"items": [labelled("n1", 2), labelled("n2", 2), labelled("n1", 2)]}}),
+        "--max-labels"
+    )]
+    #[case::volumes(
+        json!({"Pod": {"spec": {"volumes": [{"name": "a"}, {"name": "b"}]}}, "NodeNames": ["n1"]}),
+        "--max-volumes"
+    )]
+    #[tokio::test]
+    async fn a_request_over_a_count_limit_gets_413_naming_the_flag(
+        #[case] args: Value,
+        #[case] flag: &str,
+    ) {
+        for path in ["/filter", "/prioritize"] {
+            let (status, body) =
+                send(state_with(tight(), true), "POST", path, args.to_string()).await;
+            let body = String::from_utf8_lossy(&body);
+            assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{path}: {body}");
+            assert!(
+                body.contains(&format!("limit {flag} (env ")),
+                "{path}: {body}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_at_the_limits_is_answered_as_before() {
+        let names = json!({"Pod": pod("data"), "NodeNames": ["n1", "n2", "n1"]});
+        let (status, result) = post_json(state_with(tight(), true), "/filter", &names).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(result["NodeNames"], json!(["n1", "n2", "n1"]));
+        let nodes =
+            json!({"Pod": pod("data"), "Nodes": {"items": [labelled("n1", 2), labelled("n2", 2)]}});
+        let (status, result) = post_json(state_with(tight(), true), "/filter", &nodes).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            result["Nodes"]["items"],
+            json!([labelled("n1", 2), labelled("n2", 2)])
+        );
+    }
+
+    /// The extender's app behind the guard with `budget` bytes of memory budget, on a loopback port.
+    async fn serve(budget: usize) -> SocketAddr {
+        let limits = Limits {
+            body_budget: budget,
+            ..Limits::extender()
+        };
+        super::limits::serve(limits, app(state())).await
+    }
+
+    async fn post(addr: SocketAddr, body: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let request = format!(
+            "POST /filter HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(request.as_bytes()).await.expect("write");
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.expect("read");
+        answer
+    }
+
+    #[tokio::test]
+    async fn a_body_that_fits_the_budget_but_decodes_past_it_gets_503_naming_the_budget() {
+        // 3,000 names are 27 KiB on the wire and some hundreds of KiB once decoded and answered.
+        let names: Vec<String> = (0..3_000).map(|i| format!("n{i}")).collect();
+        let body = json!({"Pod": pod("data"), "NodeNames": names}).to_string();
+        assert!(body.len() < 64 << 10);
+        let refused = post(serve(64 << 10).await, &body).await;
+        assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+        assert!(
+            refused.contains("failed to admit the decoded request"),
+            "{refused}"
+        );
+        assert!(refused.contains("--http-body-budget"), "{refused}");
+        assert!(refused.contains("retry-after: 1"), "{refused}");
+        let answered = post(serve(16 << 20).await, &body).await;
+        assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
+        assert!(answered.contains(r#""NodeNames":["n1""#), "{answered}");
     }
 }

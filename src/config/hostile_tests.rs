@@ -260,9 +260,9 @@ fn unchanged_text_is_parsed_once_however_often_it_is_loaded() {
 fn legitimate_nesting_stays_well_below_the_limit() {
     let yaml = "storageClassMap:\n  a:\n    hostDir: /mnt/a\n    selector:\n      - matchExpressions:\n          - key: zone\n            operator: In\n            values: [\"a\", {x: [1]}]\n";
     assert!(
-        source::nesting_depth(yaml) < 16,
+        source::shape(yaml).depth < 16,
         "{}",
-        source::nesting_depth(yaml)
+        source::shape(yaml).depth
     );
     Config::from_yaml(yaml, "t").map(drop).unwrap_or_else(|e| {
         assert!(!e.to_string().contains("nested"), "{e}");
@@ -306,4 +306,56 @@ fn a_state_dir_nested_with_a_class_dir_is_refused(
             "{problem}"
         );
     }
+}
+
+/// Texts under the byte cap whose parsed tree would hold hundreds of thousands of nodes, each many times its text.
+#[rstest]
+#[case::a_flow_list_of_tiny_items(format!("storageClassMap: {{}}\nx: [{}]\n", vec!["a"; 400_000].join(",")))]
+#[case::a_block_list_of_tiny_items(format!("storageClassMap: {{}}\nx:\n{}", "- a\n".repeat(200_000)))]
+#[case::many_tiny_keys((0..100_000).map(|i| format!("k{i:x}: 1\n")).collect::<String>())]
+#[case::tiny_maps_in_a_flow_list(format!("x: [{}]\n", vec!["{a: b}"; 120_000].join(",")))]
+fn many_tiny_entries_are_refused_before_parsing_naming_the_limit(#[case] yaml: String) {
+    assert!(yaml.len() as u64 <= MAX_CONFIG_BYTES, "{}", yaml.len());
+    let err = Config::from_yaml(&yaml, "test.yaml")
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.contains("entries") && err.contains(&format!("at most {}", source::MAX_ENTRIES)),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_largest_legitimate_configuration_stays_below_the_entry_limit() {
+    let class = |i: usize| {
+        let labels: String = (0..40).map(|l| format!("      l{l}: v\n")).collect();
+        format!(
+            "  c{i}:\n    hostDir: /mnt/c{i}\n    volumeMode: Filesystem\n    selector:\n      - matchExpressions:\n          - key: zone\n            operator: In\n            values: [a, b, c]\n    labels:\n{labels}"
+        )
+    };
+    let yaml: String = std::iter::once("storageClassMap:\n".to_string())
+        .chain((0..MAX_CLASSES).map(class))
+        .collect();
+    let entries = source::shape(&yaml).entries;
+    assert!(entries * 2 < source::MAX_ENTRIES, "{entries}");
+}
+
+#[test]
+fn an_alias_bomb_is_refused_by_the_parser() {
+    // Nine levels of ten references each: a billion scalars if the aliases were expanded.
+    let mut yaml = String::from("a0: &a0 [x,x,x,x,x,x,x,x,x,x]\n");
+    for i in 1..9 {
+        let refs = vec![format!("*a{}", i - 1); 10].join(",");
+        yaml.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+    }
+    yaml.push_str("storageClassMap: {}\n");
+    assert!(source::shape(&yaml).entries < source::MAX_ENTRIES);
+    let err = Config::from_yaml(&yaml, "test.yaml").expect_err("refused");
+    let source = std::error::Error::source(&err).map(ToString::to_string);
+    assert!(
+        source
+            .as_deref()
+            .is_some_and(|s| s.contains("repetition limit")),
+        "{err}: {source:?}"
+    );
 }

@@ -3,11 +3,14 @@
 //! ```text
 //!  file or ConfigMap dir ──read (≤ MAX_CONFIG_BYTES in all)──> Source ──fingerprint──> LoadCache: same bytes?
 //!                                                                │                        └─ yes: last result
-//!                                                                └─ check_text (nesting ≤ MAX_DEPTH) ─> YAML parse
+//!                                            check_text (nesting ≤ MAX_DEPTH, entries ≤ MAX_ENTRIES) <─┘
+//!                                              └─> YAML parse (aliases bounded by the parser's repetition limit)
 //! ```
 //!
 //! The agent polls the configuration every few seconds; a hostile or careless ConfigMap (deep nesting, thousands
-//! of classes) must cost one bounded parse per change, not one per poll.
+//! of classes) must cost one bounded parse per change, not one per poll. The parse builds a tree with a node per
+//! entry, each some tens of bytes more than its text (`a,` is 2 bytes, its node about 100), so the entries are
+//! counted before the parser allocates them, not only the bytes.
 
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -20,6 +23,9 @@ use super::{Config, ConfigError, Loaded};
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// Deepest nesting of YAML collections accepted; the deepest legitimate key (a selector's values) is about 10.
 pub const MAX_DEPTH: usize = 64;
+/// Most entries (mapping keys, list items, scalars) accepted, estimated from the text before it is parsed: 256
+/// classes of a hundred entries each fit twice over, and the parsed tree stays some MiB.
+pub const MAX_ENTRIES: usize = 50_000;
 
 /// The configuration's text as read, before parsing.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -124,21 +130,37 @@ pub(super) fn check_text(text: &str, origin: &str) -> Result<(), ConfigError> {
     if text.len() as u64 > MAX_CONFIG_BYTES {
         return Err(too_large(format!("more than {MAX_CONFIG_BYTES} bytes")));
     }
-    let depth = nesting_depth(text);
-    if depth > MAX_DEPTH {
+    let shape = shape(text);
+    if shape.depth > MAX_DEPTH {
         return Err(too_large(format!(
-            "collections nested {depth} deep, at most {MAX_DEPTH} allowed"
+            "collections nested {} deep, at most {MAX_DEPTH} allowed",
+            shape.depth
+        )));
+    }
+    if shape.entries > MAX_ENTRIES {
+        return Err(too_large(format!(
+            "about {} entries (keys, list items), at most {MAX_ENTRIES} allowed",
+            shape.entries
         )));
     }
     Ok(())
 }
 
-/// An upper estimate of how deeply collections nest: indentation levels, `- ` items opened on one line, and
-/// flow brackets (outside quotes). It may overcount (a block scalar's indentation), never undercount by much.
-pub fn nesting_depth(text: &str) -> usize {
+/// What the parsed tree would be like, estimated from the text.
+pub struct Shape {
+    /// How deeply collections nest: indentation levels, `- ` items opened on one line, and flow brackets (outside
+    /// quotes). It may overcount (a block scalar's indentation), never undercount by much.
+    pub depth: usize,
+    /// How many nodes the tree would have: a line's own, each `- ` item and each `,` in a flow collection
+    /// (outside quotes). It may overcount (a block scalar's lines), never undercount by much.
+    pub entries: usize,
+}
+
+pub fn shape(text: &str) -> Shape {
     let mut indents: Vec<usize> = Vec::new();
     let mut flow = 0usize;
     let mut deepest = 0usize;
+    let mut entries = 0usize;
     for line in text.lines() {
         let trimmed = line.trim_start_matches([' ', '\t']);
         if trimmed.is_empty() || trimmed.starts_with('#') {
@@ -149,10 +171,12 @@ pub fn nesting_depth(text: &str) -> usize {
             indents.pop();
         }
         indents.push(indent);
+        entries += 1;
         let mut rest = trimmed;
         let mut dashes = 0;
         while let Some(after) = rest.strip_prefix("- ").or_else(|| rest.strip_prefix("-\t")) {
             dashes += 1;
+            entries += 1;
             rest = after.trim_start_matches([' ', '\t']);
         }
         let mut quote = None;
@@ -166,13 +190,17 @@ pub fn nesting_depth(text: &str) -> usize {
                     deepest = deepest.max(indents.len() + dashes + flow);
                 }
                 (None, ']' | '}') => flow = flow.saturating_sub(1),
+                (None, ',') if flow > 0 => entries += 1,
                 (None, '#') => break,
                 _ => {}
             }
         }
         deepest = deepest.max(indents.len() + dashes + flow);
     }
-    deepest
+    Shape {
+        depth: deepest,
+        entries,
+    }
 }
 
 /// The last configuration parsed, by fingerprint of its bytes: unchanged bytes are not parsed again.

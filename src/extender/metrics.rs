@@ -21,6 +21,8 @@ pub enum Outcome {
     Ok,
     BadRequest,
     TooLarge,
+    /// Refused for want of memory budget (503): what its decoding costs would not fit beside other requests.
+    OverBudget,
     NotReady,
     Deadline,
     Internal,
@@ -62,10 +64,11 @@ pub struct KindLabels {
     pub kind: Kind,
 }
 
-const OUTCOMES: [Outcome; 6] = [
+const OUTCOMES: [Outcome; 7] = [
     Outcome::Ok,
     Outcome::BadRequest,
     Outcome::TooLarge,
+    Outcome::OverBudget,
     Outcome::NotReady,
     Outcome::Deadline,
     Outcome::Internal,

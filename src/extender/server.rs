@@ -1,7 +1,8 @@
 //! The HTTP face of the extender: `fn app(state) -> Router`.
 //!
 //! ```text
-//!  POST filter/prioritize ─> body (capped: 413) ─> ready? (503) ─> decode (400) ─> verbs::* ─> encode (warm buffer)
+//!  POST filter/prioritize ─> body (capped: 413) ─> ready? (503) ─> decode (400; over a count limit: 413)
+//!    ─> charge its decoded cost to the memory budget (503) ─> verbs::* ─> encode (warm buffer)
 //!    on the request's task; on blocking threads: decoding a body over 256 KiB, deciding one over it or heavy
 //!    (verbs::light); the whole raced against the deadline (Error answer)
 //!  GET /livez (always 200)   GET /readyz (caches synced and not shutting down)   GET /metrics
@@ -19,10 +20,10 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Extension, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use prometheus_client::registry::Registry;
 use tracing::{debug, warn};
 
@@ -31,7 +32,8 @@ pub use super::cache::Cache;
 use super::metrics::{Metrics, NodeLabels, NodeResult, Outcome, Verb};
 use super::model::Strategy;
 use super::verbs;
-use super::wire::{ExtenderArgs, ExtenderFilterResult, Refused};
+use super::wire::{DecodeError, DecodeLimits, ExtenderArgs, ExtenderFilterResult};
+use crate::serve::guard::{Charge, Refusal};
 use crate::serve::warm::WARM;
 
 /// Longest a request waits for the watch to catch up with objects the scheduler already knows.
@@ -41,17 +43,13 @@ const LAG_WAIT: Duration = Duration::from_secs(1);
 /// is already larger.
 const INLINE_BODY: usize = 256 << 10;
 
-/// Node names or Nodes one request may list by default: four times the largest cluster Kubernetes supports (5,000
-/// nodes), and small enough that four concurrent requests of tiny names stay far below the chart's 512 MiB limit.
-pub const DEFAULT_MAX_NODES: usize = 20_000;
-
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub filter_path: String,
     pub prioritize_path: String,
     pub body_limit: usize,
-    /// Most node names or Nodes one request may list (`--max-nodes`).
-    pub max_nodes: usize,
+    /// Counts a request may hold once decoded (`--max-nodes`...): more get 413.
+    pub decode: DecodeLimits,
     pub deadline: Duration,
     pub strategy: Strategy,
 }
@@ -62,7 +60,7 @@ impl Default for ServerConfig {
             filter_path: "/filter".into(),
             prioritize_path: "/prioritize".into(),
             body_limit: 64 << 20,
-            max_nodes: DEFAULT_MAX_NODES,
+            decode: DecodeLimits::default(),
             deadline: Duration::from_secs(4),
             strategy: Strategy::Binpack,
         }
@@ -94,8 +92,8 @@ impl AppState {
 pub fn app(state: AppState) -> Router {
     let limit = state.config.body_limit;
     Router::new()
-        .route(&state.config.filter_path, post(filter))
-        .route(&state.config.prioritize_path, post(prioritize))
+        .route(&state.config.filter_path, verb(Verb::Filter))
+        .route(&state.config.prioritize_path, verb(Verb::Prioritize))
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -119,15 +117,17 @@ async fn metrics(State(state): State<AppState>) -> Response {
     crate::serve::metrics_response(&state.registry)
 }
 
-async fn filter(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    handle(state, Verb::Filter, body).await
-}
+/// The guard's handle on the memory budget; absent when the app is served without `serve::listen::guarded` (unit
+/// tests calling the router directly), and then nothing is charged.
+type MaybeCharge = Option<Extension<Charge>>;
 
-async fn prioritize(
-    State(state): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    handle(state, Verb::Prioritize, body).await
+/// The route of one verb.
+fn verb(verb: Verb) -> MethodRouter<AppState> {
+    post(
+        move |State(state): State<AppState>,
+              charge: MaybeCharge,
+              body: Result<Bytes, BytesRejection>| { handle(state, verb, charge, body) },
+    )
 }
 
 /// Why a request got no decision.
@@ -137,8 +137,10 @@ enum Reject {
     Body(BytesRejection),
     #[error("failed to decode ExtenderArgs: {0}")]
     Malformed(serde_json::Error),
-    #[error("request too large: {0}")]
-    TooMany(String),
+    #[error("failed to decode ExtenderArgs: {0}")]
+    TooMany(DecodeError),
+    #[error(transparent)]
+    Budget(Refusal),
     #[error("failed to decide: extender caches have not synced yet")]
     NotReady,
     #[error("failed to decide within {0:?}")]
@@ -153,6 +155,7 @@ impl Reject {
             Reject::Body(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Outcome::TooLarge,
             Reject::Body(_) | Reject::Malformed(_) => Outcome::BadRequest,
             Reject::TooMany(_) => Outcome::TooLarge,
+            Reject::Budget(_) => Outcome::OverBudget,
             Reject::NotReady => Outcome::NotReady,
             Reject::Deadline(_) => Outcome::Deadline,
             Reject::Internal(_) => Outcome::Internal,
@@ -166,6 +169,8 @@ impl Reject {
             Reject::Body(r) => (r.status(), message).into_response(),
             Reject::Malformed(_) => (StatusCode::BAD_REQUEST, message).into_response(),
             Reject::TooMany(_) => (StatusCode::PAYLOAD_TOO_LARGE, message).into_response(),
+            // 503 with Retry-After, as the guard answers a body over the same budget.
+            Reject::Budget(refusal) => refusal.into_response(),
             Reject::NotReady => (StatusCode::SERVICE_UNAVAILABLE, message).into_response(),
             // A filter Error is reported by the scheduler on the pod; prioritize has no such field, and the
             // scheduler ignores failed prioritize calls.
@@ -179,9 +184,15 @@ impl Reject {
     }
 }
 
-async fn handle(state: AppState, verb: Verb, body: Result<Bytes, BytesRejection>) -> Response {
+async fn handle(
+    state: AppState,
+    verb: Verb,
+    charge: MaybeCharge,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let started = Instant::now();
-    let result = decide(&state, verb, body).await;
+    let charge = charge.map(|Extension(c)| c);
+    let result = decide(&state, verb, charge, body).await;
     let elapsed = started.elapsed().as_secs_f64();
     match result {
         Ok(json) => {
@@ -199,6 +210,7 @@ async fn handle(state: AppState, verb: Verb, body: Result<Bytes, BytesRejection>
 async fn decide(
     state: &AppState,
     verb: Verb,
+    charge: Option<Charge>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Bytes, Reject> {
     let body = body.map_err(Reject::Body)?;
@@ -207,21 +219,34 @@ async fn decide(
     }
     let deadline = state.config.deadline;
     let strategy = state.config.strategy;
-    let max_nodes = state.config.max_nodes;
     let metrics = state.metrics.clone();
     let inline = body.len() <= INLINE_BODY;
+    let limits = state.config.decode;
+    let reserve = move |bytes: usize| match &charge {
+        Some(charge) => charge.reserve(bytes).map_err(Reject::Budget),
+        None => Ok(None),
+    };
     let work = async move {
+        // What decoding may allocate is charged before it does; once decoded, the charge becomes what the request
+        // holds until its answer is encoded (label maps a decision may build and the answer included). Each charge
+        // is held by the closure doing the work, so a request past its deadline keeps it until that work ends.
+        let decoding = reserve(ExtenderArgs::decode_bound(body.len(), &limits))?;
         let args = off_runtime(inline, "decode", move || {
-            ExtenderArgs::decode_within(body, max_nodes).map_err(|refused| match refused {
-                Refused::Malformed(e) => Reject::Malformed(e),
-                too_many @ Refused::TooMany { .. } => Reject::TooMany(too_many.to_string()),
+            let decoded = ExtenderArgs::decode_within(body, &limits);
+            // NB: released before the second charge, which could otherwise fail for the sake of the first.
+            drop(decoding);
+            decoded.map_err(|e| match e {
+                DecodeError::Malformed(e) => Reject::Malformed(e),
+                too_many => Reject::TooMany(too_many),
             })
         })
         .await?;
+        let deciding = reserve(args.cost_bytes())?;
         // Wait out watch lag for at most a quarter of the deadline, leaving the rest for the decision.
         let until = tokio::time::Instant::now() + (deadline / 4).min(LAG_WAIT);
         let snapshot = state.cache.load_knowing(&args, until).await;
         off_runtime(inline && verbs::light(&args), "decision", move || {
+            let _deciding = deciding;
             let encoded = match verb {
                 Verb::Filter => {
                     let (result, counts) = verbs::filter(args, &snapshot);

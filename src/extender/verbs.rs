@@ -202,7 +202,12 @@ mod tests {
         let names: Vec<String> = (0..nodes).map(|i| format!("n{i}")).collect();
         let body = serde_json::json!({"Pod": {"metadata": {"name": "p"}, "spec": {"volumes": volumes}},
                                       "NodeNames": names});
-        ExtenderArgs::from_slice(body.to_string().as_bytes()).expect("valid args")
+        // NB: more names than the default --max-nodes; `light` must still hold past it.
+        let limits = crate::extender::wire::DecodeLimits {
+            max_nodes: 100_000,
+            ..Default::default()
+        };
+        ExtenderArgs::decode_within(body.to_string().into(), &limits).expect("valid args")
     }
 
     #[rstest::rstest]

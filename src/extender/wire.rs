@@ -14,15 +14,23 @@
 //!  filter result ─> ExtenderFilterResult::to_json: survivors' RawNodes copied once, into the response
 //! ```
 //!
+//! Every list that costs an allocation per entry is counted as it is read, and reading stops with an error at the
+//! first entry past its limit (`bounds`), so what a request holds once decoded is bounded by counts, not only by
+//! its size in bytes, which a list of tiny entries multiplies many times over.
+//!
 //! Only what the decision needs is decoded. A node's JSON is read once by the scan; then only its `metadata` is
 //! decoded, and it is echoed back byte for byte if it survives, so a 5,000-node request is never decoded into
 //! `v1.Node` structs nor copied before the answer is written. Its labels become a map only when a PV's affinity
 //! needs more than the hostname (`WireLabels`).
 
+mod bounds;
 mod items;
 mod node;
 mod walk;
+pub use bounds::{DecodeError, DecodeLimits, Limit};
 pub use node::WireLabels;
+#[cfg(test)]
+mod bounds_tests;
 #[cfg(test)]
 mod split_tests;
 #[cfg(test)]
@@ -37,6 +45,7 @@ use serde::ser;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 
+use bounds::Tally;
 use items::Split;
 use walk::Walker;
 
@@ -49,51 +58,55 @@ pub struct ExtenderArgs {
 }
 
 impl ExtenderArgs {
-    /// Decodes a request body. Each node's JSON stays in `body` (kept alive by the `RawNode`s), so nothing the
-    /// decision does not read is copied. A long node list is checked on up to 4 threads (`items`).
-    pub fn decode(body: Bytes) -> Result<ExtenderArgs, serde_json::Error> {
-        static THREADS: OnceLock<usize> = OnceLock::new();
-        let threads = *THREADS
-            .get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)));
-        ExtenderArgs::decode_on(body, threads)
+    /// Decodes a request body within the default limits; see [`decode_within`](Self::decode_within).
+    pub fn decode(body: Bytes) -> Result<ExtenderArgs, DecodeError> {
+        ExtenderArgs::decode_within(body, &DecodeLimits::default())
+    }
+
+    /// Decodes a request body, refusing one over `limits`. Each node's JSON stays in `body` (kept alive by the
+    /// `RawNode`s), so nothing the decision does not read is copied. A long node list is checked on up to 4
+    /// threads (`items`).
+    pub fn decode_within(body: Bytes, limits: &DecodeLimits) -> Result<ExtenderArgs, DecodeError> {
+        ExtenderArgs::decode_split(body, Split::on(threads()), limits)
+    }
+
+    /// The most memory decoding a body of `len` bytes within `limits` allocates beyond the body, in bytes: an
+    /// entry per three bytes at most (`{},`), and no more than each thread reading part of a node list may hold
+    /// before the parts are joined and counted together. Charged before decoding, so the budget is never passed.
+    pub fn decode_bound(len: usize, limits: &DecodeLimits) -> usize {
+        let per_entry = len / 3 + 1;
+        let parts = Split::on(threads()).parts(len);
+        let entries = per_entry.min(limits.max_nodes.saturating_mul(parts));
+        let volumes = per_entry.min(limits.max_volumes);
+        entries.saturating_mul(DECODED_BYTES_PER_NODE)
+            + volumes.saturating_mul(std::mem::size_of::<Option<PodVolume>>() + 32)
     }
 
     /// `decode` with the node list checked on at most `threads` threads.
-    pub fn decode_on(body: Bytes, threads: usize) -> Result<ExtenderArgs, serde_json::Error> {
-        ExtenderArgs::decode_split(body, Split::on(threads), usize::MAX).map_err(|e| match e {
-            Refused::Malformed(e) => e,
-            Refused::TooMany { .. } => unreachable!("no limit was given"),
-        })
+    pub fn decode_on(body: Bytes, threads: usize) -> Result<ExtenderArgs, DecodeError> {
+        ExtenderArgs::decode_split(body, Split::on(threads), &DecodeLimits::default())
     }
 
-    /// `decode`, refusing a request that lists more than `max_nodes` node names or Nodes before any of them is
-    /// decoded: a 4-byte name (`"a",`) would cost 30 or more bytes of heap once decoded, a 3-byte Node (`{},`) a
-    /// hundred, so the body limit alone does not bound what a request costs (issue 39, point 1).
-    pub fn decode_within(body: Bytes, max_nodes: usize) -> Result<ExtenderArgs, Refused> {
-        static THREADS: OnceLock<usize> = OnceLock::new();
-        let threads = *THREADS
-            .get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)));
-        ExtenderArgs::decode_split(body, Split::on(threads), max_nodes)
-    }
-
-    fn decode_split(body: Bytes, split: Split, max_nodes: usize) -> Result<ExtenderArgs, Refused> {
+    fn decode_split(
+        body: Bytes,
+        split: Split,
+        limits: &DecodeLimits,
+    ) -> Result<ExtenderArgs, DecodeError> {
         let mut w = Walker::new(&body);
         if !w.enter(b'{') {
             return Err(expected(&mut w, "an ExtenderArgs object").into());
         }
         let mut args = ExtenderArgs::default();
+        let mut tally = Tally::new(limits);
         let mut first = true;
         while let Some(key) = w.next_key(first)? {
             first = false;
             if key.eq_ignore_ascii_case("pod") {
-                args.pod = w.value::<Option<Pod>>()?.unwrap_or_default();
+                args.pod = pod(&mut w, limits)?;
             } else if key.eq_ignore_ascii_case("nodes") {
-                args.nodes = node_list(&mut w, &body, split, max_nodes)?;
+                args.nodes = node_list(&mut w, &body, split, &mut tally)?;
             } else if key.eq_ignore_ascii_case("nodenames") {
-                within(&w, "NodeNames", max_nodes)?;
-                args.node_names = w
-                    .value::<Option<Vec<Option<String>>>>()?
-                    .map(|names| names.into_iter().flatten().collect());
+                args.node_names = node_names(&mut w, &mut tally)?;
             } else {
                 w.raw()?;
             }
@@ -103,41 +116,98 @@ impl ExtenderArgs {
     }
 
     /// `decode` of a copy of `body`, for callers that do not hold `Bytes`.
-    pub fn from_slice(body: &[u8]) -> Result<ExtenderArgs, serde_json::Error> {
+    pub fn from_slice(body: &[u8]) -> Result<ExtenderArgs, DecodeError> {
         ExtenderArgs::decode(Bytes::copy_from_slice(body))
     }
+
+    /// Memory that deciding this request may hold beyond its body, in bytes: what was decoded (a `String` per
+    /// node name, a `WireNode` per node), the label maps a decision may build, and the answer (a reason per node,
+    /// and in `Nodes` mode a copy of the survivors' JSON, at most every node's). Bounded by the `DecodeLimits` the
+    /// request was decoded within, and by its body.
+    pub fn cost_bytes(&self) -> usize {
+        let string = std::mem::size_of::<String>();
+        let names = self.node_names.iter().flatten();
+        let names: usize = names.map(|n| string + n.capacity()).sum();
+        let nodes = self.nodes.iter().flatten();
+        let nodes: usize = nodes
+            .map(|n| {
+                let echo = n.raw.json().len();
+                std::mem::size_of::<WireNode>() + n.name.capacity() + n.labels.map_bytes() + echo
+            })
+            .sum();
+        let volumes = self.pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+        let volumes = volumes.map_or(0, |v| v.len() * std::mem::size_of::<Option<PodVolume>>());
+        let listed =
+            self.node_names.as_ref().map_or(0, Vec::len) + self.nodes.as_ref().map_or(0, Vec::len);
+        names + nodes + volumes + listed * ANSWER_BYTES_PER_NODE
+    }
 }
 
-/// Why a request body was not decoded.
-#[derive(Debug, thiserror::Error)]
-pub enum Refused {
-    #[error(transparent)]
-    Malformed(#[from] serde_json::Error),
-    #[error("{what} lists more than {limit} entries (--max-nodes, LOCALPV_EXTENDER_MAX_NODES)")]
-    TooMany { what: &'static str, limit: usize },
+/// Threads a long node list is read on.
+fn threads() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
 }
 
-/// Counts the elements of the array at the cursor without decoding them (the cursor does not move); refuses more
-/// than `limit`. Anything that is not an array is left to the decoder to judge.
-fn within(w: &Walker, what: &'static str, limit: usize) -> Result<(), Refused> {
-    if limit == usize::MAX {
-        return Ok(());
+/// What decoding allocates per node or name beyond the text it copies: a `WireNode` (the largest of the two) and
+/// the allocator's share of its name and hostname.
+const DECODED_BYTES_PER_NODE: usize = std::mem::size_of::<WireNode>() + 64;
+
+/// What the answer may hold per candidate: its name and a one-line reason in `FailedNodes`, or its score.
+const ANSWER_BYTES_PER_NODE: usize = 256;
+
+/// `Pod`: decoded once its volumes are counted, so a list of a million `{}` is refused before it is allocated.
+fn pod(w: &mut Walker, limits: &DecodeLimits) -> Result<Pod, DecodeError> {
+    let volumes = count_volumes(&mut w.clone(), limits.max_volumes + 1)?;
+    if volumes > limits.max_volumes {
+        return Err(DecodeError::too_many(Limit::Volumes, limits));
     }
-    let mut scan = w.clone();
-    if !scan.enter(b'[') {
-        return Ok(());
-    }
-    let mut count = 0usize;
-    let mut first = true;
-    while scan.next_element(first)? {
-        first = false;
-        count += 1;
-        if count > limit {
-            return Err(Refused::TooMany { what, limit });
+    Ok(w.value::<Option<Pod>>()?.unwrap_or_default())
+}
+
+/// Entries of `spec.volumes` in the pod at the cursor, counting no further than `stop`. What is not a pod is left
+/// for serde to name; serde refuses a repeated key, so the first `spec` and `volumes` are the ones it reads.
+fn count_volumes(w: &mut Walker, stop: usize) -> Result<usize, serde_json::Error> {
+    for key in ["spec", "volumes"] {
+        if !w.enter(b'{') {
+            return Ok(0);
         }
-        scan.raw()?;
+        let mut first = true;
+        loop {
+            let Some(k) = w.next_key(first)? else {
+                return Ok(0);
+            };
+            first = false;
+            if k == key {
+                break;
+            }
+            w.raw()?;
+        }
     }
-    Ok(())
+    if !w.enter(b'[') {
+        return Ok(0);
+    }
+    let mut count = 0;
+    while count < stop && w.next_element(count == 0)? {
+        w.raw()?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// `NodeNames`: a list of strings (a `null` entry skipped) or `null`, counted before each name is allocated.
+fn node_names(w: &mut Walker, tally: &mut Tally) -> Result<Option<Vec<String>>, DecodeError> {
+    if !enter_or_null(w, b'[', "a list of node names or null")? {
+        return Ok(None);
+    }
+    let mut names = Vec::new();
+    let mut first = true;
+    while w.next_element(first)? {
+        first = false;
+        tally.node()?;
+        names.extend(w.value::<Option<String>>()?);
+    }
+    Ok(Some(names))
 }
 
 /// `Nodes`: a `v1.NodeList` or `null`; its `items` become `WireNode`s sharing the body.
@@ -145,24 +215,20 @@ fn node_list(
     w: &mut Walker,
     body: &Bytes,
     split: Split,
-    max_nodes: usize,
-) -> Result<Option<Vec<WireNode>>, Refused> {
-    if w.null() {
+    tally: &mut Tally,
+) -> Result<Option<Vec<WireNode>>, DecodeError> {
+    if !enter_or_null(w, b'{', "a NodeList object or null")? {
         return Ok(None);
-    }
-    if !w.enter(b'{') {
-        return Err(expected(w, "a NodeList object or null").into());
     }
     let mut nodes = Vec::new();
     let mut first = true;
     while let Some(key) = w.next_key(first)? {
         first = false;
         if key == "items" {
-            within(w, "Nodes.items", max_nodes)?;
             nodes = if w.null() {
                 Vec::new()
             } else if w.enter(b'[') {
-                items::read(w, body, split)?
+                items::read(w, body, split, tally)?
             } else {
                 return Err(expected(w, "a list of Nodes or null").into());
             };
@@ -171,6 +237,18 @@ fn node_list(
         }
     }
     Ok(Some(nodes))
+}
+
+/// Moves into the list or object that `open` starts at the cursor: `false` past a `null`, an error naming `what`
+/// for any other value.
+fn enter_or_null(w: &mut Walker, open: u8, what: &str) -> Result<bool, serde_json::Error> {
+    if w.null() {
+        return Ok(false);
+    }
+    if !w.enter(open) {
+        return Err(expected(w, what));
+    }
+    Ok(true)
 }
 
 /// The error for a value at the cursor that is not `what`: serde_json's when it is not JSON at all.

@@ -6,6 +6,8 @@
 //!         └─> slot (max_requests, else 503) ─> Content-Length ≤ body_limit (else 413)
 //!               ─> reserve bytes from the budget as they arrive (else 503) ─> whole body within body_timeout
 //!               (else 408) ─> handler (reservation held until the response is built)
+//!                                    └─ Charge (request extension): the handler reserves from the same budget
+//!                                       what decoding the body costs beyond its bytes (else 503)
 //! ```
 //!
 //! Refusals are answered here, in one place, with a reason a human can act on, and logged.
@@ -42,9 +44,14 @@ pub enum Refusal {
     TooLarge { got: u64, limit: usize },
     #[error(
         "failed to admit the request body: {want} more bytes would exceed the {budget}-byte budget of request \
-         bodies held at once"
+         bodies held at once (--http-body-budget, env LOCALPV_HTTP_BODY_BUDGET)"
     )]
     OverBudget { want: u64, budget: usize },
+    #[error(
+        "failed to admit the decoded request: {want} more bytes would exceed the {budget}-byte budget of request \
+         bodies held at once (--http-body-budget, env LOCALPV_HTTP_BODY_BUDGET)"
+    )]
+    DecodedOverBudget { want: u64, budget: usize },
     #[error("failed to read the request body within {0:?}")]
     SlowBody(std::time::Duration),
     #[error("failed to read the request body: {0}")]
@@ -54,7 +61,9 @@ pub enum Refusal {
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         let status = match self {
-            Refusal::Busy(_) | Refusal::OverBudget { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::Busy(_) | Refusal::OverBudget { .. } | Refusal::DecodedOverBudget { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Refusal::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Refusal::SlowBody(_) => StatusCode::REQUEST_TIMEOUT,
             Refusal::Body(_) => StatusCode::BAD_REQUEST,
@@ -70,6 +79,26 @@ impl IntoResponse for Refusal {
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
         }
         response
+    }
+}
+
+/// A request's share of the memory budget beyond its body, handed to the handler as a request extension: a body's
+/// bytes are charged as they arrive, but what decoding them builds can be many times more (a `String` per
+/// four-byte name), so the handler charges that too, from the same budget, before it uses it.
+#[derive(Clone)]
+pub struct Charge(Guard);
+
+impl Charge {
+    /// Reserves `bytes` more until the returned permit is dropped; 503 (`DecodedOverBudget`) when the budget has
+    /// not that much left.
+    pub fn reserve(&self, bytes: usize) -> Result<Option<OwnedSemaphorePermit>, Refusal> {
+        let want = bytes as u64;
+        self.0
+            .reserve(want)
+            .map_err(|_| Refusal::DecodedOverBudget {
+                want,
+                budget: self.0.limits.body_budget,
+            })
     }
 }
 
@@ -158,11 +187,12 @@ pub async fn limit(State(guard): State<Guard>, request: Request, next: Next) -> 
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     let (bytes, _held) = match guard.read_body(body, declared).await {
         Ok(read) => read,
         Err(refusal) => return refusal.into_response(),
     };
+    parts.extensions.insert(Charge(guard.clone()));
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
 }

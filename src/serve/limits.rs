@@ -12,7 +12,8 @@ pub struct Limits {
     pub max_requests: usize,
     /// Largest request body, in bytes (413 above).
     pub body_limit: usize,
-    /// Request bodies held in memory at once, all requests together, in bytes (503 when a new one would exceed it).
+    /// Request bodies held in memory at once, all requests together, with what the handlers charge for decoding
+    /// them (`guard::Charge`), in bytes (503 when a new one would exceed it).
     pub body_budget: usize,
     /// A request's headers must arrive within this time of the connection or the previous request.
     pub header_timeout: Duration,
@@ -24,13 +25,16 @@ pub struct Limits {
 
 impl Limits {
     /// The extender: kube-scheduler keeps a few connections and sends requests of up to tens of MiB (a 5,000-Node
-    /// list is about 25 MiB); the budget lets two of the largest in at once under the chart's 512 MiB limit.
+    /// list is about 40 MiB). A request is charged its body and what decoding and answering it may cost: a
+    /// 5,000-Node list of label-heavy nodes about 3.3 times its body, some 134 MB. The budget lets one such request
+    /// in, or two of ordinary nodes, and fits the chart's 512 MiB limit with the idle process (about 110 MiB at
+    /// 5,000 nodes and 50,000 PVs) and the buffers kept between requests (at most 128 MiB, `warm`).
     pub fn extender() -> Limits {
         Limits {
             max_connections: 1024,
             max_requests: 16,
             body_limit: 64 << 20,
-            body_budget: 128 << 20,
+            body_budget: 192 << 20,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(90),
@@ -60,7 +64,7 @@ pub struct LimitArgs {
     /// HTTP requests handled at once; more get 503 (extender 16, node agent 8).
     #[arg(long, env = "LOCALPV_HTTP_MAX_REQUESTS")]
     pub http_max_requests: Option<usize>,
-    /// Request bodies held at once, all requests together, in bytes; more get 503 (extender 128 MiB, node agent
+    /// Request bodies held at once, all requests together, in bytes; more get 503 (extender 192 MiB, node agent
     /// 256 KiB).
     #[arg(long, env = "LOCALPV_HTTP_BODY_BUDGET")]
     pub http_body_budget: Option<usize>,

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  TcpListener ─accept (EMFILE: back off, go on)─> Table::admit (a peek-only duplicate) ─refused─> close at once
-//!                                                      └─> task: handshake (≤ header_timeout) ─> hyper (h1/h2)
+//!                                                      └─> task: handshake (≤ header_timeout) ─> hyper (h1/h2;
+//!                                                          heads ≤ 64 KiB and 100 headers, h2 lists ≤ 16 KiB)
 //!                                                          (runs before the next accept)
 //!                                                          closed on: end, eviction, idle_timeout, shutdown
 //!  every 10 s: release warm buffers unused for their idle time (`warm`)
@@ -38,6 +39,15 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 /// HTTP/2 streams per connection; the request slots bound the total anyway.
 const H2_STREAMS: u32 = 16;
+/// Largest HTTP/1 request head (request line and headers) a connection may buffer; hyper's default is 400 KiB,
+/// which over the extender's 1024 connections is 400 MiB held by heads alone. kube-scheduler's and kubelet's heads
+/// are well under 1 KiB. A larger head gets 431.
+const MAX_HEAD_BYTES: usize = 64 << 10;
+/// Most headers of one HTTP/1 request (431 beyond); each costs a `HeaderMap` entry once parsed.
+const MAX_HEADERS: usize = 100;
+/// Largest HTTP/2 header list once HPACK-decoded: a one-byte reference to the dynamic table can stand for a 4 KiB
+/// header, so this, not the bytes received, bounds what a request's headers cost (hyper's default, made explicit).
+const MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
 /// How often warm buffers unused for their idle time are released.
 const TRIM_EVERY: Duration = Duration::from_secs(10);
 
@@ -186,10 +196,13 @@ async fn one_connection<F, I>(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .max_headers(MAX_HEADERS);
     builder
         .http2()
         .timer(TokioTimer::new())
+        .max_header_list_size(MAX_HEADER_LIST_BYTES)
         .max_concurrent_streams(H2_STREAMS)
         .keep_alive_interval(limits.idle_timeout / 2)
         .keep_alive_timeout(limits.header_timeout);

@@ -6,6 +6,7 @@ mod support;
 
 mod attack_clone;
 mod attack_config;
+mod attack_decode;
 mod attack_flood;
 mod attack_identity;
 mod attack_inventory;

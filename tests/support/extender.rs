@@ -56,20 +56,31 @@ impl ExtenderProcess {
 
     /// Starts it and waits until it is ready, failing with its log if it exits or is not ready `within`.
     pub async fn start(&mut self, cp: &ControlPlane, within: Duration) {
+        let port = self.port;
+        let process = self.spawn(cp);
+        wait_answering(process, port, "/readyz", within, || true).await;
+    }
+
+    /// Starts it without waiting (over TLS, where `/readyz` is not plain HTTP).
+    pub fn spawn(&mut self, cp: &ControlPlane) -> &mut Component {
         let env: Vec<(&str, &str)> = self
             .env
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let process = self.process.insert(Component::spawn_with_env(
+        self.process.insert(Component::spawn_with_env(
             &self.name,
             &localpv_bin(),
             &self.args,
             &env,
             &cp.log_dir(),
             cp.reaper(),
-        ));
-        wait_answering(process, self.port, "/readyz", within, || true).await;
+        ))
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        self.process.as_mut().is_some_and(Component::running)
     }
 
     /// SIGTERM, then SIGKILL after `grace`.

@@ -1,11 +1,12 @@
 //! Test support shared by the integration tests and the benchmarks: a real control plane (`cluster`), stand-in
 //! nodes (`nodes`), real disks (`disks`) and disks that fail on command (`faulty`), agent and extender processes
-//! (`agent`, `extender`), and the process plumbing under them (`proc`, `certs`).
+//! (`agent`, `extender`), and the process plumbing under them (`proc`, `certs`, `cgroup`).
 #![allow(dead_code)]
 
 pub mod agent;
 pub mod audit;
 pub mod certs;
+pub mod cgroup;
 pub mod cluster;
 pub mod disks;
 pub mod extender;

@@ -28,6 +28,8 @@ pub struct NodeMeta {
     /// The span of the `labels` object within the node's text, when it has one.
     pub labels: Option<Range<usize>>,
     pub hostname: Option<String>,
+    /// How many labels it has: what its map would hold if a decision built it.
+    pub label_count: usize,
 }
 
 /// Reads `metadata.name` and checks `metadata.labels` of one node; `null` (or an object without metadata) gives an
@@ -47,14 +49,15 @@ pub fn read(text: &str) -> Result<NodeMeta, serde_json::Error> {
         });
     };
     let json = labels.get();
-    let hostname = serde_json::from_str::<Option<HostnameProbe>>(json)?.and_then(|p| p.0);
+    let probe = serde_json::from_str::<Option<HostnameProbe>>(json)?.unwrap_or_default();
     let start = (json.as_ptr() as usize)
         .checked_sub(text.as_ptr() as usize)
         .ok_or_else(|| walk_failed(at))?;
     Ok(NodeMeta {
         name: meta.name.unwrap_or_default(),
         labels: Some(start..start + json.len()),
-        hostname,
+        hostname: probe.hostname,
+        label_count: probe.count,
     })
 }
 
@@ -73,17 +76,25 @@ pub struct WireLabels {
     /// The labels object's JSON (a slice of the request body), empty when the node has none.
     json: Bytes,
     hostname: Option<String>,
+    count: usize,
     map: OnceLock<Labels>,
 }
 
 impl WireLabels {
     /// `json` must be a labels object that `read` accepted.
-    pub fn new(json: Bytes, hostname: Option<String>) -> WireLabels {
+    pub fn new(json: Bytes, hostname: Option<String>, count: usize) -> WireLabels {
         WireLabels {
             json,
             hostname,
+            count,
             map: OnceLock::new(),
         }
+    }
+
+    /// What building the map would cost at most, beyond the body (which holds the JSON): a map slot and two
+    /// allocations per label, and a copy of the labels' text.
+    pub fn map_bytes(&self) -> usize {
+        self.count * LABEL_BYTES + self.json.len()
     }
 
     /// Whether a decision has asked for the whole map yet.
@@ -110,6 +121,10 @@ impl NodeLabels for WireLabels {
         })
     }
 }
+
+/// A built label's share of its `BTreeMap` node (two 24-byte `String`s, with the spare room of a node two thirds
+/// full) and the allocator's overhead for its two strings; their text is about the labels' JSON.
+const LABEL_BYTES: usize = 96;
 
 /// Labels decoded straight into `Labels`, a `null` value read as "".
 struct LabelMap(Labels);
@@ -138,9 +153,13 @@ impl<'de> Visitor<'de> for LabelMapVisitor {
     }
 }
 
-/// Walks a labels object, checking that every value is a string or null, and keeps only the hostname's value;
-/// strings without escapes are borrowed, so nothing else is allocated.
-struct HostnameProbe(Option<String>);
+/// Walks a labels object, checking that every value is a string or null, and keeps only the hostname's value and
+/// how many labels there are; strings without escapes are borrowed, so nothing else is allocated, however many.
+#[derive(Default)]
+struct HostnameProbe {
+    hostname: Option<String>,
+    count: usize,
+}
 
 impl<'de> Deserialize<'de> for HostnameProbe {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -158,13 +177,14 @@ impl<'de> Visitor<'de> for HostnameVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<HostnameProbe, A::Error> {
-        let mut hostname = None;
+        let mut probe = HostnameProbe::default();
         while let Some((key, value)) = map.next_entry::<Text<'de>, Option<Text<'de>>>()? {
+            probe.count += 1;
             if key.0 == HOSTNAME_LABEL {
-                hostname = Some(value.map(|v| v.0.into_owned()).unwrap_or_default());
+                probe.hostname = Some(value.map(|v| v.0.into_owned()).unwrap_or_default());
             }
         }
-        Ok(HostnameProbe(hostname))
+        Ok(probe)
     }
 }
 

@@ -30,9 +30,12 @@ fn node(i: usize, extra: &str) -> String {
 
 /// Names, raw JSON and hostnames of the nodes, or the error's message.
 fn outcome(body: &str, split: Split) -> Result<Vec<(String, String, Option<String>)>, String> {
-    let args =
-        ExtenderArgs::decode_split(Bytes::copy_from_slice(body.as_bytes()), split, usize::MAX)
-            .map_err(|e| e.to_string())?;
+    let args = ExtenderArgs::decode_split(
+        Bytes::copy_from_slice(body.as_bytes()),
+        split,
+        &DecodeLimits::default(),
+    )
+    .map_err(|e| e.to_string())?;
     let nodes = args.nodes.expect("nodes given");
     Ok(nodes
         .iter()
