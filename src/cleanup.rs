@@ -113,6 +113,8 @@ pub struct Volume {
     pub phase: Phase,
     pub claim: Option<ClaimRef>,
     pub deleting: bool,
+    /// `spec.storageClassName`.
+    pub class: Option<String>,
 }
 
 impl Volume {
@@ -137,6 +139,7 @@ impl Volume {
                 uid: c.uid.clone(),
             }),
             deleting: meta.deletion_timestamp.is_some(),
+            class: pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()),
         }
     }
 }

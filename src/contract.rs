@@ -57,6 +57,17 @@ pub const ANN_WIPE_LIFETIME: &str = "localpv.io/wipe-lifetime";
 /// and withdraws its Available PV, until `localpv disks uncordon` removes it. Kept on the object, so it survives
 /// agent restarts.
 pub const ANN_CORDONED: &str = "localpv.io/cordoned";
+/// Annotation on a claim, a StatefulSet or a StorageClass: `on`, `dry-run` or `off`, whether a StatefulSet replica
+/// whose local volume is lost (its disk Failed, its node lost, its disk drained) is recovered by deleting its claim
+/// and pod (`crate::recovery`). The claim's wins over the set's, the set's over the class's; off when none says.
+pub const ANN_RECOVERY: &str = "localpv.io/recovery";
+/// LocalDisk annotation set by `localpv disks drain` (with the cordon): the claim on the disk is moved away the
+/// guarded way of `crate::recovery`, when its claim, set or class opted in, or always with the value [`DRAIN_FORCE`].
+pub const ANN_DRAIN: &str = "localpv.io/drain";
+/// The value of [`ANN_DRAIN`] that stands for an explicit `--force`: the drain needs no opt-in (guards still hold).
+pub const DRAIN_FORCE: &str = "force";
+/// Kubernetes' non-graceful node shutdown taint: the node is known to be down.
+pub const TAINT_OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 /// StorageClass annotation overriding the extender's global score strategy for claims of that class.
 pub const ANN_SCORE_STRATEGY: &str = "localpv.io/score-strategy";
 

@@ -33,6 +33,7 @@ pub mod inventory;
 pub mod logging;
 pub mod plan;
 pub mod pvname;
+pub mod recovery;
 pub mod selector;
 pub mod serve;
 #[cfg(feature = "node")]
