@@ -18,6 +18,7 @@
 pub mod explain;
 pub mod lease;
 pub mod metrics;
+pub mod recover;
 #[cfg(test)]
 mod tests;
 
@@ -26,7 +27,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Client;
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
@@ -41,6 +42,7 @@ use crate::contract::NODE_LABEL;
 use crate::effects::{self, Applied, Failed, Reason, Uncounted};
 use crate::inventory::LocalDisk;
 use crate::logging::error_text;
+use crate::recovery::{Disk, NodeState};
 use crate::watch::{Store, Watcher, models};
 
 const TICK: Duration = Duration::from_secs(5);
@@ -56,15 +58,19 @@ pub struct Config {
     pub explain: Option<Arc<dyn Explain>>,
     pub lease_namespace: String,
     pub identity: String,
+    /// Recover StatefulSet replicas whose local volume is lost (issue 37), when set.
+    pub recovery: Option<recover::Settings>,
 }
 
 struct Stores<N> {
     /// Keyed by node name; the model is whatever the store's owner keeps (only the keys are read here).
     nodes: Arc<Store<N>>,
     pvs: Arc<Store<Volume>>,
-    /// LocalDisk name -> its node.
-    disks: Arc<Store<String>>,
+    /// LocalDisk name -> its node, PV, health and drain.
+    disks: Arc<Store<Disk>>,
     pods: Arc<Store<PendingPod>>,
+    /// Node name -> out-of-service taint and NotReady time; watched only when recovery reads those signals.
+    node_states: Option<Arc<Store<NodeState>>>,
 }
 
 impl<N> Clone for Stores<N> {
@@ -74,6 +80,7 @@ impl<N> Clone for Stores<N> {
             pvs: self.pvs.clone(),
             disks: self.disks.clone(),
             pods: self.pods.clone(),
+            node_states: self.node_states.clone(),
         }
     }
 }
@@ -87,18 +94,22 @@ pub async fn run<N: Send + Sync + 'static>(
     metrics: Metrics,
     shutdown: tokio_watch::Receiver<bool>,
 ) {
+    let signals = cfg.recovery.as_ref().map(|r| r.signals.clone());
+    let node_signals = signals.is_some_and(|s| s.out_of_service || s.not_ready_after.is_some());
     let st = Stores {
         nodes,
         pvs: Store::new(),
         disks: Store::new(),
         pods: Store::new(),
+        node_states: node_signals.then(Store::new),
     };
     // NB: the loop runs on its timer; the watches' change signal is not needed here.
     let watcher = Watcher::new(client.clone(), Arc::new(Notify::new()), shutdown.clone());
     let ours = watcher::Config::default().labels(NODE_LABEL);
     let unscheduled = watcher::Config::default().fields("spec.nodeName=");
     let volume = |pv: PersistentVolume| Ok::<_, Infallible>(Volume::from_pv(&pv));
-    let disk = |d: LocalDisk| Ok::<_, Infallible>(d.spec.node);
+    let disk = |d: LocalDisk| Ok::<_, Infallible>(Disk::from_local_disk(&d));
+    let node_state = |n: Node| Ok::<_, Infallible>(NodeState::from_node(&n));
     let explain = cfg.explain.clone();
     tokio::join!(
         watcher.run(ours.clone(), st.pvs.clone(), models(volume)),
@@ -109,6 +120,12 @@ pub async fn run<N: Send + Sync + 'static>(
                     move |p: Pod| Ok::<_, Infallible>(PendingPod::new(&p, explain.claims(&p)));
                 let pods = st.pods.clone();
                 watcher.run(unscheduled, pods, models(pod)).await;
+            }
+        },
+        async {
+            if let Some(states) = st.node_states.clone() {
+                let every = watcher::Config::default();
+                watcher.run(every, states, models(node_state)).await;
             }
         },
         lead(client, cfg, st.clone(), metrics, shutdown.clone()),
@@ -135,6 +152,7 @@ struct Memory {
     warned: BTreeSet<String>,
     /// The store generations the last clean-up plan saw.
     planned_at: Option<[u64; 3]>,
+    recovery: recover::Memory,
 }
 
 async fn lead<N: Send + Sync + 'static>(
@@ -153,7 +171,7 @@ async fn lead<N: Send + Sync + 'static>(
     );
     let mut writer = Writer {
         effects: effects::Writer::new(
-            client,
+            client.clone(),
             "localpv-cleanup",
             &cfg.identity,
             Arc::new(Uncounted),
@@ -182,6 +200,9 @@ async fn lead<N: Send + Sync + 'static>(
             }
             if cfg.node_cleanup {
                 clean_up(&writer, &cfg.settings, &st, &mut memory).await;
+            }
+            if let Some(settings) = &cfg.recovery {
+                recover_lost(&writer, &client, settings, &st, &mut memory).await;
             }
         }
         tokio::select! {
@@ -253,7 +274,7 @@ async fn clean_up<N: Send + Sync + 'static>(
     let disks: Vec<(String, String)> = st.disks.read(|items| {
         let pairs = items
             .iter()
-            .map(|(name, node)| (name.clone(), String::clone(node)));
+            .map(|(name, disk)| (name.clone(), disk.node.clone()));
         pairs.collect()
     });
     let pvs = st.pvs.shared();
@@ -291,6 +312,42 @@ async fn clean_up<N: Send + Sync + 'static>(
     memory.planned_at = Some(seen);
     memory.gone_since = gone_since;
     memory.warned = warned;
+}
+
+/// The recovery pass (`recover`), once every store it reads has synced.
+async fn recover_lost<N: Send + Sync + 'static>(
+    writer: &Writer,
+    client: &Client,
+    settings: &recover::Settings,
+    st: &Stores<N>,
+    memory: &mut Memory,
+) {
+    let states_synced = st.node_states.as_ref().is_none_or(|s| s.synced());
+    if !(st.nodes.synced() && st.pvs.synced() && st.disks.synced() && states_synced) {
+        return;
+    }
+    let nodes: BTreeMap<String, NodeState> = match &st.node_states {
+        Some(states) => states.read(|items| {
+            let states = items.iter().map(|(n, s)| (n.clone(), NodeState::clone(s)));
+            states.collect()
+        }),
+        None => st.nodes.read(|items| {
+            let names = items.keys().map(|n| (n.clone(), NodeState::default()));
+            names.collect()
+        }),
+    };
+    let pvs = st.pvs.shared();
+    let disks: Vec<Disk> = st
+        .disks
+        .read(|items| items.values().map(|d| Disk::clone(d)).collect());
+    let _timer = writer.timed(Work::Recovery);
+    let inputs = recover::Inputs {
+        pvs: &pvs,
+        disks: &disks,
+        nodes: &nodes,
+        gone_since: &memory.gone_since,
+    };
+    recover::pass(writer, client, settings, &inputs, &mut memory.recovery).await;
 }
 
 /// Sends the leader's writes through the program's one effects writer, each only while the Lease is held, and

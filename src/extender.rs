@@ -107,6 +107,24 @@ pub struct Options {
     /// replica holding the `localpv-cleanup` Lease): kube-scheduler's own FailedScheduling message cannot carry them.
     #[arg(long, env = "LOCALPV_EXPLAIN_PENDING", default_value_t = true, action = clap::ArgAction::Set)]
     pub explain_pending: bool,
+    /// Recover StatefulSet replicas whose local volume is lost (a Failed disk, a drained disk, and the node
+    /// signals below), for claims, StatefulSets or StorageClasses annotated `localpv.io/recovery=on` (or
+    /// `dry-run`): the claim and pod are deleted so the StatefulSet makes a new claim on a free disk. Off: nothing
+    /// is read or deleted for it.
+    #[arg(long, env = "LOCALPV_RECOVERY", default_value_t = false, action = clap::ArgAction::Set)]
+    pub recovery: bool,
+    /// Least time between two recoveries in the whole cluster.
+    #[arg(long, env = "LOCALPV_RECOVERY_INTERVAL", default_value = "5m", value_parser = parse_duration)]
+    pub recovery_interval: Duration,
+    /// With --recovery: a Node deleted for longer than --node-cleanup-grace counts as lost.
+    #[arg(long, env = "LOCALPV_RECOVER_DELETED_NODES", default_value_t = false, action = clap::ArgAction::Set)]
+    pub recover_deleted_nodes: bool,
+    /// With --recovery: a Node tainted node.kubernetes.io/out-of-service (non-graceful shutdown) counts as lost.
+    #[arg(long, env = "LOCALPV_RECOVER_OUT_OF_SERVICE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub recover_out_of_service: bool,
+    /// With --recovery: a Node NotReady for this long counts as lost (off when unset).
+    #[arg(long, env = "LOCALPV_RECOVER_NOT_READY_AFTER", value_parser = parse_duration)]
+    pub recover_not_ready_after: Option<Duration>,
     /// Namespace of the clean-up Lease (the chart passes its own namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
     pub lease_namespace: String,
@@ -120,6 +138,30 @@ pub struct Options {
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
     crate::config::values::go_duration(text)
+}
+
+/// Recovery's settings from the flags; class policies are read from the extender's own StorageClass store.
+fn recovery_settings(
+    opts: &Options,
+    classes: Arc<crate::watch::Store<crate::extender::model::Class>>,
+) -> crate::controller::recover::Settings {
+    let classes = move || {
+        classes.read(|items| {
+            let asks = items.values().map(|c| (c.name.clone(), c.recovery.clone()));
+            asks.collect()
+        })
+    };
+    crate::controller::recover::Settings {
+        signals: crate::recovery::NodeSignals {
+            gone_after: opts
+                .recover_deleted_nodes
+                .then_some(opts.node_cleanup_grace),
+            out_of_service: opts.recover_out_of_service,
+            not_ready_after: opts.recover_not_ready_after,
+        },
+        interval: opts.recovery_interval,
+        classes: Arc::new(classes),
+    }
 }
 
 /// A count limit: 0 would refuse every request.
@@ -139,6 +181,31 @@ impl Options {
             ..crate::serve::Limits::extender()
         };
         self.http.apply(defaults)
+    }
+
+    /// Recovery's flags make sense together: a node signal without --recovery, or deleted nodes without the
+    /// clean-up that times their absence, would silently do nothing.
+    pub fn check_recovery(&self) -> Result<(), String> {
+        let signals = [
+            ("--recover-deleted-nodes", self.recover_deleted_nodes),
+            ("--recover-out-of-service", self.recover_out_of_service),
+            (
+                "--recover-not-ready-after",
+                self.recover_not_ready_after.is_some(),
+            ),
+        ];
+        if let Some((flag, _)) = signals.iter().find(|(_, on)| *on && !self.recovery) {
+            return Err(format!("{flag} needs --recovery=true"));
+        }
+        if self.recover_deleted_nodes && !self.node_cleanup {
+            return Err(
+                "--recover-deleted-nodes needs --node-cleanup=true (it times how long a node is gone)".into(),
+            );
+        }
+        if self.recovery_interval.is_zero() {
+            return Err("--recovery-interval must be more than 0".into());
+        }
+        Ok(())
     }
 
     /// The counts a request may hold once decoded.
@@ -165,6 +232,7 @@ impl Options {
 
 /// Serves until SIGTERM/SIGINT: watches feed the cache, the app answers the scheduler.
 pub async fn run(opts: Options) -> anyhow::Result<()> {
+    opts.check_recovery().map_err(anyhow::Error::msg)?;
     let client = kube::Client::try_default()
         .await
         .context("failed to build a Kubernetes client")?;
@@ -181,7 +249,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stores = watch::Stores::default();
-    let controller = (opts.node_cleanup || opts.explain_pending).then(|| {
+    let controller = (opts.node_cleanup || opts.explain_pending || opts.recovery).then(|| {
         let explain = opts.explain_pending.then(|| {
             let explainer = pending::Explainer::new(cache.clone());
             Arc::new(explainer) as Arc<dyn crate::controller::explain::Explain>
@@ -193,6 +261,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
                 grace: opts.node_cleanup_grace,
                 delete_claims_after: opts.delete_claims_after,
             },
+            recovery: opts
+                .recovery
+                .then(|| recovery_settings(&opts, stores.classes.clone())),
             lease_namespace: opts.lease_namespace.clone(),
             identity: opts
                 .identity
@@ -310,5 +381,52 @@ mod options_tests {
             let err = err.unwrap_or_else(|| panic!("{flag}=0 accepted"));
             assert!(err.contains(flag) && err.contains("at least 1"), "{err}");
         }
+    }
+
+    #[test]
+    fn recovery_is_off_by_default_and_a_flag_that_would_do_nothing_is_refused_naming_it() {
+        let defaults = parse(&[]).expect("no flags");
+        assert!(!defaults.recovery);
+        assert_eq!(defaults.check_recovery(), Ok(()));
+        for (args, flag) in [
+            (
+                vec!["--recover-out-of-service=true"],
+                "--recover-out-of-service",
+            ),
+            (
+                vec!["--recover-not-ready-after=5m"],
+                "--recover-not-ready-after",
+            ),
+            (
+                vec!["--recover-deleted-nodes=true"],
+                "--recover-deleted-nodes",
+            ),
+            (
+                vec![
+                    "--recovery=true",
+                    "--recover-deleted-nodes=true",
+                    "--node-cleanup=false",
+                ],
+                "--node-cleanup",
+            ),
+            (
+                vec!["--recovery=true", "--recovery-interval=0s"],
+                "--recovery-interval",
+            ),
+        ] {
+            let err = parse(&args)
+                .expect("parses")
+                .check_recovery()
+                .expect_err("refused");
+            assert!(err.contains(flag), "{args:?}: {err}");
+        }
+        let all = parse(&[
+            "--recovery=true",
+            "--recover-deleted-nodes=true",
+            "--recover-out-of-service=true",
+            "--recover-not-ready-after=10m",
+        ])
+        .expect("parses");
+        assert_eq!(all.check_recovery(), Ok(()));
     }
 }

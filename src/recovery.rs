@@ -33,9 +33,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 
 use crate::cleanup::Volume;
-use crate::contract::{
-    ANN_DRAIN, ANN_RECOVERY, DRAIN_FORCE, Phase, TAINT_OUT_OF_SERVICE,
-};
+use crate::contract::{ANN_DRAIN, ANN_RECOVERY, DRAIN_FORCE, Phase, TAINT_OUT_OF_SERVICE};
 use crate::health::State;
 
 #[cfg(test)]
@@ -88,7 +86,11 @@ impl Ask {
     }
 
     fn of(annotations: Option<&BTreeMap<String, String>>) -> Ask {
-        Ask::from_annotation(annotations.and_then(|a| a.get(ANN_RECOVERY)).map(String::as_str))
+        Ask::from_annotation(
+            annotations
+                .and_then(|a| a.get(ANN_RECOVERY))
+                .map(String::as_str),
+        )
     }
 }
 
@@ -111,13 +113,18 @@ pub struct Disk {
 impl Disk {
     pub fn from_local_disk(d: &crate::inventory::LocalDisk) -> Disk {
         let status = d.status.as_ref();
-        let health = status.and_then(|s| s.health.as_deref()).and_then(|h| match h {
-            "Degraded" => Some(State::Degraded),
-            "Failed" => Some(State::Failed),
-            _ => None,
+        let health = status
+            .and_then(|s| s.health.as_deref())
+            .and_then(|h| match h {
+                "Degraded" => Some(State::Degraded),
+                "Failed" => Some(State::Failed),
+                _ => None,
+            });
+        let condition = status.and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "Healthy" && c.status == "False")
         });
-        let condition = status
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Healthy" && c.status == "False"));
         let drain = d
             .metadata
             .annotations
@@ -188,10 +195,20 @@ pub enum Loss {
         message: String,
     },
     /// An operator drains its disk.
-    Drain { disk: String, force: bool },
-    NodeGone { node: String },
-    NodeOutOfService { node: String },
-    NodeNotReady { node: String, since: SystemTime },
+    Drain {
+        disk: String,
+        force: bool,
+    },
+    NodeGone {
+        node: String,
+    },
+    NodeOutOfService {
+        node: String,
+    },
+    NodeNotReady {
+        node: String,
+        since: SystemTime,
+    },
 }
 
 impl Loss {
@@ -248,6 +265,14 @@ pub struct Sources<'a> {
 
 /// The Bound PVs whose data is lost, one entry per PV (the first reason found: disk before node).
 pub fn lost(s: &Sources<'_>) -> Vec<Lost> {
+    // NB: a LocalDisk counts only for the PV it names on the PV's own node: a LocalDisk naming another node's PV
+    // says nothing about it. Only Failed and drained disks matter; index them once, not per PV.
+    let telling: BTreeMap<(&str, &str), &Disk> = s
+        .disks
+        .iter()
+        .filter(|d| d.health == Some(State::Failed) || d.drain.is_some())
+        .filter_map(|d| Some(((d.pv.as_deref()?, d.node.as_str()), d)))
+        .collect();
     let mut out = Vec::new();
     for pv in s.pvs {
         let (Phase::Bound, Some(claim), false) = (pv.phase, &pv.claim, pv.deleting) else {
@@ -257,7 +282,8 @@ pub fn lost(s: &Sources<'_>) -> Vec<Lost> {
         else {
             continue;
         };
-        let Some(loss) = loss_of(pv, node, s) else {
+        let disk = telling.get(&(pv.name.as_str(), node.as_str())).copied();
+        let Some(loss) = disk.and_then(disk_loss).or_else(|| node_loss(node, s)) else {
             continue;
         };
         out.push(Lost {
@@ -274,28 +300,21 @@ pub fn lost(s: &Sources<'_>) -> Vec<Lost> {
     out
 }
 
-fn loss_of(pv: &Volume, node: &str, s: &Sources<'_>) -> Option<Loss> {
-    // NB: a LocalDisk counts only for the PV it names on the PV's own node: a LocalDisk naming another node's
-    // PV says nothing about it.
-    let disk = s
-        .disks
-        .iter()
-        .find(|d| d.pv.as_deref() == Some(pv.name.as_str()) && d.node == node);
-    if let Some(d) = disk {
-        if d.health == Some(State::Failed) {
-            return Some(Loss::DiskFailed {
-                disk: d.name.clone(),
-                reason: d.health_reason.clone().unwrap_or_else(|| "Failed".into()),
-                message: d.health_message.clone().unwrap_or_default(),
-            });
-        }
-        if let Some(force) = d.drain {
-            return Some(Loss::Drain {
-                disk: d.name.clone(),
-                force,
-            });
-        }
+fn disk_loss(d: &Disk) -> Option<Loss> {
+    if d.health == Some(State::Failed) {
+        return Some(Loss::DiskFailed {
+            disk: d.name.clone(),
+            reason: d.health_reason.clone().unwrap_or_else(|| "Failed".into()),
+            message: d.health_message.clone().unwrap_or_default(),
+        });
     }
+    d.drain.map(|force| Loss::Drain {
+        disk: d.name.clone(),
+        force,
+    })
+}
+
+fn node_loss(node: &str, s: &Sources<'_>) -> Option<Loss> {
     let node_name = node.to_string();
     match s.nodes.get(node) {
         None => {
@@ -573,7 +592,11 @@ pub fn decide(
          disk is Failed)",
         lost.loss.describe(&lost.node),
         lost.pv,
-        if mode == Mode::On { "deleting" } else { "dry run: would delete" },
+        if mode == Mode::On {
+            "deleting"
+        } else {
+            "dry run: would delete"
+        },
         lost.namespace,
         lost.claim,
         pod_part,
@@ -619,7 +642,9 @@ pub fn replica_of<'s>(claim: &str, scene: &'s Scene) -> Option<(&'s Set, Replica
                 .and_then(|r| r.strip_prefix('-'))
                 .and_then(|r| r.strip_prefix(set.name.as_str()))
                 .and_then(|r| r.strip_prefix('-'))
-                .filter(|r| !r.starts_with('+') && !(r.len() > 1 && r.starts_with('0')))
+                .filter(|r| {
+                    r.bytes().all(|b| b.is_ascii_digit()) && (*r == "0" || !r.starts_with('0'))
+                })
                 .and_then(|r| r.parse::<u32>().ok())
             else {
                 continue;

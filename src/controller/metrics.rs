@@ -18,6 +18,9 @@ pub enum WriteKind {
     WarnClaim,
     DeleteClaim,
     ExplainPod,
+    /// Recovery of a lost replica (issue 37): its pod, and the Events about it (claim, pod, set, PV).
+    DeletePod,
+    RecoveryEvent,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -34,6 +37,20 @@ pub enum Outcome {
 pub enum Work {
     Cleanup,
     Explain,
+    Recovery,
+}
+
+/// What recovery decided for one lost volume in one pass.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Verdict {
+    Recovered,
+    DryRun,
+    Held,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    pub verdict: Verdict,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -54,6 +71,8 @@ pub struct Metrics {
     pub leader: Gauge,
     pub writes: Family<WriteLabels, Counter>,
     pub pass: HistogramFamily,
+    /// Lost volumes by what recovery decided, once per volume and decision.
+    pub recoveries: Family<VerdictLabels, Counter>,
 }
 
 fn pass_histogram() -> Histogram {
@@ -67,6 +86,7 @@ impl Metrics {
             leader: Gauge::default(),
             writes: Family::default(),
             pass: HistogramFamily::new_with_constructor(pass_histogram),
+            recoveries: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("localpv_controller");
         r.register(
@@ -84,12 +104,19 @@ impl Metrics {
             "Time to plan one clean-up or explanation pass (off the async workers)",
             m.pass.clone(),
         );
+        r.register(
+            "recoveries",
+            "Lost local volumes of StatefulSet replicas by what recovery decided (once per volume and decision)",
+            m.recoveries.clone(),
+        );
         let writes = [
             WriteKind::DeletePv,
             WriteKind::DeleteLocalDisk,
             WriteKind::WarnClaim,
             WriteKind::DeleteClaim,
             WriteKind::ExplainPod,
+            WriteKind::DeletePod,
+            WriteKind::RecoveryEvent,
         ];
         let outcomes = [
             Outcome::Applied,
@@ -101,7 +128,12 @@ impl Metrics {
         at_zero(&m.writes, writes.into_iter().flat_map(every));
         at_zero(
             &m.pass,
-            [Work::Cleanup, Work::Explain].map(|work| WorkLabels { work }),
+            [Work::Cleanup, Work::Explain, Work::Recovery].map(|work| WorkLabels { work }),
+        );
+        at_zero(
+            &m.recoveries,
+            [Verdict::Recovered, Verdict::DryRun, Verdict::Held]
+                .map(|verdict| VerdictLabels { verdict }),
         );
         m
     }
@@ -120,6 +152,8 @@ mod tests {
                 r#"localpv_controller_writes_total{write="ExplainPod",outcome="Applied"} 0"#,
                 r#"localpv_controller_pass_duration_seconds_count{work="Cleanup"} 0"#,
                 "localpv_controller_leader 0",
+                r#"localpv_controller_recoveries_total{verdict="Recovered"} 0"#,
+                r#"localpv_controller_writes_total{write="DeletePod",outcome="Applied"} 0"#,
             ],
         );
     }

@@ -45,11 +45,19 @@ pub enum Reason {
     // Written by the extender's leader: on pending pods and on claims of a deleted node.
     NoLocalVolume,
     NodeDeleted,
+    // Written by the extender's leader about a StatefulSet replica whose local volume is lost (issue 37): on its
+    // PV, claim, pod and StatefulSet.
+    /// The claim and pod were deleted so the StatefulSet makes a new claim on a free disk.
+    ReplicaRecovered,
+    /// Dry run: what recovery would delete.
+    ReplicaRecoveryDryRun,
+    /// Nothing done: recovery is off, or a guard holds it (another replica not Ready, one in flight, the rate).
+    ReplicaRecoveryHeld,
 }
 
 impl Reason {
     /// Every reason, for tests and documentation checks.
-    pub const ALL: [Reason; 23] = [
+    pub const ALL: [Reason; 26] = [
         Reason::DiskMissing,
         Reason::DiskReturned,
         Reason::DiskIdentityChanged,
@@ -73,6 +81,9 @@ impl Reason {
         Reason::InventoryUnavailable,
         Reason::NoLocalVolume,
         Reason::NodeDeleted,
+        Reason::ReplicaRecovered,
+        Reason::ReplicaRecoveryDryRun,
+        Reason::ReplicaRecoveryHeld,
     ];
 
     /// The stable CamelCase spelling the Event carries.
@@ -101,6 +112,9 @@ impl Reason {
             Reason::InventoryUnavailable => "InventoryUnavailable",
             Reason::NoLocalVolume => "NoLocalVolume",
             Reason::NodeDeleted => "NodeDeleted",
+            Reason::ReplicaRecovered => "ReplicaRecovered",
+            Reason::ReplicaRecoveryDryRun => "ReplicaRecoveryDryRun",
+            Reason::ReplicaRecoveryHeld => "ReplicaRecoveryHeld",
         }
     }
 

@@ -244,6 +244,8 @@ pub struct Class {
     pub provisioner: String,
     pub wait_for_first_consumer: bool,
     pub strategy: Option<Strategy>,
+    /// Its `localpv.io/recovery` annotation (read by the Lease holder's recovery, not by the scheduling decision).
+    pub recovery: crate::recovery::Ask,
 }
 
 impl Class {
@@ -251,17 +253,18 @@ impl Class {
         let name = sc.metadata.name.clone().ok_or(ModelError::MissingName {
             kind: "StorageClass",
         })?;
-        let strategy = sc
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANN_SCORE_STRATEGY));
+        let annotations = sc.metadata.annotations.as_ref();
+        let strategy = annotations.and_then(|a| a.get(ANN_SCORE_STRATEGY));
+        let recovery = annotations
+            .and_then(|a| a.get(crate::contract::ANN_RECOVERY))
+            .map(String::as_str);
         Ok(Class {
             name,
             provisioner: sc.provisioner.clone(),
             wait_for_first_consumer: sc.volume_binding_mode.as_deref()
                 == Some("WaitForFirstConsumer"),
             strategy: strategy.and_then(|s| Strategy::parse(s)),
+            recovery: crate::recovery::Ask::from_annotation(recovery),
         })
     }
 

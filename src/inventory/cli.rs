@@ -13,7 +13,7 @@ use kube::{Client, Config};
 use super::crd::{LocalDisk, LocalDiskPhase};
 use super::format::{self, Filter, FormatError, Output};
 use crate::config::values::label_value_problem;
-use crate::contract::{ANN_CORDONED, CLASS_LABEL, NODE_LABEL};
+use crate::contract::{ANN_CORDONED, ANN_DRAIN, CLASS_LABEL, DRAIN_FORCE, NODE_LABEL};
 
 /// List the disks the node agents found, on every node.
 #[derive(clap::Args, Debug, Clone)]
@@ -46,7 +46,17 @@ pub enum Action {
     /// Stop publishing a disk: its Available PV is withdrawn and no new PV is made for it until `uncordon`. Bound
     /// and Released PVs go on as usual. DISK is a LocalDisk name, or NODE/ENTRY (`node-1/vol1`).
     Cordon { disk: String },
-    /// Publish a cordoned disk again.
+    /// Cordon a disk and move the claim on it away: the claim and pod of a StatefulSet replica are deleted so the
+    /// StatefulSet makes a new claim on another disk, the guarded way of recovery (docs/failure.md): only with the
+    /// extender's --recovery, when the claim, its StatefulSet or its class opted in (`localpv.io/recovery`), or with
+    /// --force; never while another replica is not Ready.
+    Drain {
+        disk: String,
+        /// Drain without the opt-in (the guards still hold).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Publish a cordoned (or drained) disk again.
     Uncordon { disk: String },
 }
 
@@ -117,11 +127,14 @@ pub async fn run(opts: &Options) -> Result<String, DisksError> {
     Ok(format::render(&disks, opts.output, SystemTime::now())?)
 }
 
-/// Sets or removes the cordon annotation on the one LocalDisk `action` names.
+/// Sets or removes the cordon (and drain) annotations on the one LocalDisk `action` names.
 async fn cordon(api: &Api<LocalDisk>, action: &Action) -> Result<String, DisksError> {
-    let (target, on) = match action {
-        Action::Cordon { disk } => (disk, true),
-        Action::Uncordon { disk } => (disk, false),
+    let (target, on, drain) = match action {
+        Action::Cordon { disk } => (disk, true, None),
+        Action::Drain { disk, force } => {
+            (disk, true, Some(if *force { DRAIN_FORCE } else { "true" }))
+        }
+        Action::Uncordon { disk } => (disk, false, None),
     };
     let disks = api
         .list(&ListParams::default())
@@ -136,16 +149,30 @@ async fn cordon(api: &Api<LocalDisk>, action: &Action) -> Result<String, DisksEr
     };
     let name = disk.metadata.name.clone().unwrap_or_default();
     let value = on.then_some("true");
-    let patch = serde_json::json!({"metadata": {"annotations": {ANN_CORDONED: value}}});
+    // NB: a plain cordon leaves a drain in place (it only adds); uncordon ends both.
+    let mut annotations = serde_json::json!({ANN_CORDONED: value});
+    if drain.is_some() || !on {
+        annotations[ANN_DRAIN] = serde_json::json!(drain);
+    }
+    let patch = serde_json::json!({"metadata": {"annotations": annotations}});
     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(DisksError::Patch)?;
     let (node, path) = (&disk.spec.node, &disk.spec.path);
-    Ok(match on {
-        true => format!(
+    Ok(match (on, drain) {
+        (true, None) => format!(
             "cordoned {name} ({node}:{path}): no new claim gets it; its Available PV, if any, is withdrawn\n"
         ),
-        false => format!("uncordoned {name} ({node}:{path}): it is published again\n"),
+        (true, Some(how)) => format!(
+            "draining {name} ({node}:{path}){}: cordoned; the claim on it is moved once the extender's recovery \
+             allows (Events on the claim say what holds it)\n",
+            if how == DRAIN_FORCE {
+                " with --force"
+            } else {
+                ""
+            }
+        ),
+        (false, _) => format!("uncordoned {name} ({node}:{path}): it is published again\n"),
     })
 }
 

@@ -1,6 +1,9 @@
 use super::*;
 use crate::cleanup::ClaimRef;
 
+/// A named change to the test scene.
+type Change = (&'static str, fn(&mut Scene));
+
 fn at(secs: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs)
 }
@@ -54,10 +57,13 @@ impl World {
                 disk("node-1-a", "node-1", "pv-a", None),
                 disk("node-2-b", "node-2", "pv-b", None),
             ],
-            nodes: [("node-1", NodeState::default()), ("node-2", NodeState::default())]
-                .into_iter()
-                .map(|(n, s)| (n.to_string(), s))
-                .collect(),
+            nodes: [
+                ("node-1", NodeState::default()),
+                ("node-2", NodeState::default()),
+            ]
+            .into_iter()
+            .map(|(n, s)| (n.to_string(), s))
+            .collect(),
             gone_since: BTreeMap::new(),
             signals: NodeSignals::default(),
         }
@@ -122,9 +128,12 @@ fn a_local_disk_naming_a_pv_of_another_node_or_an_unbound_pv_loses_nothing() {
     assert_eq!(w.lost(at(0)), vec![]);
     // A Failed disk under an Available or Released PV: no claim to move.
     let mut w = World::new();
-    w.disks.push(disk("node-1-c", "node-1", "pv-c", Some(State::Failed)));
-    w.pvs.push(volume("pv-d", "node-1", Phase::Released, Some("old")));
-    w.disks.push(disk("node-1-d", "node-1", "pv-d", Some(State::Failed)));
+    w.disks
+        .push(disk("node-1-c", "node-1", "pv-c", Some(State::Failed)));
+    w.pvs
+        .push(volume("pv-d", "node-1", Phase::Released, Some("old")));
+    w.disks
+        .push(disk("node-1-d", "node-1", "pv-d", Some(State::Failed)));
     assert_eq!(w.lost(at(0)), vec![]);
     // A PV being deleted.
     let mut w = World::new();
@@ -351,17 +360,27 @@ fn a_recovery_deletes_the_claim_and_the_pod_it_names_and_says_what_is_lost() {
             pod_uid: Some("uid-web-0".into()),
         }
     );
-    for word in ["node-1-a", "FilesystemShutDown", "pv-a", "db/data-web-0", "web-0", "StatefulSet web"] {
+    for word in [
+        "node-1-a",
+        "FilesystemShutDown",
+        "pv-a",
+        "db/data-web-0",
+        "web-0",
+        "StatefulSet web",
+    ] {
         assert!(steps.message.contains(word), "{word} in {}", steps.message);
     }
 }
 
 #[test]
-fn only_a_claim_of_a_statefulset_template_in_its_own_namespace_with_its_pod_owned_by_the_set_is_recovered() {
+fn only_a_claim_of_a_statefulset_template_in_its_own_namespace_with_its_pod_owned_by_the_set_is_recovered()
+ {
     let on = policy(Some(Mode::On));
-    let cases: [(&str, fn(&mut Scene)); 6] = [
+    let cases: [Change; 6] = [
         ("no set in the namespace", |s| s.sets.clear()),
-        ("another template", |s| s.sets[0].templates = vec!["logs".into()]),
+        ("another template", |s| {
+            s.sets[0].templates = vec!["logs".into()]
+        }),
         ("the pod has another owner", |s| {
             s.pods[0].controller = Some("uid-someone".into())
         }),
@@ -403,7 +422,7 @@ fn only_a_claim_of_a_statefulset_template_in_its_own_namespace_with_its_pod_owne
 #[test]
 fn a_claim_that_is_gone_replaced_or_no_longer_the_pvs_is_settled() {
     let on = policy(Some(Mode::On));
-    let cases: [(&str, fn(&mut Scene)); 4] = [
+    let cases: [Change; 4] = [
         ("gone", |s| s.claim = None),
         ("deleting", |s| s.claim.as_mut().unwrap().deleting = true),
         ("re-created (another UID)", |s| {
@@ -424,17 +443,26 @@ fn a_claim_that_is_gone_replaced_or_no_longer_the_pvs_is_settled() {
 #[test]
 fn recovery_waits_while_another_replica_is_not_ready_missing_or_terminating() {
     let on = policy(Some(Mode::On));
-    let cases: [(&str, fn(&mut Scene), &str); 4] = [
-        ("web-1 not Ready", |s| s.pods[1].ready = false, "web-1"),
-        ("web-2 missing", |s| {
-            s.pods.remove(2);
-        }, "web-2"),
-        ("web-2 terminating", |s| s.pods[2].deleting = true, "web-2"),
-        ("web-1 owned by another set", |s| {
-            s.pods[1].controller = Some("uid-other".into())
-        }, "web-1"),
+    let cases: [(Change, &str); 4] = [
+        (("web-1 not Ready", |s| s.pods[1].ready = false), "web-1"),
+        (
+            ("web-2 missing", |s| {
+                s.pods.remove(2);
+            }),
+            "web-2",
+        ),
+        (
+            ("web-2 terminating", |s| s.pods[2].deleting = true),
+            "web-2",
+        ),
+        (
+            ("web-1 owned by another set", |s| {
+                s.pods[1].controller = Some("uid-other".into())
+            }),
+            "web-1",
+        ),
     ];
-    for (what, change, pod) in cases {
+    for ((what, change), pod) in cases {
         let mut s = scene();
         change(&mut s);
         let got = decide(&lost_a(), &s, &on, &mut Memory::default(), at(0));
@@ -514,7 +542,13 @@ fn one_recovery_in_flight_per_set_and_one_per_interval_in_the_cluster() {
         Decision::Hold(Hold::RateLimited { until: at(400) })
     );
     assert_eq!(
-        verdict(&decide(&lost_a(), &other, &policy(Some(Mode::DryRun)), &mut memory, at(399))),
+        verdict(&decide(
+            &lost_a(),
+            &other,
+            &policy(Some(Mode::DryRun)),
+            &mut memory,
+            at(399)
+        )),
         "dry-run"
     );
     assert_eq!(
@@ -555,7 +589,13 @@ fn a_forced_drain_needs_no_opt_in_but_keeps_every_guard() {
 fn a_claim_without_a_pod_is_recovered_by_deleting_the_claim_alone() {
     let mut s = scene();
     s.pods.remove(0);
-    let got = decide(&lost_a(), &s, &policy(Some(Mode::On)), &mut Memory::default(), at(0));
+    let got = decide(
+        &lost_a(),
+        &s,
+        &policy(Some(Mode::On)),
+        &mut Memory::default(),
+        at(0),
+    );
     let Decision::Recover(steps) = got else {
         panic!("{got:?}")
     };
@@ -578,5 +618,8 @@ fn modes_and_annotations_parse_strictly() {
         assert_eq!(Mode::parse(text), want, "{text:?}");
     }
     assert_eq!(Ask::from_annotation(None), Ask::Unset);
-    assert_eq!(Ask::from_annotation(Some("nope")), Ask::Invalid("nope".into()));
+    assert_eq!(
+        Ask::from_annotation(Some("nope")),
+        Ask::Invalid("nope".into())
+    );
 }

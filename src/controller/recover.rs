@@ -1,0 +1,409 @@
+//! The Lease holder's recovery pass (issue 37, points 2-4): the shell around the pure `crate::recovery`.
+//!
+//! ```text
+//!  stores: our PVs, LocalDisks, Nodes ──> recovery::lost ──> lost volumes ─┐
+//!  LocalDisks Degraded/Failed under a Bound PV ──> claims to tell ──────────┤ their namespaces only:
+//!                                                                           └─> read the claims, StatefulSets, pods
+//!  per lost volume: recovery::decide ──> Recover: Events (PV, claim, pod, set), delete claim, delete pod
+//!                                    ├─> DryRun / Hold: Events once, until the decision changes
+//!  per pod using a claim on a failing disk: DiskDegraded / DiskFailed Event, once per state
+//! ```
+//!
+//! Reads of claims, StatefulSets and pods are direct (a GET or a namespaced list per pass, only for the few
+//! namespaces with a failing disk or a lost volume): watching every claim, set and pod of the cluster for an event
+//! that rarely happens would cost the API server far more. A read that fails does nothing in that namespace this
+//! pass (fail safe). Every write goes through the effects writer, each only while the Lease is held, deletes with
+//! UID preconditions: a claim or pod re-created meanwhile is not touched.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, ListParams};
+use kube::runtime::events::EventType;
+use kube::{Client, Resource};
+use tracing::{info, warn};
+
+use super::Writer;
+use super::metrics::{Outcome, Verdict, VerdictLabels, WriteKind};
+use crate::cleanup::Volume;
+use crate::contract::Phase;
+use crate::effects::{self, Applied, Failed, Reason};
+use crate::health::State;
+use crate::logging::error_text;
+use crate::recovery::{
+    self, Ask, Claim, Decision, Disk, Lost, NodeSignals, NodeState, PodState, Policy, Scene, Set,
+    Sources, Steps,
+};
+
+/// The class policies, read fresh each pass (StorageClass name -> its `localpv.io/recovery` annotation).
+pub type Classes = Arc<dyn Fn() -> BTreeMap<String, Ask> + Send + Sync>;
+
+pub struct Settings {
+    pub signals: NodeSignals,
+    /// Least time between two recoveries in the cluster.
+    pub interval: Duration,
+    pub classes: Classes,
+}
+
+#[derive(Default)]
+pub struct Memory {
+    decisions: recovery::Memory,
+    /// `pv:<uid>` or `pod:<uid>` -> the last thing said about it; a key not seen in a pass is forgotten.
+    told: BTreeMap<String, String>,
+}
+
+/// What one pass reads from the stores.
+pub struct Inputs<'a> {
+    pub pvs: &'a [Arc<Volume>],
+    pub disks: &'a [Disk],
+    pub nodes: &'a BTreeMap<String, NodeState>,
+    pub gone_since: &'a BTreeMap<String, SystemTime>,
+}
+
+/// A claim on a Degraded or Failed disk: its pods are told.
+struct Failing<'a> {
+    namespace: &'a str,
+    claim: &'a str,
+    pv: &'a str,
+    disk: &'a Disk,
+    state: State,
+}
+
+pub(super) async fn pass(
+    writer: &Writer,
+    client: &Client,
+    settings: &Settings,
+    inputs: &Inputs<'_>,
+    memory: &mut Memory,
+) {
+    let now = SystemTime::now();
+    let lost = recovery::lost(&Sources {
+        pvs: inputs.pvs,
+        disks: inputs.disks,
+        nodes: inputs.nodes,
+        gone_since: inputs.gone_since,
+        signals: &settings.signals,
+        now,
+    });
+    let failing = failing(inputs);
+    let namespaces: BTreeSet<&str> = lost
+        .iter()
+        .map(|l| l.namespace.as_str())
+        .chain(failing.iter().map(|f| f.namespace))
+        .collect();
+    let mut seen = BTreeSet::new();
+    if namespaces.is_empty() {
+        memory.told.clear();
+        return;
+    }
+    let policy = Policy {
+        classes: (settings.classes)(),
+        interval: settings.interval,
+    };
+    for ns in namespaces {
+        let Some(mut scene) = read_namespace(client, ns).await else {
+            // NB: keep what was said about this namespace: nothing changed that we know of.
+            seen.extend(memory.told.keys().cloned());
+            continue;
+        };
+        for f in failing.iter().filter(|f| f.namespace == ns) {
+            tell_pods(writer, f, &scene, memory, &mut seen).await;
+        }
+        for l in lost.iter().filter(|l| l.namespace == ns) {
+            scene.claim = match read_claim(client, ns, &l.claim).await {
+                Ok(claim) => claim,
+                Err(()) => {
+                    seen.insert(pv_key(l));
+                    continue;
+                }
+            };
+            let decision = recovery::decide(l, &scene, &policy, &mut memory.decisions, now);
+            seen.insert(pv_key(l));
+            act(writer, l, decision, memory, now).await;
+        }
+    }
+    memory.told.retain(|k, _| seen.contains(k));
+}
+
+fn pv_key(l: &Lost) -> String {
+    format!("pv:{}", l.pv_uid)
+}
+
+/// Claims bound to one of our PVs whose disk is Degraded or Failed.
+fn failing<'a>(inputs: &Inputs<'a>) -> Vec<Failing<'a>> {
+    if inputs.disks.iter().all(|d| d.health.is_none()) {
+        return Vec::new();
+    }
+    let by_name: BTreeMap<&str, &Volume> = inputs
+        .pvs
+        .iter()
+        .map(|pv| (pv.name.as_str(), &**pv))
+        .collect();
+    let mut out = Vec::new();
+    for disk in inputs.disks {
+        let (Some(state), Some(pv)) = (disk.health, disk.pv.as_deref()) else {
+            continue;
+        };
+        let Some(volume) = by_name.get(pv) else {
+            continue;
+        };
+        let (Phase::Bound, Some(claim)) = (volume.phase, &volume.claim) else {
+            continue;
+        };
+        if volume.node.as_deref() != Some(disk.node.as_str()) {
+            continue;
+        }
+        let (Some(namespace), Some(name)) = (claim.namespace.as_deref(), claim.name.as_deref())
+        else {
+            continue;
+        };
+        out.push(Failing {
+            namespace,
+            claim: name,
+            pv: &volume.name,
+            disk,
+            state,
+        });
+    }
+    out
+}
+
+/// The StatefulSets and pods of one namespace; `None` when either read failed.
+async fn read_namespace(client: &Client, ns: &str) -> Option<Scene> {
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default();
+    let (sets, pods) = match tokio::try_join!(sets.list(&lp), pods.list(&lp)) {
+        Ok(both) => both,
+        Err(error) => {
+            warn!(namespace = ns, error = %error_text(&error), "recovery: failed to read StatefulSets and pods; nothing done there this pass");
+            return None;
+        }
+    };
+    Some(Scene {
+        claim: None,
+        sets: sets.items.iter().map(Set::from_statefulset).collect(),
+        pods: pods.items.iter().map(PodState::from_pod).collect(),
+    })
+}
+
+async fn read_claim(client: &Client, ns: &str, name: &str) -> Result<Option<Claim>, ()> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    match api.get_opt(name).await {
+        Ok(claim) => Ok(claim.as_ref().map(Claim::from_claim)),
+        Err(error) => {
+            warn!(namespace = ns, claim = name, error = %error_text(&error), "recovery: failed to read the claim; nothing done for it this pass");
+            Err(())
+        }
+    }
+}
+
+/// One Event per pod using a claim on a failing disk and state.
+async fn tell_pods(
+    writer: &Writer,
+    f: &Failing<'_>,
+    scene: &Scene,
+    memory: &mut Memory,
+    seen: &mut BTreeSet<String>,
+) {
+    let (reason, word) = match f.state {
+        State::Failed => (Reason::DiskFailed, "Failed"),
+        _ => (Reason::DiskDegraded, "Degraded"),
+    };
+    for pod in recovery::pods_using(f.claim, scene) {
+        let key = format!("pod:{}", pod.uid);
+        seen.insert(key.clone());
+        if memory.told.get(&key).map(String::as_str) == Some(word) {
+            continue;
+        }
+        let why = match (&f.disk.health_reason, &f.disk.health_message) {
+            (Some(r), Some(m)) => format!(" ({r}: {m})"),
+            _ => String::new(),
+        };
+        let note = format!(
+            "disk {} on node {} under claim {} (PV {}) is {word}{why}; see docs/failure.md",
+            f.disk.name, f.disk.node, f.claim, f.pv
+        );
+        let regarding = effects::reference::<Pod>(Some(f.namespace), &pod.name, Some(&pod.uid));
+        if writer
+            .note(&regarding, EventType::Warning, reason, &note)
+            .await
+        {
+            memory.told.insert(key, word.into());
+        }
+    }
+}
+
+async fn act(writer: &Writer, l: &Lost, decision: Decision, memory: &mut Memory, now: SystemTime) {
+    let key = pv_key(l);
+    let said = memory.told.get(&key).cloned();
+    match decision {
+        Decision::Settled => {}
+        Decision::Hold(hold) => {
+            let what = hold.key();
+            if said.as_deref() == Some(what.as_str()) {
+                return;
+            }
+            writer.count_verdict(Verdict::Held);
+            let note = hold.message(l);
+            let claim = claim_ref(l);
+            if writer
+                .note(
+                    &claim,
+                    EventType::Warning,
+                    Reason::ReplicaRecoveryHeld,
+                    &note,
+                )
+                .await
+            {
+                memory.told.insert(key, what);
+            }
+        }
+        Decision::DryRun(steps) => {
+            if said.as_deref() == Some("dry-run") {
+                return;
+            }
+            writer.count_verdict(Verdict::DryRun);
+            let mut all = true;
+            for regarding in regarding(l, &steps) {
+                all &= writer
+                    .note(
+                        &regarding,
+                        EventType::Warning,
+                        Reason::ReplicaRecoveryDryRun,
+                        &steps.message,
+                    )
+                    .await;
+            }
+            if all {
+                memory.told.insert(key, "dry-run".into());
+            }
+        }
+        Decision::Recover(steps) => {
+            if !writer.lease.holds() {
+                writer.count(WriteKind::DeleteClaim, Outcome::NotLeader);
+                return;
+            }
+            // NB: the Events go first: once the claim is gone, its Events are the only record of what was lost.
+            for regarding in regarding(l, &steps) {
+                writer
+                    .note(
+                        &regarding,
+                        EventType::Warning,
+                        Reason::ReplicaRecovered,
+                        &steps.message,
+                    )
+                    .await;
+            }
+            let claim = writer
+                .remove::<PersistentVolumeClaim>(
+                    Some(&steps.namespace),
+                    &steps.claim,
+                    &steps.claim_uid,
+                    WriteKind::DeleteClaim,
+                )
+                .await;
+            if claim == Outcome::Applied
+                && let Some(uid) = &steps.replica.pod_uid
+            {
+                writer
+                    .remove::<Pod>(
+                        Some(&steps.namespace),
+                        &steps.replica.pod,
+                        uid,
+                        WriteKind::DeletePod,
+                    )
+                    .await;
+            }
+            if claim == Outcome::Applied {
+                info!(pv = %l.pv, claim = %format!("{}/{}", steps.namespace, steps.claim), pod = %steps.replica.pod, "recovered a StatefulSet replica whose local volume is lost");
+                writer.count_verdict(Verdict::Recovered);
+                memory.decisions.started(&steps, now);
+                memory.told.insert(key, "recovered".into());
+            }
+        }
+    }
+}
+
+fn claim_ref(l: &Lost) -> k8s_openapi::api::core::v1::ObjectReference {
+    effects::reference::<PersistentVolumeClaim>(
+        Some(&l.namespace),
+        &l.claim,
+        l.claim_uid.as_deref(),
+    )
+}
+
+/// Where a recovery's Events go: the PV, the claim, the pod (if any) and the StatefulSet.
+fn regarding(l: &Lost, steps: &Steps) -> Vec<k8s_openapi::api::core::v1::ObjectReference> {
+    let ns = Some(steps.namespace.as_str());
+    let mut out = vec![
+        effects::reference::<PersistentVolume>(None, &l.pv, Some(&l.pv_uid)),
+        claim_ref(l),
+    ];
+    if let Some(uid) = &steps.replica.pod_uid {
+        out.push(effects::reference::<Pod>(ns, &steps.replica.pod, Some(uid)));
+    }
+    out.push(effects::reference::<StatefulSet>(
+        ns,
+        &steps.replica.set,
+        Some(&steps.replica.set_uid),
+    ));
+    out
+}
+
+impl Writer {
+    /// One Event through the effects writer, only while the Lease is held; true when published.
+    pub(super) async fn note(
+        &self,
+        regarding: &k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: Reason,
+        note: &str,
+    ) -> bool {
+        if !self.lease.holds() {
+            self.count(WriteKind::RecoveryEvent, Outcome::NotLeader);
+            return false;
+        }
+        let sent = self.effects.event(regarding, type_, reason, note).await;
+        let outcome = if sent.is_ok() {
+            Outcome::Applied
+        } else {
+            Outcome::Failed
+        };
+        self.count(WriteKind::RecoveryEvent, outcome);
+        sent.is_ok()
+    }
+
+    /// Deletes one object with its UID as precondition, only while the Lease is held.
+    async fn remove<K>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        uid: &str,
+        write: WriteKind,
+    ) -> Outcome
+    where
+        K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+    {
+        if !self.lease.holds() {
+            self.count(write, Outcome::NotLeader);
+            return Outcome::NotLeader;
+        }
+        let exact = effects::exactly(uid, None);
+        let outcome = match self.effects.delete::<K>(namespace, name, Some(exact)).await {
+            Ok(Applied::Done(())) => Outcome::Applied,
+            Ok(Applied::Moot) => Outcome::AlreadyDone,
+            Err(Failed) => Outcome::Failed,
+        };
+        self.count(write, outcome);
+        outcome
+    }
+
+    fn count_verdict(&self, verdict: Verdict) {
+        let labels = VerdictLabels { verdict };
+        self.metrics.recoveries.get_or_create(&labels).inc();
+    }
+}
