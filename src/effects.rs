@@ -293,6 +293,21 @@ impl Writer {
         reason: Reason,
         note: &str,
     ) -> Result<(), Failed> {
+        self.event_as(regarding, type_, reason, reason.action(), note)
+            .await
+    }
+
+    /// As [`Writer::event`] with its own `action`. NB: Events with the same regarding object, reason and action
+    /// within a few minutes become one series that keeps the first note: one reason that says different things
+    /// (why a recovery is held) needs an action per thing said.
+    pub async fn event_as(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: Reason,
+        action: &str,
+        note: &str,
+    ) -> Result<(), Failed> {
         // NB: the event text is `note`, as in events.k8s.io: a `message` field would repeat the log line's own
         // `message` key in JSON output.
         let object = regarding.name.as_deref().unwrap_or_default();
@@ -305,7 +320,7 @@ impl Writer {
             type_,
             reason: reason_text.to_owned(),
             note: Some(note.chars().take(NOTE_CHARS).collect()),
-            action: reason.action().to_owned(),
+            action: action.to_owned(),
             secondary: None,
         };
         let result = self.recorder.publish(&ev, regarding).await;

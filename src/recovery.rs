@@ -508,8 +508,8 @@ pub enum Hold {
     NotStatefulSet,
     /// The replica's ordinal is at or past the set's replicas (scaled down).
     ScaledDown,
-    /// Another replica of the set is being recovered.
-    InFlight { ordinal: u32 },
+    /// Another replica of the set (this pod) is being recovered.
+    InFlight { pod: String },
     /// Another replica is not Ready (or missing).
     ReplicaNotReady { pod: String },
     /// The cluster's last recovery was too recent.
@@ -568,7 +568,8 @@ pub fn decide(
         if settled(f, set, scene) {
             memory.in_flight.remove(&set.uid);
         } else {
-            return Decision::Hold(Hold::InFlight { ordinal: f.ordinal });
+            let pod = format!("{}-{}", set.name, f.ordinal);
+            return Decision::Hold(Hold::InFlight { pod });
         }
     }
     if let Some(pod) = unready_sibling(set, replica.ordinal, scene) {
@@ -732,8 +733,8 @@ impl Hold {
             Hold::ScaledDown => format!(
                 "{what}: claim {claim} belongs to a replica the StatefulSet no longer runs; nothing done"
             ),
-            Hold::InFlight { ordinal } => format!(
-                "{what}: waiting: replica {ordinal} of the same StatefulSet is being recovered (one at a time)"
+            Hold::InFlight { pod } => format!(
+                "{what}: waiting: replica {pod} of the same StatefulSet is being recovered (one at a time)"
             ),
             Hold::ReplicaNotReady { pod } => format!(
                 "{what}: waiting: pod {pod} of the same StatefulSet is not Ready, and recovery runs only while \
@@ -742,6 +743,19 @@ impl Hold {
             Hold::RateLimited { .. } => format!(
                 "{what}: waiting: another recovery ran recently in this cluster (one per interval)"
             ),
+        }
+    }
+
+    /// The Event's action: one per kind of hold (Events with one reason and action merge into one series).
+    pub fn action(&self) -> &'static str {
+        match self {
+            Hold::Off => "RecoveryOff",
+            Hold::BadAnnotation { .. } => "AnnotationNotUnderstood",
+            Hold::NotStatefulSet => "NotStatefulSetReplica",
+            Hold::ScaledDown => "ReplicaScaledDown",
+            Hold::InFlight { .. } => "WaitForRecoveryInFlight",
+            Hold::ReplicaNotReady { .. } => "WaitForReplicaReady",
+            Hold::RateLimited { .. } => "WaitForRateLimit",
         }
     }
 

@@ -228,10 +228,7 @@ async fn tell_pods(
             f.disk.name, f.disk.node, f.claim, f.pv
         );
         let regarding = effects::reference::<Pod>(Some(f.namespace), &pod.name, Some(&pod.uid));
-        if writer
-            .note(&regarding, EventType::Warning, reason, &note)
-            .await
-        {
+        if writer.note(&regarding, reason, &note).await {
             memory.told.insert(key, word.into());
         }
     }
@@ -251,12 +248,7 @@ async fn act(writer: &Writer, l: &Lost, decision: Decision, memory: &mut Memory,
             let note = hold.message(l);
             let claim = claim_ref(l);
             if writer
-                .note(
-                    &claim,
-                    EventType::Warning,
-                    Reason::ReplicaRecoveryHeld,
-                    &note,
-                )
+                .note_as(&claim, Reason::ReplicaRecoveryHeld, hold.action(), &note)
                 .await
             {
                 memory.told.insert(key, what);
@@ -270,12 +262,7 @@ async fn act(writer: &Writer, l: &Lost, decision: Decision, memory: &mut Memory,
             let mut all = true;
             for regarding in regarding(l, &steps) {
                 all &= writer
-                    .note(
-                        &regarding,
-                        EventType::Warning,
-                        Reason::ReplicaRecoveryDryRun,
-                        &steps.message,
-                    )
+                    .note(&regarding, Reason::ReplicaRecoveryDryRun, &steps.message)
                     .await;
             }
             if all {
@@ -290,12 +277,7 @@ async fn act(writer: &Writer, l: &Lost, decision: Decision, memory: &mut Memory,
             // NB: the Events go first: once the claim is gone, its Events are the only record of what was lost.
             for regarding in regarding(l, &steps) {
                 writer
-                    .note(
-                        &regarding,
-                        EventType::Warning,
-                        Reason::ReplicaRecovered,
-                        &steps.message,
-                    )
+                    .note(&regarding, Reason::ReplicaRecovered, &steps.message)
                     .await;
             }
             let claim = writer
@@ -355,19 +337,32 @@ fn regarding(l: &Lost, steps: &Steps) -> Vec<k8s_openapi::api::core::v1::ObjectR
 }
 
 impl Writer {
-    /// One Event through the effects writer, only while the Lease is held; true when published.
+    /// One Warning Event through the effects writer, only while the Lease is held; true when published.
     pub(super) async fn note(
         &self,
         regarding: &k8s_openapi::api::core::v1::ObjectReference,
-        type_: EventType,
         reason: Reason,
+        note: &str,
+    ) -> bool {
+        self.note_as(regarding, reason, reason.action(), note).await
+    }
+
+    /// A Warning Event with its own action (see `effects::Writer::event_as`), only while the Lease is held.
+    async fn note_as(
+        &self,
+        regarding: &k8s_openapi::api::core::v1::ObjectReference,
+        reason: Reason,
+        action: &str,
         note: &str,
     ) -> bool {
         if !self.lease.holds() {
             self.count(WriteKind::RecoveryEvent, Outcome::NotLeader);
             return false;
         }
-        let sent = self.effects.event(regarding, type_, reason, note).await;
+        let sent = self
+            .effects
+            .event_as(regarding, EventType::Warning, reason, action, note)
+            .await;
         let outcome = if sent.is_ok() {
             Outcome::Applied
         } else {

@@ -510,12 +510,16 @@ fn one_recovery_in_flight_per_set_and_one_per_interval_in_the_cluster() {
     s1.pods[0].ready = true;
     assert_eq!(
         decide(&l1, &s1, &on, &mut memory, at(1)),
-        Decision::Hold(Hold::InFlight { ordinal: 0 })
+        Decision::Hold(Hold::InFlight {
+            pod: "web-0".into()
+        })
     );
     // The same pod back Ready (not a new one): still in flight.
     assert_eq!(
         decide(&l1, &s1, &on, &mut memory, at(400)),
-        Decision::Hold(Hold::InFlight { ordinal: 0 })
+        Decision::Hold(Hold::InFlight {
+            pod: "web-0".into()
+        })
     );
     // A new web-0 runs Ready: settled; now the interval is the only limit, and it has passed.
     s1.pods[0].uid = "uid-web-0-new".into();

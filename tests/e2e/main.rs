@@ -32,4 +32,5 @@ mod monitoring;
 mod node_agent;
 mod packaging;
 mod reclaim;
+mod recovery;
 mod walkthrough;
