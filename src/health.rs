@@ -11,16 +11,23 @@
 //!
 //! Rules:
 //! - `Degraded` on the first sign: a filesystem error counter above the one first seen (ext4 `errors_count` is
-//!   kept in the superblock across mounts, so only a rise is news), a failed probe, a hardware warning.
+//!   kept in the superblock across mounts, so only a rise is news), a failed probe, the device's media error count
+//!   above the one first seen, its spare capacity under its threshold, its temperature past a threshold, its rated
+//!   endurance used up, unreadable sectors (ATA).
 //! - `Failed` when new errors reach `failed_after_errors`, when the filesystem shut itself down or was remounted
-//!   read-only by its error policy, when the hardware reports a critical warning, or when the device is gone for
-//!   longer than `gone_grace`.
+//!   read-only by its error policy, when the device says it is failing (NVMe media read-only, reliability degraded
+//!   before the endurance is used up, backup failed; ATA SMART status failing or a pre-fail attribute at its
+//!   threshold), or when the device is gone for longer than `gone_grace`.
+//!
+//! [`smart`] parses the device's health log pages into [`Hardware`].
 //! - Back to `Healthy` only after `healthy_after` with no new sign (a transient error does not flap), except that a
 //!   `Failed` disk stays `Failed` until its device is replaced (another identity) or it is gone and back clean.
 
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
+
+pub mod smart;
 
 /// How a disk is doing.
 #[derive(
@@ -73,15 +80,128 @@ impl Cause {
     }
 }
 
-/// What the device's own health log says (NVMe SMART / health information page, ATA or SCSI SMART).
+/// Which health log a [`Hardware`] reading came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HardwareSource {
+    /// The NVMe SMART / Health Information log page (Log Identifier 02h).
+    #[default]
+    Nvme,
+    /// ATA SMART data, thresholds and return status.
+    Ata,
+}
+
+/// A warning the device raises about itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Warning {
+    /// NVMe critical warning bit 0, or the available spare under its threshold.
+    SpareLow,
+    /// NVMe bit 1: the temperature is past a threshold (transient: heals when it cools).
+    Temperature,
+    /// NVMe bit 2: reliability degraded by media or internal errors. Some drives (Samsung) also set it when the
+    /// rated endurance is used up, with nothing else wrong.
+    ReliabilityDegraded,
+    /// NVMe bit 3: all media placed in read-only mode.
+    ReadOnly,
+    /// NVMe bit 4: the volatile memory backup device failed.
+    BackupFailed,
+    /// NVMe bit 5: the persistent memory region became read-only or unreliable.
+    PersistentMemoryReadOnly,
+    /// ATA SMART RETURN STATUS: a threshold is exceeded, the drive predicts its own failure.
+    SmartFailing,
+    /// An ATA attribute at or below its threshold; `prefail` attributes predict failure, the others old age.
+    AttributeAtThreshold { id: u8, prefail: bool },
+    /// ATA sectors the drive could not read (attributes 197 pending, 198 offline uncorrectable).
+    UnreadableSectors { count: u64 },
+}
+
+impl Warning {
+    /// How bad it is on its own. `worn_out`: the device reports its rated endurance used up.
+    fn state(self, worn_out: bool) -> State {
+        match self {
+            Warning::ReadOnly
+            | Warning::BackupFailed
+            | Warning::PersistentMemoryReadOnly
+            | Warning::SmartFailing
+            | Warning::AttributeAtThreshold { prefail: true, .. } => State::Failed,
+            // NB: bit 2 together with 100% endurance used is what some vendors report for a worn drive that still
+            // works (smartmontools issue 537, a Samsung answer): Degraded (no new claims), not Failed for good.
+            Warning::ReliabilityDegraded if !worn_out => State::Failed,
+            _ => State::Degraded,
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Warning::SpareLow => "available spare below threshold".into(),
+            Warning::Temperature => "temperature past a threshold".into(),
+            Warning::ReliabilityDegraded => "reliability degraded".into(),
+            Warning::ReadOnly => "media placed in read-only mode".into(),
+            Warning::BackupFailed => "volatile memory backup failed".into(),
+            Warning::PersistentMemoryReadOnly => "persistent memory region read-only".into(),
+            Warning::SmartFailing => "SMART status failing".into(),
+            Warning::AttributeAtThreshold { id, prefail } => {
+                let kind = if prefail { "pre-fail" } else { "old-age" };
+                format!("{kind} attribute {id} at its threshold")
+            }
+            Warning::UnreadableSectors { count } => format!("{count} unreadable sectors"),
+        }
+    }
+}
+
+/// What the device's own health log says (NVMe SMART / health information page, ATA SMART).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hardware {
-    /// A critical warning bit is set (NVMe byte 0), or SMART says the drive is failing.
-    pub critical: bool,
-    /// Media and data integrity errors since manufacture.
+    pub source: HardwareSource,
+    /// The warnings the device raises now.
+    pub warnings: Vec<Warning>,
+    /// Media and data integrity errors since manufacture (NVMe), or reallocated plus pending plus uncorrectable
+    /// sectors (ATA 5 + 197 + 198): only a rise is news.
     pub media_errors: u64,
     /// Percentage of the rated endurance used (may exceed 100).
     pub percentage_used: Option<u8>,
+}
+
+impl Hardware {
+    fn worn_out(&self) -> bool {
+        self.percentage_used.is_some_and(|p| p >= 100)
+    }
+
+    /// The worst state this reading calls for on its own, given `new_media_errors` since the baseline.
+    fn state(&self, new_media_errors: u64) -> State {
+        let worn_out = self.worn_out();
+        let warned = self.warnings.iter().map(|w| w.state(worn_out)).max();
+        let sign = (worn_out || new_media_errors > 0).then_some(State::Degraded);
+        warned.max(sign).unwrap_or(State::Healthy)
+    }
+
+    /// One line naming the facts, e.g. "NVMe critical warning: available spare below threshold; media errors 12
+    /// (3 new); 103% of endurance used".
+    pub fn describe(&self, new_media_errors: u64) -> String {
+        let mut parts = Vec::new();
+        let (name, warning_word) = match self.source {
+            HardwareSource::Nvme => ("NVMe", "critical warning"),
+            HardwareSource::Ata => ("ATA SMART", "warning"),
+        };
+        if !self.warnings.is_empty() {
+            let list: Vec<String> = self.warnings.iter().map(|w| w.describe()).collect();
+            parts.push(format!("{warning_word}: {}", list.join(", ")));
+        }
+        if self.media_errors > 0 {
+            let errors = match self.source {
+                HardwareSource::Nvme => "media errors",
+                HardwareSource::Ata => "bad sectors",
+            };
+            let mut part = format!("{errors} {}", self.media_errors);
+            if new_media_errors > 0 {
+                part.push_str(&format!(" ({new_media_errors} new)"));
+            }
+            parts.push(part);
+        }
+        if let Some(used) = self.percentage_used.filter(|p| *p >= 100) {
+            parts.push(format!("{used}% of endurance used"));
+        }
+        format!("{name} {}", parts.join("; "))
+    }
 }
 
 /// One observation of a disk.
@@ -130,6 +250,9 @@ pub struct Record {
     pub since: SystemTime,
     /// The filesystem error counter when first seen: only a rise counts.
     pub baseline_errors: Option<u64>,
+    /// The device's media error count when first seen: only a rise counts.
+    #[serde(default)]
+    pub baseline_media_errors: Option<u64>,
     /// New errors seen (counter rise plus failed probes) since the disk was last `Healthy`.
     pub new_errors: u64,
     /// When the last sign was seen.
@@ -146,6 +269,7 @@ impl Record {
             message: "no errors seen".to_string(),
             since: now,
             baseline_errors,
+            baseline_media_errors: None,
             new_errors: 0,
             last_sign: None,
             gone_since: None,
@@ -207,21 +331,10 @@ pub fn judge(
             "the filesystem shut itself down or was remounted read-only after an error".to_string();
         signs.push((State::Failed, Cause::FilesystemShutDown, message));
     }
-    if let Some(hw) = &signals.hardware {
-        if hw.critical {
-            let message = format!(
-                "the device reports a critical warning ({} media errors)",
-                hw.media_errors
-            );
-            signs.push((State::Failed, Cause::HardwareWarning, message));
-        } else if hw.media_errors > 0 || hw.percentage_used.is_some_and(|p| p >= 100) {
-            let message = format!(
-                "the device reports {} media errors, {}% of its endurance used",
-                hw.media_errors,
-                hw.percentage_used.unwrap_or(0)
-            );
-            signs.push((State::Degraded, Cause::HardwareWarning, message));
-        }
+    if let Some(hw) = &signals.hardware
+        && let Some(sign) = hardware_sign(&mut next, hw)
+    {
+        signs.push(sign);
     }
     if next.new_errors >= policy.failed_after_errors
         && let Some((_, cause, message)) = signs.first().cloned()
@@ -240,15 +353,32 @@ pub fn judge(
         .map(|at| now.duration_since(at).unwrap_or_default())
         .unwrap_or(Duration::MAX);
     match next.state {
-        State::Degraded if quiet_for >= policy.healthy_after => {
-            Record::healthy(now, next.baseline_errors)
-        }
+        State::Degraded if quiet_for >= policy.healthy_after => healthy_again(&next, now),
         // NB: a disk that was only gone, and is back within the grace, is healthy at once: a false alarm.
         State::Degraded if next.cause == Cause::DeviceGone && next.new_errors == 0 => {
-            Record::healthy(now, next.baseline_errors)
+            healthy_again(&next, now)
         }
         _ => next,
     }
+}
+
+/// A healthy record that keeps what `record` learnt of the counters.
+fn healthy_again(record: &Record, now: SystemTime) -> Record {
+    Record {
+        baseline_media_errors: record.baseline_media_errors,
+        ..Record::healthy(now, record.baseline_errors)
+    }
+}
+
+/// The sign the device's health log gives, if any. The media error count seen first is the baseline, as for the
+/// filesystem's counter: a drive that logged errors years ago is not news. A rise degrades the disk but does not
+/// count towards `failed_after_errors`: the drive's own verdict (a critical warning) is what fails it.
+fn hardware_sign(record: &mut Record, hw: &Hardware) -> Option<(State, Cause, String)> {
+    let base = *record.baseline_media_errors.get_or_insert(hw.media_errors);
+    let new_media = hw.media_errors.saturating_sub(base);
+    record.baseline_media_errors = Some(hw.media_errors);
+    let state = hw.state(new_media);
+    (state != State::Healthy).then(|| (state, Cause::HardwareWarning, hw.describe(new_media)))
 }
 
 /// `record` in `state` for `cause`, keeping `since` when neither changed.

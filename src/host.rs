@@ -27,6 +27,8 @@ pub mod live;
 pub mod mountapi;
 pub mod mountinfo;
 #[cfg(feature = "node")]
+pub mod smart;
+#[cfg(feature = "node")]
 pub mod watch;
 
 pub use mountinfo::{MountEntry, MountInfoError, MountTable};
@@ -80,7 +82,8 @@ pub trait Host: Send + Sync {
     fn tag_volume(&self, path: &Path) -> Result<String, HostError>;
 
     /// Signs of failing of one disk (`host::health`): its device gone, the filesystem's error counter, a
-    /// filesystem turned read-only or shut down after an error, a direct read of one block. Never writes. A host
+    /// filesystem turned read-only or shut down after an error, a direct read of one block, the NVMe health log
+    /// (`host::smart`, at most once per device per 10 minutes). Never writes. A host
     /// that cannot tell shows no sign.
     #[cfg(feature = "node")]
     fn health(&self, probe: &health::HealthProbe) -> crate::health::Signals {

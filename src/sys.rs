@@ -1,7 +1,8 @@
 //! The only module that talks to the kernel through `ioctl`/raw syscalls that nix does not wrap safely.
 //!
 //! Every function takes an open file descriptor owned by the caller and returns a plain `Result`; the unsafe blocks
-//! are one ioctl each, with the argument layout the kernel expects (see `include/uapi/linux/fs.h`).
+//! are one ioctl each, with the argument layout the kernel expects (see `include/uapi/linux/fs.h`,
+//! `include/uapi/linux/nvme_ioctl.h`).
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -109,6 +110,69 @@ pub fn set_idle_io_priority() -> nix::Result<()> {
         )
     };
     nix::errno::Errno::result(rc).map(drop)
+}
+
+/// `struct nvme_admin_cmd` (= `nvme_passthru_cmd`) of `include/uapi/linux/nvme_ioctl.h`, 72 bytes.
+#[repr(C)]
+#[derive(Default)]
+struct NvmeAdminCmd {
+    opcode: u8,
+    flags: u8,
+    rsvd1: u16,
+    nsid: u32,
+    cdw2: u32,
+    cdw3: u32,
+    metadata: u64,
+    addr: u64,
+    metadata_len: u32,
+    data_len: u32,
+    cdw10: u32,
+    cdw11: u32,
+    cdw12: u32,
+    cdw13: u32,
+    cdw14: u32,
+    cdw15: u32,
+    timeout_ms: u32,
+    result: u32,
+}
+
+const _: () = assert!(
+    size_of::<NvmeAdminCmd>() == 72,
+    "struct nvme_admin_cmd is 72 bytes"
+);
+
+// NVME_IOCTL_ADMIN_CMD: _IOWR('N', 0x41, struct nvme_admin_cmd)
+nix::ioctl_readwrite!(nvme_admin_cmd, b'N', 0x41, NvmeAdminCmd);
+
+/// The NVMe SMART / Health Information log page (Get Log Page, Log Identifier 02h, for the whole controller:
+/// NSID FFFFFFFFh) of the NVMe namespace open at `fd`: 512 bytes for `health::smart::parse_nvme`. A read-only
+/// admin command; the kernel asks for CAP_SYS_ADMIN (or, since 6.2, a descriptor open for writing, which this is
+/// never given). `ENOTTY` on a device that is not NVMe; `EREMOTEIO` when the controller answered with an NVMe
+/// status instead of the page.
+pub fn nvme_smart_log(fd: impl AsFd) -> nix::Result<[u8; 512]> {
+    const GET_LOG_PAGE: u8 = 0x02;
+    const SMART_HEALTH: u32 = 0x02;
+    const LEN: usize = 512;
+    let mut page = [0u8; LEN];
+    // NUMD is 0's based, in dwords.
+    let numd = (LEN / 4 - 1) as u32;
+    let mut cmd = NvmeAdminCmd {
+        opcode: GET_LOG_PAGE,
+        nsid: u32::MAX,
+        addr: page.as_mut_ptr() as u64,
+        data_len: LEN as u32,
+        cdw10: SMART_HEALTH | (numd << 16),
+        // NB: bounded: the kernel's default admin timeout is 60 s.
+        timeout_ms: 5_000,
+        ..NvmeAdminCmd::default()
+    };
+    // SAFETY: the ioctl reads one `nvme_admin_cmd` and writes its `result` back, and the controller writes at most
+    // `data_len` (512) bytes to `addr`, which points to `page`; both outlive the call.
+    let status = unsafe { nvme_admin_cmd(fd.as_fd().as_raw_fd(), &mut cmd) }?;
+    if status != 0 {
+        return Err(nix::errno::Errno::EREMOTEIO);
+    }
+    Ok(page)
 }
 
 /// The extended attribute holding the agent's volume id on a volume's root directory. In the `trusted.` namespace

@@ -6,6 +6,8 @@
 mod disks;
 #[path = "host/fixtures.rs"]
 mod fixtures;
+#[path = "host/smart.rs"]
+mod smart;
 #[path = "host/volume_id.rs"]
 mod volume_id;
 

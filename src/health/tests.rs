@@ -77,10 +77,7 @@ fn one_transient_error_does_not_flap_and_heals_after_a_quiet_period() {
 
 #[rstest]
 #[case::shut_down(Signals { fs_shut_down: true, ..Signals::default() }, Cause::FilesystemShutDown)]
-#[case::critical_hardware(
-    Signals { hardware: Some(Hardware { critical: true, ..Hardware::default() }), ..Signals::default() },
-    Cause::HardwareWarning
-)]
+#[case::media_read_only(hw(&[Warning::ReadOnly], 0, None), Cause::HardwareWarning)]
 fn a_shut_down_filesystem_or_a_critical_warning_fails_at_once(
     #[case] signals: Signals,
     #[case] cause: Cause,
@@ -91,18 +88,106 @@ fn a_shut_down_filesystem_or_a_critical_warning_fails_at_once(
     );
 }
 
-#[test]
-fn media_errors_without_a_critical_warning_degrade() {
-    let worn = Signals {
+fn hw(warnings: &[Warning], media_errors: u64, percentage_used: Option<u8>) -> Signals {
+    Signals {
         hardware: Some(Hardware {
-            media_errors: 2,
-            ..Hardware::default()
+            source: HardwareSource::Nvme,
+            warnings: warnings.to_vec(),
+            media_errors,
+            percentage_used,
         }),
         ..Signals::default()
+    }
+}
+
+/// What one hardware reading alone makes of a disk seen healthy before.
+#[rstest]
+#[case::nothing(hw(&[], 0, Some(3)), State::Healthy)]
+#[case::spare_low(hw(&[Warning::SpareLow], 0, Some(40)), State::Degraded)]
+#[case::too_hot(hw(&[Warning::Temperature], 0, None), State::Degraded)]
+#[case::endurance_used_up(hw(&[], 0, Some(103)), State::Degraded)]
+#[case::reliability_degraded(hw(&[Warning::ReliabilityDegraded], 0, Some(20)), State::Failed)]
+#[case::reliability_flag_of_a_worn_drive(hw(&[Warning::ReliabilityDegraded], 0, Some(100)), State::Degraded)]
+#[case::read_only(hw(&[Warning::ReadOnly], 0, Some(100)), State::Failed)]
+#[case::backup_failed(hw(&[Warning::BackupFailed], 0, None), State::Failed)]
+#[case::pmr_read_only(hw(&[Warning::PersistentMemoryReadOnly], 0, None), State::Failed)]
+#[case::smart_failing(hw(&[Warning::SmartFailing], 0, None), State::Failed)]
+#[case::prefail_attribute(hw(&[Warning::AttributeAtThreshold { id: 5, prefail: true }], 0, None), State::Failed)]
+#[case::old_age_attribute(hw(&[Warning::AttributeAtThreshold { id: 202, prefail: false }], 0, None), State::Degraded)]
+#[case::unreadable_sectors(hw(&[Warning::UnreadableSectors { count: 8 }], 0, None), State::Degraded)]
+fn a_hardware_reading_alone(#[case] signals: Signals, #[case] state: State) {
+    let expected = match state {
+        State::Healthy => (State::Healthy, Cause::NoErrors),
+        state => (state, Cause::HardwareWarning),
     };
+    assert_eq!(history(&[(0, hw(&[], 0, None)), (5, signals)])[1], expected);
+}
+
+#[test]
+fn media_errors_seen_first_are_the_baseline_and_only_a_rise_degrades() {
+    let states = history(&[
+        (0, hw(&[], 12, None)),
+        (10, hw(&[], 12, None)),
+        (20, hw(&[], 15, None)),
+        (30, hw(&[], 15, None)),
+        (630, hw(&[], 15, None)),
+    ]);
     assert_eq!(
-        history(&[(0, worn)])[0],
-        (State::Degraded, Cause::HardwareWarning)
+        states,
+        [
+            (State::Healthy, Cause::NoErrors),
+            (State::Healthy, Cause::NoErrors),
+            (State::Degraded, Cause::HardwareWarning),
+            (State::Degraded, Cause::HardwareWarning),
+            (State::Healthy, Cause::NoErrors),
+        ],
+        "a rise is news once; the disk heals after a quiet period like a filesystem error"
+    );
+}
+
+#[test]
+fn a_lasting_hardware_warning_keeps_the_disk_degraded() {
+    let low = hw(&[Warning::SpareLow], 0, Some(90));
+    let states = history(&[(0, low.clone()), (700, low.clone()), (1_400, low)]);
+    assert!(
+        states
+            .iter()
+            .all(|s| *s == (State::Degraded, Cause::HardwareWarning)),
+        "{states:?}"
+    );
+}
+
+#[test]
+fn a_temperature_warning_heals_once_the_device_cools() {
+    let states = history(&[
+        (0, hw(&[Warning::Temperature], 0, None)),
+        (300, hw(&[], 0, None)),
+        (601, hw(&[], 0, None)),
+    ]);
+    assert_eq!(states[1], (State::Degraded, Cause::HardwareWarning));
+    assert_eq!(states[2], (State::Healthy, Cause::NoErrors));
+}
+
+#[test]
+fn media_errors_do_not_count_towards_failing_the_disk() {
+    let states = history(&[
+        (0, hw(&[], 0, None)),
+        (10, hw(&[], 100, None)),
+        (20, hw(&[], 200, None)),
+        (30, hw(&[], 300, None)),
+    ]);
+    assert_eq!(states[3], (State::Degraded, Cause::HardwareWarning));
+}
+
+#[test]
+fn the_message_names_the_hardware_facts() {
+    let policy = Policy::default();
+    let first = judge(None, &hw(&[], 9, Some(50)), &policy, at(0));
+    let signals = hw(&[Warning::SpareLow], 12, Some(103));
+    let record = judge(Some(&first), &signals, &policy, at(10));
+    assert_eq!(
+        record.message,
+        "NVMe critical warning: available spare below threshold; media errors 12 (3 new); 103% of endurance used"
     );
 }
 

@@ -7,7 +7,8 @@
 //!   itself down (xfs after a metadata I/O error, or `xfs_io -x -c shutdown`) still answers `statvfs` but fails
 //!   reading its root directory with EIO, so the root is read too;
 //! - a read probe: one 4 KiB block of the device read with `O_DIRECT`, past every cache, at an offset that moves
-//!   with each probe, so a failing medium answers EIO.
+//!   with each probe, so a failing medium answers EIO;
+//! - the device's own health log (NVMe), read by `host::smart` and added by `LinuxHost::health`.
 
 use std::fs::{self, OpenOptions};
 use std::io;

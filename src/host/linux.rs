@@ -35,6 +35,8 @@ pub struct LinuxHost {
     pub udev_data: PathBuf,
     /// This process's mount table kept current from mount events, used while `mountinfo` is this process's own.
     live: Arc<LiveMounts>,
+    /// The last NVMe health log reading of each namespace (read at most every `smart::SMART_LOG_PERIOD`).
+    hardware: Arc<super::smart::HardwareBook>,
 }
 
 const OWN_MOUNTINFO: &str = "/proc/self/mountinfo";
@@ -47,6 +49,7 @@ impl Default for LinuxHost {
             dev: "/dev".into(),
             udev_data: "/run/udev/data".into(),
             live: Arc::default(),
+            hardware: Arc::default(),
         }
     }
 }
@@ -236,7 +239,13 @@ impl Host for LinuxHost {
     }
 
     fn health(&self, probe: &super::health::HealthProbe) -> crate::health::Signals {
-        super::health::signals(&self.sys, probe)
+        let mut signals = super::health::signals(&self.sys, probe);
+        if !signals.gone
+            && let Some(dev) = probe.dev.filter(|d| !d.is_anonymous())
+        {
+            signals.hardware = super::smart::hardware(&self.sys, &self.dev, &self.hardware, dev);
+        }
+        signals
     }
 
     fn tag_volume(&self, path: &Path) -> Result<String, HostError> {

@@ -1,0 +1,236 @@
+//! The device's own health logs, parsed (issue 37, point 1): the NVMe SMART / Health Information log page and the
+//! ATA SMART data and threshold sectors, as the device returns them, into [`Hardware`] for [`super::judge`]. Pure:
+//! the host reads the bytes (`sys::nvme_smart_log`), this module only reads them.
+//!
+//! ```text
+//!  NVMe Get Log Page 02h (512 bytes) ──> parse_nvme ──> NvmeHealth ──> .hardware() ─┐
+//!  ATA SMART READ DATA (512 bytes)   ──> parse_ata_attributes ─┐                    ├─> Hardware
+//!  ATA SMART READ THRESHOLDS         ──> parse_ata_thresholds ─┴─> ata_hardware ────┘
+//!  ATA SMART RETURN STATUS registers ──> ata_return_status ─────┘
+//! ```
+//!
+//! Layouts: NVM Express Base Specification, "SMART / Health Information (Log Identifier 02h)"; ATA/ATAPI-8 and the
+//! de-facto attribute table every ATA drive fills (30 entries of 12 bytes after a 2-byte revision), as smartmontools
+//! reads it. The host reads only NVMe so far; the ATA half is parsed and tested so a reader can be added.
+
+use super::{Hardware, HardwareSource, Warning};
+
+/// Length of the NVMe SMART / Health Information log page and of an ATA SMART data sector.
+pub const PAGE_LEN: usize = 512;
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("failed to parse a health log: {len} bytes, a full page is {PAGE_LEN}")]
+    Short { len: usize },
+    #[error(
+        "failed to parse ATA SMART data: the checksum byte does not make the sector sum to zero"
+    )]
+    Checksum,
+}
+
+/// What the NVMe SMART / Health Information log page says, the fields localpv uses or shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NvmeHealth {
+    /// Byte 0: one bit per warning (bit 0 spare, 1 temperature, 2 reliability, 3 read-only, 4 volatile backup,
+    /// 5 persistent memory region).
+    pub critical_warning: u8,
+    /// Bytes 1-2: composite temperature in kelvin.
+    pub temperature_kelvin: u16,
+    /// Byte 3: remaining spare capacity, percent.
+    pub available_spare: u8,
+    /// Byte 4: the spare percentage below which the device warns.
+    pub spare_threshold: u8,
+    /// Byte 5: vendor estimate of the rated endurance used, percent; may exceed 100 (255 means 255 or more).
+    pub percentage_used: u8,
+    /// Bytes 128-143.
+    pub power_on_hours: u128,
+    /// Bytes 144-159.
+    pub unsafe_shutdowns: u128,
+    /// Bytes 160-175: unrecovered data integrity errors (ECC, CRC, LBA tag mismatch) since manufacture.
+    pub media_errors: u128,
+    /// Bytes 176-191.
+    pub error_log_entries: u128,
+}
+
+/// Critical warning bits, in bit order.
+const NVME_WARNINGS: [Warning; 6] = [
+    Warning::SpareLow,
+    Warning::Temperature,
+    Warning::ReliabilityDegraded,
+    Warning::ReadOnly,
+    Warning::BackupFailed,
+    Warning::PersistentMemoryReadOnly,
+];
+
+fn le128(page: &[u8], at: usize) -> u128 {
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&page[at..at + 16]);
+    u128::from_le_bytes(bytes)
+}
+
+/// Parses an NVMe SMART / Health Information log page (Log Identifier 02h). Longer input is cut to the page.
+pub fn parse_nvme(page: &[u8]) -> Result<NvmeHealth, ParseError> {
+    if page.len() < PAGE_LEN {
+        return Err(ParseError::Short { len: page.len() });
+    }
+    Ok(NvmeHealth {
+        critical_warning: page[0],
+        temperature_kelvin: u16::from_le_bytes([page[1], page[2]]),
+        available_spare: page[3],
+        spare_threshold: page[4],
+        percentage_used: page[5],
+        power_on_hours: le128(page, 128),
+        unsafe_shutdowns: le128(page, 144),
+        media_errors: le128(page, 160),
+        error_log_entries: le128(page, 176),
+    })
+}
+
+impl NvmeHealth {
+    /// The page as a health signal.
+    pub fn hardware(&self) -> Hardware {
+        let mut warnings: Vec<Warning> = NVME_WARNINGS
+            .iter()
+            .enumerate()
+            .filter(|(bit, _)| self.critical_warning & (1 << bit) != 0)
+            .map(|(_, w)| *w)
+            .collect();
+        // NB: a threshold above 100 is reserved (a Samsung 980 PRO was seen reporting 255): it cannot be compared.
+        let spare_low = self.spare_threshold <= 100 && self.available_spare < self.spare_threshold;
+        if spare_low && !warnings.contains(&Warning::SpareLow) {
+            warnings.insert(0, Warning::SpareLow);
+        }
+        Hardware {
+            source: HardwareSource::Nvme,
+            warnings,
+            media_errors: u64::try_from(self.media_errors).unwrap_or(u64::MAX),
+            percentage_used: Some(self.percentage_used),
+        }
+    }
+}
+
+/// One entry of the ATA SMART attribute table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AtaAttribute {
+    pub id: u8,
+    pub flags: u16,
+    /// The normalised value (1-253, higher is better), compared with the threshold.
+    pub value: u8,
+    pub worst: u8,
+    /// The six raw bytes, little-endian; what they count is the vendor's (most count sectors or events).
+    pub raw: u64,
+}
+
+impl AtaAttribute {
+    /// Flag bit 0: the attribute at or below its threshold predicts failure (pre-fail), rather than old age.
+    pub fn prefail(&self) -> bool {
+        self.flags & 1 != 0
+    }
+}
+
+/// Attribute ids that count sectors the drive could not read or had to move.
+pub const REALLOCATED_SECTORS: u8 = 5;
+pub const PENDING_SECTORS: u8 = 197;
+pub const UNCORRECTABLE_SECTORS: u8 = 198;
+
+const ATA_ENTRIES: usize = 30;
+const ATA_ENTRY_LEN: usize = 12;
+
+/// Checks the length and the checksum (byte 511 makes the 512 bytes sum to zero; a drive that leaves it zero
+/// with a non-zero sum is not trusted either).
+fn ata_sector(data: &[u8]) -> Result<&[u8], ParseError> {
+    let sector = data
+        .get(..PAGE_LEN)
+        .ok_or(ParseError::Short { len: data.len() })?;
+    let sum = sector.iter().fold(0u8, |s, b| s.wrapping_add(*b));
+    if sum != 0 {
+        return Err(ParseError::Checksum);
+    }
+    Ok(sector)
+}
+
+/// The attribute table of a SMART READ DATA sector (feature D0h), entries with id 0 left out.
+pub fn parse_ata_attributes(data: &[u8]) -> Result<Vec<AtaAttribute>, ParseError> {
+    let sector = ata_sector(data)?;
+    Ok(sector[2..2 + ATA_ENTRIES * ATA_ENTRY_LEN]
+        .chunks_exact(ATA_ENTRY_LEN)
+        .filter(|e| e[0] != 0)
+        .map(|e| {
+            let mut raw = [0u8; 8];
+            raw[..6].copy_from_slice(&e[5..11]);
+            AtaAttribute {
+                id: e[0],
+                flags: u16::from_le_bytes([e[1], e[2]]),
+                value: e[3],
+                worst: e[4],
+                raw: u64::from_le_bytes(raw),
+            }
+        })
+        .collect())
+}
+
+/// The (id, threshold) pairs of a SMART READ THRESHOLDS sector (feature D1h), entries with id 0 left out.
+pub fn parse_ata_thresholds(data: &[u8]) -> Result<Vec<(u8, u8)>, ParseError> {
+    let sector = ata_sector(data)?;
+    Ok(sector[2..2 + ATA_ENTRIES * ATA_ENTRY_LEN]
+        .chunks_exact(ATA_ENTRY_LEN)
+        .filter(|e| e[0] != 0)
+        .map(|e| (e[0], e[1]))
+        .collect())
+}
+
+/// SMART RETURN STATUS (feature DAh) answers in the LBA Mid and High registers: `Some(true)` when a threshold
+/// is exceeded (F4h, 2Ch), `Some(false)` when not (4Fh, C2h), `None` for anything else.
+pub fn ata_return_status(lba_mid: u8, lba_high: u8) -> Option<bool> {
+    match (lba_mid, lba_high) {
+        (0x4F, 0xC2) => Some(false),
+        (0xF4, 0x2C) => Some(true),
+        _ => None,
+    }
+}
+
+/// The ATA SMART data as a health signal. `failing` is SMART RETURN STATUS's verdict, when it was read.
+pub fn ata_hardware(
+    attributes: &[AtaAttribute],
+    thresholds: &[(u8, u8)],
+    failing: Option<bool>,
+) -> Hardware {
+    let mut warnings = Vec::new();
+    if failing == Some(true) {
+        warnings.push(Warning::SmartFailing);
+    }
+    for attribute in attributes {
+        // NB: a threshold of 0 never trips (e.g. 197, whose normalised value barely moves); 255 is "always failing"
+        // in some firmware's idea of a placeholder, not a verdict.
+        let threshold = thresholds
+            .iter()
+            .find(|(id, _)| *id == attribute.id)
+            .map_or(0, |(_, t)| *t);
+        if threshold != 0 && threshold != 255 && attribute.value <= threshold {
+            warnings.push(Warning::AttributeAtThreshold {
+                id: attribute.id,
+                prefail: attribute.prefail(),
+            });
+        }
+    }
+    let raw = |id| {
+        attributes
+            .iter()
+            .find(|a| a.id == id)
+            .map_or(0, |a| a.raw & 0xFFFF_FFFF)
+    };
+    let unreadable = raw(PENDING_SECTORS).max(raw(UNCORRECTABLE_SECTORS));
+    if unreadable > 0 {
+        warnings.push(Warning::UnreadableSectors { count: unreadable });
+    }
+    Hardware {
+        source: HardwareSource::Ata,
+        warnings,
+        // NB: only the low 32 bits: several vendors keep other counters in the upper raw bytes of these attributes.
+        media_errors: raw(REALLOCATED_SECTORS) + raw(PENDING_SECTORS) + raw(UNCORRECTABLE_SECTORS),
+        percentage_used: None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

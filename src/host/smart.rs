@@ -1,0 +1,241 @@
+//! The device's own health log, read on the host (issue 37, point 1): which NVMe namespace a volume lives on
+//! (sysfs), one Get Log Page 02h on it (`sys::nvme_smart_log`), parsed by the pure `health::smart`.
+//!
+//! ```text
+//!  DevId M:m ──> /sys/dev/block/M:m ──> partition? its disk ──> dm/md with one slave? that slave (again)
+//!            ──> an NVMe namespace (nvme0n1) ──> HardwareBook: read it if its last reading is older than
+//!                SMART_LOG_PERIOD ──> Option<Hardware>
+//! ```
+//!
+//! Bounded: one read per namespace per `SMART_LOG_PERIOD` (10 minutes), however many disks live on it and however
+//! often the agent looks; between reads every look gets the last reading. Anything that prevents a reading (not
+//! NVMe, `ENOTTY`, `EINVAL`, no permission, a controller error) is "no hardware signal", never an error state.
+//! ATA and SCSI drives are not read yet (`health::smart` parses ATA SMART data; SG_IO is not wired).
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tracing::debug;
+
+use crate::contract::DevId;
+use crate::health::Hardware;
+
+/// How often one device's health log is read: SMART logs change slowly, and some controllers stall I/O briefly
+/// while they answer.
+pub const SMART_LOG_PERIOD: Duration = Duration::from_secs(600);
+
+/// How many stacked devices (dm on md on a partition...) are followed down to the disk.
+const MAX_DEPTH: usize = 4;
+
+/// The NVMe namespace block device (`nvme0n1`, as sysfs names it) holding block device `dev`: the device itself,
+/// the disk of a partition, or the one device under a dm or md device (a linear LV, a crypt mapping). `None` when
+/// it is not NVMe, is spread over several devices, or sysfs does not say.
+pub fn nvme_namespace(sys: &Path, dev: DevId) -> Option<String> {
+    let mut node = fs::canonicalize(sys.join("dev/block").join(dev.to_string())).ok()?;
+    for _ in 0..MAX_DEPTH {
+        if node.join("partition").exists() {
+            node = node.parent()?.to_path_buf();
+        }
+        let slaves: Vec<PathBuf> = fs::read_dir(node.join("slaves"))
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        match slaves.as_slice() {
+            [] => return is_nvme_namespace(&node).then(|| name_of(&node)).flatten(),
+            [one] => node = fs::canonicalize(one).ok()?,
+            _ => return None,
+        }
+    }
+    None
+}
+
+fn name_of(node: &Path) -> Option<String> {
+    node.file_name().map(|n| n.to_string_lossy().into_owned())
+}
+
+/// A namespace's sysfs directory sits under its controller (`.../nvme/nvme0/nvme0n1`) or, with native multipath,
+/// under its subsystem (`.../nvme-subsystem/nvme-subsys0/nvme0n1`).
+fn is_nvme_namespace(node: &Path) -> bool {
+    let named = name_of(node).is_some_and(|n| n.starts_with("nvme"));
+    named
+        && node
+            .components()
+            .any(|c| c.as_os_str() == "nvme" || c.as_os_str() == "nvme-subsystem")
+}
+
+/// The last reading of each namespace, and when it was taken.
+#[derive(Debug, Default)]
+pub struct HardwareBook {
+    readings: Mutex<HashMap<String, (Instant, Option<Hardware>)>>,
+}
+
+impl HardwareBook {
+    /// The reading of `namespace`: the last one when younger than `period`, else `read()` (and remembered).
+    pub fn reading(
+        &self,
+        namespace: &str,
+        now: Instant,
+        period: Duration,
+        read: impl FnOnce() -> Option<Hardware>,
+    ) -> Option<Hardware> {
+        let mut readings = self.readings.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, last)) = readings.get(namespace)
+            && now.saturating_duration_since(*at) < period
+        {
+            return last.clone();
+        }
+        let fresh = read();
+        readings.insert(namespace.to_string(), (now, fresh.clone()));
+        fresh
+    }
+}
+
+/// The health log of the NVMe namespace holding `dev`, at most once per [`SMART_LOG_PERIOD`] per namespace.
+pub fn hardware(sys: &Path, dev_dir: &Path, book: &HardwareBook, dev: DevId) -> Option<Hardware> {
+    let namespace = nvme_namespace(sys, dev)?;
+    let node = dev_dir.join(&namespace);
+    book.reading(&namespace, Instant::now(), SMART_LOG_PERIOD, || {
+        read_nvme(&node)
+    })
+}
+
+/// One Get Log Page 02h on `node`, opened read-only.
+fn read_nvme(node: &Path) -> Option<Hardware> {
+    use nix::fcntl::{OFlag, open};
+    let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+    let page = open(node, flags, nix::sys::stat::Mode::empty())
+        .and_then(crate::sys::nvme_smart_log)
+        .map_err(|error| debug!(path = %node.display(), %error, "no NVMe health log"))
+        .ok()?;
+    crate::health::smart::parse_nvme(&page)
+        .map(|h| h.hardware())
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    /// A fake sysfs with an NVMe namespace and its partition, a multipath namespace, a loop device, an LV on the
+    /// NVMe partition, and a striped dm device over two devices.
+    fn fake_sys() -> tempfile::TempDir {
+        let root = tempfile::tempdir().expect("a temporary directory");
+        let sys = root.path();
+        let pci = sys.join("devices/pci0000:00/0000:00:1d.0/0000:3d:00.0/nvme/nvme0/nvme0n1");
+        let multipath = sys.join("devices/virtual/nvme-subsystem/nvme-subsys1/nvme1n1");
+        let virt = sys.join("devices/virtual/block");
+        for dir in [
+            pci.join("nvme0n1p2"),
+            multipath.clone(),
+            virt.join("loop3"),
+            virt.join("dm-0/slaves"),
+            virt.join("dm-1/slaves"),
+            sys.join("dev/block"),
+        ] {
+            fs::create_dir_all(dir).expect("a directory");
+        }
+        fs::write(pci.join("nvme0n1p2/partition"), "2\n").expect("a file");
+        let links = [
+            (pci.clone(), "dev/block/259:0"),
+            (pci.join("nvme0n1p2"), "dev/block/259:2"),
+            (multipath.clone(), "dev/block/259:5"),
+            (virt.join("loop3"), "dev/block/7:3"),
+            (virt.join("dm-0"), "dev/block/253:0"),
+            (virt.join("dm-1"), "dev/block/253:1"),
+            (
+                pci.join("nvme0n1p2"),
+                "devices/virtual/block/dm-0/slaves/nvme0n1p2",
+            ),
+            (
+                pci.join("nvme0n1p2"),
+                "devices/virtual/block/dm-1/slaves/nvme0n1p2",
+            ),
+            (
+                virt.join("loop3"),
+                "devices/virtual/block/dm-1/slaves/loop3",
+            ),
+        ];
+        for (target, link) in links {
+            symlink(target, sys.join(link)).expect("a symlink");
+        }
+        root
+    }
+
+    #[test]
+    fn a_namespace_its_partition_and_an_lv_on_it_resolve_to_the_namespace() {
+        let sys = fake_sys();
+        for dev in [DevId::new(259, 0), DevId::new(259, 2), DevId::new(253, 0)] {
+            assert_eq!(
+                nvme_namespace(sys.path(), dev).as_deref(),
+                Some("nvme0n1"),
+                "{dev}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_multipath_namespace_is_nvme_too() {
+        let sys = fake_sys();
+        assert_eq!(
+            nvme_namespace(sys.path(), DevId::new(259, 5)).as_deref(),
+            Some("nvme1n1")
+        );
+    }
+
+    #[test]
+    fn a_loop_device_a_device_over_two_and_an_unknown_number_have_no_namespace() {
+        let sys = fake_sys();
+        for dev in [DevId::new(7, 3), DevId::new(253, 1), DevId::new(8, 0)] {
+            assert_eq!(nvme_namespace(sys.path(), dev), None, "{dev}");
+        }
+    }
+
+    #[test]
+    fn the_log_is_read_once_per_period_and_per_namespace() {
+        let book = HardwareBook::default();
+        let t0 = Instant::now();
+        let mut reads = 0;
+        let mut read = |n: u64| {
+            reads += 1;
+            Some(Hardware {
+                media_errors: n,
+                ..Hardware::default()
+            })
+        };
+        let first = book.reading("nvme0n1", t0, SMART_LOG_PERIOD, || read(1));
+        let cached = book.reading(
+            "nvme0n1",
+            t0 + Duration::from_secs(599),
+            SMART_LOG_PERIOD,
+            || read(2),
+        );
+        let other = book.reading("nvme1n1", t0, SMART_LOG_PERIOD, || read(7));
+        let fresh = book.reading("nvme0n1", t0 + SMART_LOG_PERIOD, SMART_LOG_PERIOD, || {
+            read(3)
+        });
+        let errors = |h: Option<Hardware>| h.map(|h| h.media_errors);
+        assert_eq!(
+            (errors(first), errors(cached), errors(other), errors(fresh)),
+            (Some(1), Some(1), Some(7), Some(3))
+        );
+        assert_eq!(reads, 3);
+    }
+
+    #[test]
+    fn a_failed_read_is_remembered_too() {
+        let book = HardwareBook::default();
+        let t0 = Instant::now();
+        assert_eq!(book.reading("nvme0n1", t0, SMART_LOG_PERIOD, || None), None);
+        let again = book.reading(
+            "nvme0n1",
+            t0 + Duration::from_secs(60),
+            SMART_LOG_PERIOD,
+            || panic!("read again within the period"),
+        );
+        assert_eq!(again, None);
+    }
+}

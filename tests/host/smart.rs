@@ -1,0 +1,59 @@
+//! The device health log reader on a real loop device (issue 37, point 1): this machine has no NVMe device, so
+//! what is checked is that a disk that is not NVMe gives no hardware signal, and no error or sign of failing.
+
+use std::fs::File;
+use std::path::PathBuf;
+
+use localpv::discover::discover;
+use localpv::host::Host;
+use localpv::host::health::HealthProbe;
+use localpv::host::linux::LinuxHost;
+use localpv::host::smart::{HardwareBook, hardware, nvme_namespace};
+
+use crate::fixtures::Scene;
+
+#[test]
+fn a_loop_device_has_no_hardware_health_log_and_no_sign() {
+    let mut scene = Scene::new();
+    let device = scene.formatted("ext4", "smart", &scene.disks().join("vol1"));
+    let class = scene.fs_class();
+    let found = discover(&LinuxHost::default(), std::slice::from_ref(&class));
+    let disk = found
+        .disks
+        .iter()
+        .find(|d| d.entry == "vol1")
+        .unwrap_or_else(|| panic!("vol1 not published: {found:#?}"));
+    let dev = disk
+        .identity
+        .dev_id
+        .expect("a loop mount has a device number");
+    assert_eq!(nvme_namespace("/sys".as_ref(), dev), None);
+    let book = HardwareBook::default();
+    assert_eq!(hardware("/sys".as_ref(), "/dev".as_ref(), &book, dev), None);
+
+    let probe = HealthProbe {
+        path: class.mount_dir.join(&disk.entry),
+        mode: disk.mode,
+        dev: Some(dev),
+        device: disk.identity.device.as_ref().map(PathBuf::from),
+        fs_type: disk.identity.fs_type.clone(),
+        super_options: None,
+        round: 1,
+    };
+    let signals = LinuxHost::default().health(&probe);
+    assert_eq!(
+        signals,
+        localpv::health::Signals {
+            fs_errors: Some(0),
+            ..Default::default()
+        }
+    );
+
+    // The admin command itself, sent to a device that is not NVMe, is refused by the kernel: an error, no page.
+    let file = File::open(&device).expect("open the loop device read-only");
+    let refused = localpv::sys::nvme_smart_log(&file);
+    assert!(
+        refused.is_err(),
+        "a loop device answered an NVMe command: {refused:?}"
+    );
+}
