@@ -14,6 +14,7 @@ mod migrate;
 mod migrate_doc;
 mod migrate_lsp;
 mod publish;
+mod recovery;
 mod restart;
 mod statefulset;
 mod walkthrough;

@@ -1,0 +1,226 @@
+//! A disk that really fails under a 3-replica StatefulSet on two real nodes (issue 37): xfs on a loop device whose
+//! FUSE-served backing file starts returning EIO (`support::faulty`). The agent sees the filesystem shut down and
+//! marks the LocalDisk `Failed`; the claim and the pod are told. With recovery off nothing is deleted and the claim's
+//! Event says what to do by hand; once the StatefulSet opts in, the extender's Lease holder (the chart's Deployment,
+//! with the chart's RBAC) deletes the claim and the pod, the StatefulSet makes a new claim, and the replica comes
+//! back empty on the free disk of the healthy node while its two siblings are never touched.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use localpv::inventory::LocalDisk;
+use serde_json::json;
+
+use crate::common::*;
+use crate::support::faulty::{FaultyDisk, Mode};
+use crate::support::realnode::{POD_TIMEOUT, RealCluster};
+
+/// Each replica: records what it found at start, then appends to /data/log every second (the writes that meet the
+/// failing disk).
+const SCRIPT: &str = "if [ -f /data/owner ]; then echo \"found $(cat /data/owner)\" >> /data/history; \
+                      else echo empty >> /data/history; hostname > /data/owner; fi; sync; \
+                      trap 'exit 0' TERM; while true; do date >> /data/log; sync; sleep 1; done";
+
+/// Waits for an Event `reason` on `name` in `ns` whose note contains `text`.
+async fn event(c: &RealCluster, ns: &str, name: &str, reason: &str, text: &str) -> String {
+    let api: Api<Event> = Api::namespaced(c.client(), ns);
+    let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
+    let deadline = Instant::now() + POD_TIMEOUT;
+    loop {
+        let events = api.list(&lp).await.map(|l| l.items).unwrap_or_default();
+        let found = events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter_map(|e| e.message.clone())
+            .find(|m| m.contains(text));
+        if let Some(note) = found {
+            return note;
+        }
+        let seen: Vec<_> = events.iter().map(|e| (&e.reason, &e.message)).collect();
+        assert!(
+            Instant::now() < deadline,
+            "no {reason} Event on {ns}/{name} saying {text:?}: {seen:#?}\n{}",
+            c.container_logs(NAMESPACE, &format!("{RELEASE}-extender"))
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// (UID, restart count) of pod `ns/name`, if it exists.
+async fn pod_state(c: &RealCluster, ns: &str, name: &str) -> Option<(String, i32)> {
+    let pod = Api::<Pod>::namespaced(c.client(), ns)
+        .get_opt(name)
+        .await
+        .ok()??;
+    let restarts = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum());
+    Some((pod.metadata.uid?, restarts))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_on_a_failing_disk_comes_back_empty_on_a_free_disk_and_its_siblings_are_never_touched()
+ {
+    let c = RealCluster::start(2).await;
+    let failing = FaultyDisk::new(&c.run_dir().join("faulty"), 300, "xfs", c.undo());
+    let vol1 = c.node("node-1").disks.join("disks").join("vol1");
+    let mount = failing.mount_at(&vol1, c.undo());
+    for v in ["vol1", "vol2"] {
+        c.tmpfs("node-2", v, "64M");
+    }
+    install(
+        &c,
+        json!({"extender": {"enabled": true, "replicas": 1,
+                            "podDisruptionBudget": {"enabled": false},
+                            "recovery": {"enabled": true, "interval": "30s"}}}),
+    )
+    .await;
+    let root = c.disk_root().join("disks");
+    for (node, v) in [("node-1", "vol1"), ("node-2", "vol1"), ("node-2", "vol2")] {
+        wait_pv(&c, node, &root.join(v).display().to_string(), "Available").await;
+    }
+
+    // Three replicas on the three disks (no anti-affinity: two share node-2).
+    let ns = c.plane.namespace("db").await;
+    let mut set = serde_json::to_value(statefulset("db", 3, SCRIPT)).expect("set as JSON");
+    set["spec"]["template"]["spec"]
+        .as_object_mut()
+        .expect("pod spec")
+        .remove("affinity");
+    let sets: Api<StatefulSet> = Api::namespaced(c.client(), &ns);
+    create(&sets, &obj(set)).await;
+    let replicas = ["db-0", "db-1", "db-2"];
+    let mut victim = None;
+    for pod in replicas {
+        wait_pod(&c, &ns, pod, &["Running"]).await;
+        let (_, node) = replica_history(&c, &ns, pod, 1).await;
+        if node == "node-1" {
+            victim = Some(pod);
+        }
+    }
+    let victim = victim.expect("one replica on node-1's only disk");
+    let mut before = Vec::new();
+    for pod in replicas {
+        before.push(pod_state(&c, &ns, pod).await.expect("replica exists"));
+    }
+    let spare = c.tmpfs("node-2", "vol3", "64M");
+    wait_pv(
+        &c,
+        "node-2",
+        &root.join("vol3").display().to_string(),
+        "Available",
+    )
+    .await;
+
+    // The disk fails under the replica's writes.
+    failing.set(Mode::FailAll);
+    let first_error = Instant::now();
+    let disks: Api<LocalDisk> = Api::all(c.client());
+    let lp = ListParams::default().labels("localpv.io/node=node-1");
+    let failed_after = loop {
+        let failed = disks.list(&lp).await.map(|l| l.items).unwrap_or_default();
+        let health = failed
+            .iter()
+            .find_map(|d| d.status.as_ref()?.health.clone());
+        if health.as_deref() == Some("Failed") {
+            break first_error.elapsed();
+        }
+        assert!(
+            first_error.elapsed() < POD_TIMEOUT,
+            "node-1's disk never Failed (health {health:?}): {}",
+            c.container_logs(NAMESPACE, &format!("{RELEASE}-node"))
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let claim = format!("data-{victim}");
+    event(&c, &ns, &claim, "DiskFailed", "").await;
+    event(&c, &ns, victim, "DiskFailed", "node-1").await;
+
+    // Recovery off for this workload: told, nothing deleted.
+    let off = event(&c, &ns, &claim, "ReplicaRecoveryHeld", "recovery is off").await;
+    assert!(off.contains("delete the claim"), "{off}");
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    for (pod, was) in replicas.iter().zip(&before) {
+        assert_eq!(
+            pod_state(&c, &ns, pod).await.as_ref(),
+            Some(was),
+            "{pod} untouched while off"
+        );
+    }
+
+    // The StatefulSet opts in: the replica is recovered onto the spare disk of node-2, empty.
+    let opt_in = json!({"metadata": {"annotations": {"localpv.io/recovery": "on"}}});
+    sets.patch("db", &PatchParams::default(), &Patch::Merge(&opt_in))
+        .await
+        .expect("set annotated");
+    let opted_in = Instant::now();
+    let done = event(&c, &ns, &claim, "ReplicaRecovered", "deleting claim").await;
+    assert!(
+        done.contains("FilesystemShutDown") || done.contains("Failed"),
+        "{done}"
+    );
+    let deadline = Instant::now() + POD_TIMEOUT * 2;
+    let running_after = loop {
+        let now = pod_state(&c, &ns, victim).await;
+        let replaced = now.as_ref().is_some_and(|(uid, _)| {
+            uid != &before[replicas
+                .iter()
+                .position(|p| *p == victim)
+                .expect("a replica")]
+            .0
+        });
+        if replaced {
+            let (phase, _) = wait_pod(&c, &ns, victim, &["Running"]).await;
+            assert_eq!(phase, "Running");
+            break opted_in.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{victim} never came back: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let (history, node) = replica_history(&c, &ns, victim, 1).await;
+    assert_eq!(node, "node-2", "{victim} came back on the healthy node");
+    assert_eq!(
+        history, "empty\n",
+        "{victim} starts empty on the spare disk"
+    );
+    assert!(
+        spare.join("owner").exists(),
+        "the spare disk holds the replica now"
+    );
+    for (pod, was) in replicas.iter().zip(&before) {
+        if *pod != victim {
+            assert_eq!(
+                pod_state(&c, &ns, pod).await.as_ref(),
+                Some(was),
+                "{pod} never touched"
+            );
+        }
+    }
+    eprintln!(
+        "recovery timings: first EIO -> LocalDisk Failed {:.1}s; opt-in (disk Failed) -> replica Running on a \
+         new disk {:.1}s",
+        failed_after.as_secs_f64(),
+        running_after.as_secs_f64()
+    );
+
+    // Tear down the tenant before the failing disk goes.
+    sets.delete("db", &DeleteParams::default())
+        .await
+        .expect("set deleted");
+    for pod in replicas {
+        let deadline = Instant::now() + POD_TIMEOUT;
+        while pod_state(&c, &ns, pod).await.is_some() {
+            assert!(Instant::now() < deadline, "{pod} not gone");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    drop(mount);
+    drop(failing);
+}
