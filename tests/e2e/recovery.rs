@@ -190,10 +190,10 @@ impl Scene {
     }
 }
 
-async fn statefulset(client: &kube::Client, ns: &str, annotation: Option<&str>) {
+async fn statefulset(client: &kube::Client, ns: &str, replicas: u32, annotation: Option<&str>) {
     let mut s = json!({
         "metadata": {"name": "web"},
-        "spec": {"replicas": 3, "serviceName": "web", "podManagementPolicy": "Parallel",
+        "spec": {"replicas": replicas, "serviceName": "web", "podManagementPolicy": "Parallel",
                  "selector": {"matchLabels": {"app": "web"}},
                  "template": {"metadata": {"labels": {"app": "web"}},
                               "spec": {"containers": [{"name": "db", "image": "busybox"}]}},
@@ -213,6 +213,47 @@ async fn statefulset(client: &kube::Client, ns: &str, annotation: Option<&str>) 
 /// Lets the leader make at least two passes (a tick is 5 s).
 async fn passes() {
     tokio::time::sleep(Duration::from_secs(11)).await;
+}
+
+/// A control plane with the CRD and the class, recovery's class annotation `class_ask`.
+async fn plane(class_ask: Option<&str>) -> ControlPlane {
+    let cp = ControlPlane::start(Options {
+        controller_manager: true,
+        ..Default::default()
+    })
+    .await;
+    install_crd(&cp).await;
+    let mut sc = json!({"metadata": {"name": CLASS}, "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Delete"});
+    if let Some(a) = class_ask {
+        sc["metadata"]["annotations"] = json!({"localpv.io/recovery": a});
+    }
+    Api::<StorageClass>::all(cp.client())
+        .create(&PostParams::default(), &obj(sc))
+        .await
+        .expect("class");
+    cp
+}
+
+/// The extender with `args` beyond the listen address and the Lease.
+fn extender(cp: &ControlPlane, args: &[&str]) -> Component {
+    let port = free_port();
+    let mut all: Vec<String> = vec![
+        "extender".into(),
+        format!("--listen=127.0.0.1:{port}"),
+        "--lease-namespace=default".into(),
+        "--identity=extender-recovery".into(),
+    ];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let kubeconfig = cp.admin_kubeconfig.display().to_string();
+    Component::spawn_with_env(
+        "localpv-extender",
+        &localpv_bin(),
+        &all,
+        &[("KUBECONFIG", kubeconfig.as_str())],
+        &cp.log_dir(),
+        cp.reaper(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -240,7 +281,7 @@ async fn a_lost_replica_is_recovered_only_when_opted_in_only_while_its_siblings_
         client: client.clone(),
         ns: cp.namespace("db").await,
     };
-    statefulset(&client, &s.ns, None).await;
+    statefulset(&client, &s.ns, 3, None).await;
     for i in 0..3u32 {
         let node = if i == 1 { "node-2" } else { "node-1" };
         let pv = format!("rec-{}-{i}", s.ns);
@@ -261,7 +302,7 @@ async fn a_lost_replica_is_recovered_only_when_opted_in_only_while_its_siblings_
         client: client.clone(),
         ns: cp.namespace("attacker").await,
     };
-    statefulset(&client, &other.ns, Some("on")).await;
+    statefulset(&client, &other.ns, 3, Some("on")).await;
     let forged: PersistentVolumeClaim = obj(json!({"metadata": {"name": "data-web-0",
         "annotations": {"localpv.io/recovery": "on"}}, "spec": {"accessModes": ["ReadWriteOnce"],
         "storageClassName": CLASS, "resources": {"requests": {"storage": "1Gi"}}}}));
@@ -271,24 +312,7 @@ async fn a_lost_replica_is_recovered_only_when_opted_in_only_while_its_siblings_
         .await
         .expect("forged claim");
 
-    let port = free_port();
-    let args: Vec<String> = vec![
-        "extender".into(),
-        format!("--listen=127.0.0.1:{port}"),
-        "--lease-namespace=default".into(),
-        "--identity=extender-recovery".into(),
-        "--recovery=true".into(),
-        "--recovery-interval=20s".into(),
-    ];
-    let kubeconfig = cp.admin_kubeconfig.display().to_string();
-    let _extender = Component::spawn_with_env(
-        "localpv-extender",
-        &localpv_bin(),
-        &args,
-        &[("KUBECONFIG", kubeconfig.as_str())],
-        &cp.log_dir(),
-        cp.reaper(),
-    );
+    let _extender = extender(&cp, &["--recovery=true", "--recovery-interval=20s"]);
     let claims = s.pvcs();
     let pods = s.pods();
     let mut before = Vec::new();
@@ -297,6 +321,8 @@ async fn a_lost_replica_is_recovered_only_when_opted_in_only_while_its_siblings_
     }
     let claim0 = s.uid(&claims, "data-web-0").await;
 
+    // A Degraded disk (a false alarm, or not yet Failed) is never a lost volume.
+    s.health("disk-2", Some("Degraded")).await;
     // Off by default: the claim is told what to do, the pod is told its disk failed, nothing is deleted; the
     // attacker's opt-in in its own namespace changes nothing here.
     s.health("disk-0", Some("Failed")).await;
@@ -413,5 +439,155 @@ async fn a_lost_replica_is_recovered_only_when_opted_in_only_while_its_siblings_
             .unwrap_or("")
             .starts_with("ReplicaRecover")),
         "nothing said or done in the attacker's namespace: {told:?}"
+    );
+}
+
+/// Each node signal counts once enabled: the out-of-service taint at once, NotReady after its time, a deleted
+/// Node after the clean-up grace; a Ready node with another taint loses nothing. One single-replica set per node,
+/// its class opted in.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_shut_down_not_ready_or_deleted_loses_its_replicas_volumes_once_each_signal_is_enabled()
+ {
+    let cp = plane(Some("on")).await;
+    let client = cp.client();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let mut scenes = Vec::new();
+    for node in ["node-oos", "node-notready", "node-gone", "node-fine"] {
+        create_node(&client, node, &[]).await;
+        let s = Scene {
+            client: client.clone(),
+            ns: cp.namespace(node).await,
+        };
+        statefulset(&client, &s.ns, 1, None).await;
+        let pv = format!("rec-{}", s.ns);
+        s.volume(&pv, node, Some("data-web-0"), &format!("disk-{node}"))
+            .await;
+        s.replica(0, &pv).await;
+        scenes.push(s);
+    }
+    let _extender = extender(
+        &cp,
+        &[
+            "--recovery=true",
+            "--recovery-interval=1s",
+            "--recover-out-of-service=true",
+            "--recover-not-ready-after=10s",
+            "--recover-deleted-nodes=true",
+            "--node-cleanup-grace=8s",
+        ],
+    );
+    let fine_pod = scenes[3].uid(&scenes[3].pods(), "web-0").await;
+
+    let taints = |key: &str| json!({"spec": {"taints": [{"key": key, "value": "nodeshutdown", "effect": "NoExecute"}]}});
+    nodes
+        .patch(
+            "node-oos",
+            &PatchParams::default(),
+            &Patch::Merge(&taints("node.kubernetes.io/out-of-service")),
+        )
+        .await
+        .expect("tainted");
+    nodes
+        .patch(
+            "node-fine",
+            &PatchParams::default(),
+            &Patch::Merge(&taints("example.com/maintenance")),
+        )
+        .await
+        .expect("tainted");
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let not_ready = json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletDown",
+        "lastTransitionTime": now, "lastHeartbeatTime": now}]}});
+    nodes
+        .patch_status(
+            "node-notready",
+            &PatchParams::default(),
+            &Patch::Merge(&not_ready),
+        )
+        .await
+        .expect("not ready");
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+        "lastTransitionTime": now, "lastHeartbeatTime": now}]}});
+    nodes
+        .patch_status("node-fine", &PatchParams::default(), &Patch::Merge(&ready))
+        .await
+        .expect("ready");
+    nodes
+        .delete("node-gone", &kube::api::DeleteParams::default())
+        .await
+        .expect("node deleted");
+
+    for (s, why) in scenes[..3]
+        .iter()
+        .zip(["out-of-service", "NotReady", "was deleted"])
+    {
+        let done = s.note("data-web-0", "ReplicaRecovered", why).await;
+        assert!(done.contains("deleting claim"), "{done}");
+        eventually(&format!("{} web-0 deleted", s.ns), WAIT, || async {
+            match s.uid(&s.pods(), "web-0").await {
+                None => Ok(()),
+                Some(u) => Err(u),
+            }
+        })
+        .await;
+    }
+    passes().await;
+    let fine = &scenes[3];
+    assert_eq!(
+        fine.uid(&fine.pods(), "web-0").await,
+        fine_pod,
+        "a Ready node with another taint loses nothing"
+    );
+    assert!(fine.uid(&fine.pvcs(), "data-web-0").await.is_some());
+}
+
+/// Without their flags the same signals count for nothing: a node shut down, NotReady or deleted leaves the claim
+/// alone (the disk-failure recovery is on).
+#[tokio::test(flavor = "multi_thread")]
+async fn node_signals_that_are_not_enabled_recover_nothing() {
+    let cp = plane(Some("on")).await;
+    let client = cp.client();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    create_node(&client, "node-1", &[]).await;
+    let s = Scene {
+        client: client.clone(),
+        ns: cp.namespace("db").await,
+    };
+    statefulset(&client, &s.ns, 1, None).await;
+    let pv = format!("rec-{}", s.ns);
+    s.volume(&pv, "node-1", Some("data-web-0"), "disk-1").await;
+    s.replica(0, &pv).await;
+    let _extender = extender(&cp, &["--recovery=true", "--node-cleanup-grace=2s"]);
+    let pod = s.uid(&s.pods(), "web-0").await;
+    let taint = json!({"spec": {"taints": [{"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
+        "effect": "NoExecute"}]}});
+    nodes
+        .patch("node-1", &PatchParams::default(), &Patch::Merge(&taint))
+        .await
+        .expect("tainted");
+    nodes
+        .delete("node-1", &kube::api::DeleteParams::default())
+        .await
+        .expect("node deleted");
+    passes().await;
+    passes().await;
+    assert_eq!(
+        s.uid(&s.pods(), "web-0").await,
+        pod,
+        "nothing recovered without the flags"
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &s.ns);
+    let told = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items;
+    assert!(
+        told.iter().all(|e| !e
+            .reason
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("ReplicaRecover")),
+        "{told:?}"
     );
 }
