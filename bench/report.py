@@ -411,6 +411,7 @@ SECTIONS = (
     ("scheduler", "Scheduler throughput", "bench/scheduler.sh", "cargo bench --bench scheduler"),
     ("extender", "Scheduler extender", "bench/extender.sh", "cargo bench --bench extender"),
     ("wipe", "Safe wipe", "bench/wipe.sh", "examples/wipe_bench.rs"),
+    ("failure", "A failing disk: detection and recovery", "bench/failure.sh", "tests/realnode/recovery.rs"),
     ("fleet", "Fleet simulation", "bench/fleet.sh", "cargo bench --bench fleet"),
 )
 

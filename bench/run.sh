@@ -7,13 +7,13 @@
 #   bench/run.sh                 everything at the sizes the issues name (about two hours on 2 cores)
 #   LOCALPV_BENCH_QUICK=1 bench/run.sh   small sizes, for checking the pipeline (writes to $LOCALPV_BENCH_OUT only)
 #   LOCALPV_BENCH_PARTS="agent" bench/run.sh   reruns only the named parts (peers agent scheduler extender wipe
-#                                fleet) and keeps the others from bench/results; the page marks what was rerun,
+#                                failure fleet) and keeps the others from bench/results; the page marks what was rerun,
 #                                when, at which commit and with which command
 #   LOCALPV_BENCH_PARTS=fleet LOCALPV_BENCH_IMPORT_FLEET=DIR bench/run.sh   takes the fleet part from a run of
 #                                bench/fleet.sh kept in DIR (fleet.md, figures.jsonl) instead of running it (40 min)
 #
 # Order: peers (their commits; the reference provisioner is built before any part), node agent against the
-# reference provisioner, scheduler throughput, extender, wipe, fleet. Each benchmark's markdown goes to
+# reference provisioner, scheduler throughput, extender, wipe, failure and recovery on real nodes, fleet. Each benchmark's markdown goes to
 # $OUT/<name>.md, its log to $OUT/<name>.log, its headline figures to $OUT/figures.jsonl; bench/report.py
 # assembles the page (summary with ratios and targets first, then every absolute figure with its command).
 set -euo pipefail
@@ -27,7 +27,7 @@ for tool in go python3 cargo bc losetup mkfs.ext4; do
   command -v "$tool" >/dev/null || { echo "bench/run.sh: '$tool' is missing; run scripts/prereqs.sh" >&2; exit 1; }
 done
 
-ALL_PARTS="peers agent scheduler extender wipe fleet"
+ALL_PARTS="peers agent scheduler extender wipe failure fleet"
 PARTS=${LOCALPV_BENCH_PARTS:-$ALL_PARTS}
 for part in $PARTS; do
   case " $ALL_PARTS " in *" $part "*) ;; *) echo "bench/run.sh: LOCALPV_BENCH_PARTS: unknown part '$part' (parts: $ALL_PARTS)" >&2; exit 1 ;; esac
@@ -91,8 +91,8 @@ done
   grep -E '^(K8S_VERSION|ETCD_VERSION)=' scripts/versions.env
 } >"$OUT/machine.env"
 
-# Nothing to build when the only part is an imported one.
-if [ "$PARTS" != fleet ] || [ -z "${LOCALPV_BENCH_IMPORT_FLEET:-}" ]; then
+# Nothing to build when the only part is an imported one, or the failure part (it uses the debug build).
+if { [ "$PARTS" != fleet ] || [ -z "${LOCALPV_BENCH_IMPORT_FLEET:-}" ]; } && [ "$PARTS" != failure ]; then
   cargo build --release --quiet --bin localpv
 fi
 # The reference provisioner, built offline from its tarball (cached by the tarball's hash): the agent part runs it.
@@ -127,6 +127,7 @@ run agent bench/agent.sh
 run scheduler env LOCALPV_BENCH_REPEATS="${LOCALPV_BENCH_SCHED_REPEATS:-3}" bench/scheduler.sh
 run extender bench/extender.sh
 run wipe bench/wipe.sh
+run failure bench/failure.sh
 if [ -n "${LOCALPV_BENCH_IMPORT_FLEET:-}" ] && wanted fleet; then
   from=$LOCALPV_BENCH_IMPORT_FLEET
   for f in fleet.md figures.jsonl; do
