@@ -269,6 +269,30 @@ impl Writer {
         self.settle(Verb::Patch, &K::kind(&()), name, result)
     }
 
+    /// A JSON merge patch of the object's `status` subresource (guards as for [`Writer::merge_patch`]).
+    pub async fn merge_patch_status<K>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Applied<K>, Failed>
+    where
+        K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+    {
+        let pp = PatchParams {
+            field_manager: Some(self.field_manager.clone()),
+            ..Default::default()
+        };
+        let req = Self::requests::<K>(namespace).patch_subresource(
+            "status",
+            name,
+            &pp,
+            &Patch::Merge(patch),
+        );
+        let result = self.send(req, "patch").await;
+        self.settle(Verb::Patch, &K::kind(&()), name, result)
+    }
+
     /// Server-side apply of `object` with this writer's field manager. Without `force` a field another manager
     /// owns is a conflict (409, [`Applied::Moot`]), never a takeover.
     pub async fn apply<K>(&self, object: &K, force: bool) -> Result<Applied<K>, Failed>

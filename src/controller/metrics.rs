@@ -21,6 +21,8 @@ pub enum WriteKind {
     /// Recovery of a lost replica (issue 37): its pod, and the Events about it (claim, pod, set, PV).
     DeletePod,
     RecoveryEvent,
+    /// A claim's `status.healthStatus` while its disk is Degraded or Failed.
+    ClaimHealth,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -117,6 +119,7 @@ impl Metrics {
             WriteKind::ExplainPod,
             WriteKind::DeletePod,
             WriteKind::RecoveryEvent,
+            WriteKind::ClaimHealth,
         ];
         let outcomes = [
             Outcome::Applied,

@@ -96,7 +96,8 @@ pub(super) async fn pass(
         .collect();
     let mut seen = BTreeSet::new();
     if namespaces.is_empty() {
-        memory.told.clear();
+        clear_claim_health(writer, memory, &mut seen).await;
+        memory.told.retain(|k, _| seen.contains(k));
         return;
     }
     let policy = Policy {
@@ -125,7 +126,29 @@ pub(super) async fn pass(
             act(writer, l, decision, memory, now).await;
         }
     }
+    clear_claim_health(writer, memory, &mut seen).await;
     memory.told.retain(|k, _| seen.contains(k));
+}
+
+/// Clears the health status of claims written before whose disk is no longer failing (or no longer theirs); a
+/// clear that fails stays in `seen`, to be tried again next pass.
+async fn clear_claim_health(writer: &Writer, memory: &mut Memory, seen: &mut BTreeSet<String>) {
+    let stale: Vec<String> = memory
+        .told
+        .keys()
+        .filter(|k| k.starts_with("claim:") && !seen.contains(*k))
+        .cloned()
+        .collect();
+    for key in stale {
+        let Some((namespace, claim)) = key.trim_start_matches("claim:").split_once('/') else {
+            continue;
+        };
+        if write_claim_health(writer, namespace, claim, None).await {
+            memory.told.remove(&key);
+        } else {
+            seen.insert(key);
+        }
+    }
 }
 
 fn pv_key(l: &Lost) -> String {
@@ -201,6 +224,59 @@ async fn read_claim(client: &Client, ns: &str, name: &str) -> Result<Option<Clai
     }
 }
 
+/// The claim's `status.healthStatus` (served by Kubernetes behind the `CSIVolumeHealth` gate; a server without it
+/// drops the field): one condition while its disk is Degraded or Failed, none once it is healthy.
+fn health_status(f: Option<&Failing<'_>>) -> serde_json::Value {
+    let Some(f) = f else {
+        return serde_json::json!({"status": {"healthStatus": null}});
+    };
+    let (status, reason) = match f.state {
+        State::Failed => ("Inaccessible", Reason::DiskFailed),
+        _ => ("Degraded", Reason::DiskDegraded),
+    };
+    let message = format!(
+        "disk {} on node {} (PV {}) is {}{}",
+        f.disk.name,
+        f.disk.node,
+        f.pv,
+        f.state.as_str(),
+        f.disk
+            .health_message
+            .as_deref()
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default()
+    );
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    serde_json::json!({"status": {"healthStatus": {
+        "healthConditions": [{"status": status, "reason": reason.as_str(), "message": message}],
+        "lastTransitionTime": now,
+    }}})
+}
+
+/// Writes (or clears, with `f` None) a claim's health status once per state; true when written.
+async fn write_claim_health(
+    writer: &Writer,
+    namespace: &str,
+    claim: &str,
+    f: Option<&Failing<'_>>,
+) -> bool {
+    if !writer.lease.holds() {
+        return false;
+    }
+    let patch = health_status(f);
+    let sent = writer
+        .effects
+        .merge_patch_status::<PersistentVolumeClaim>(Some(namespace), claim, &patch)
+        .await;
+    let outcome = match sent {
+        Ok(Applied::Done(_)) => Outcome::Applied,
+        Ok(Applied::Moot) => Outcome::AlreadyDone,
+        Err(Failed) => Outcome::Failed,
+    };
+    writer.count(WriteKind::ClaimHealth, outcome);
+    outcome != Outcome::Failed
+}
+
 /// One Event per pod using a claim on a failing disk and state.
 async fn tell_pods(
     writer: &Writer,
@@ -213,6 +289,13 @@ async fn tell_pods(
         State::Failed => (Reason::DiskFailed, "Failed"),
         _ => (Reason::DiskDegraded, "Degraded"),
     };
+    let claim_key = format!("claim:{}/{}", f.namespace, f.claim);
+    seen.insert(claim_key.clone());
+    if memory.told.get(&claim_key).map(String::as_str) != Some(word)
+        && write_claim_health(writer, f.namespace, f.claim, Some(f)).await
+    {
+        memory.told.insert(claim_key, word.into());
+    }
     for pod in recovery::pods_using(f.claim, scene) {
         let key = format!("pod:{}", pod.uid);
         seen.insert(key.clone());

@@ -179,6 +179,31 @@ impl Scene {
     }
 
     /// Events `reason` on `name` in any namespace (a PV's are in `default`), counting repeats.
+    /// The claim's `status.healthStatus` conditions as (status, reason), once they are `want` (waits).
+    async fn claim_health(&self, name: &str, want: &[(&str, &str)]) {
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(s, r)| (s.to_string(), r.to_string()))
+            .collect();
+        eventually(&format!("{name}'s healthStatus {want:?}"), WAIT, || async {
+            let claim = self.pvcs().get(name).await.map_err(|e| e.to_string())?;
+            let got: Vec<(String, String)> = claim
+                .status
+                .and_then(|s| s.health_status)
+                .and_then(|h| h.health_conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| (c.status, c.reason))
+                .collect();
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        })
+        .await;
+    }
+
     async fn count(&self, name: &str, reason: &str) -> usize {
         let api: Api<Event> = Api::all(self.client.clone());
         let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
@@ -215,10 +240,12 @@ async fn passes() {
     tokio::time::sleep(Duration::from_secs(11)).await;
 }
 
-/// A control plane with the CRD and the class, recovery's class annotation `class_ask`.
+/// A control plane with the CRD and the class, recovery's class annotation `class_ask`; the API server serves the
+/// claims' `status.healthStatus` (feature gate `CSIVolumeHealth`, alpha in 1.37).
 async fn plane(class_ask: Option<&str>) -> ControlPlane {
     let cp = ControlPlane::start(Options {
         controller_manager: true,
+        api_feature_gates: vec!["CSIVolumeHealth=true".into()],
         ..Default::default()
     })
     .await;
@@ -259,21 +286,8 @@ fn extender(cp: &ControlPlane, args: &[&str]) -> Component {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_replica_is_recovered_only_when_opted_in_only_while_its_siblings_are_ready_and_only_once()
  {
-    let cp = ControlPlane::start(Options {
-        controller_manager: true,
-        ..Default::default()
-    })
-    .await;
+    let cp = plane(None).await;
     let client = cp.client();
-    install_crd(&cp).await;
-    let sc: StorageClass = obj(
-        json!({"metadata": {"name": CLASS}, "provisioner": "kubernetes.io/no-provisioner",
-        "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Delete"}),
-    );
-    Api::<StorageClass>::all(client.clone())
-        .create(&PostParams::default(), &sc)
-        .await
-        .expect("class");
     for n in ["node-1", "node-2"] {
         create_node(&client, n, &[]).await;
     }
@@ -331,6 +345,10 @@ async fn a_lost_replica_is_recovered_only_when_opted_in_only_while_its_siblings_
         .await;
     assert!(off.contains("delete the claim"), "{off}");
     s.note("web-0", "DiskFailed", "disk-0").await;
+    s.claim_health("data-web-0", &[("Inaccessible", "DiskFailed")])
+        .await;
+    s.claim_health("data-web-2", &[("Degraded", "DiskDegraded")])
+        .await;
     passes().await;
     assert_eq!(
         s.uid(&claims, "data-web-0").await,

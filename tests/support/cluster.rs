@@ -170,6 +170,8 @@ pub struct Options {
     /// it and the `kubernetes` Service IP, authorizes nodes (Node authorizer, NodeRestriction), and the
     /// controller-manager also runs the workload, node-lifecycle and root-CA publisher controllers.
     pub real_nodes_address: Option<String>,
+    /// kube-apiserver `--feature-gates`, e.g. `CSIVolumeHealth=true`.
+    pub api_feature_gates: Vec<String>,
 }
 
 impl Options {
@@ -192,6 +194,8 @@ pub struct ControlPlane {
     client: Client,
     components: Vec<Component>,
     api_args: Vec<String>,
+    /// kube-apiserver feature gates (Options::api_feature_gates).
+    feature_gates: Vec<String>,
     real_nodes: bool,
     // Declared last: dropped after the components, so the watchdog is still there while they stop.
     reaper: Reaper,
@@ -224,9 +228,11 @@ impl ControlPlane {
             admin_kubeconfig,
             components: Vec::new(),
             api_args: Vec::new(),
+            feature_gates: Vec::new(),
             real_nodes: opts.real_nodes_address.is_some(),
             reaper,
         };
+        plane.feature_gates = opts.api_feature_gates.clone();
         plane.start_etcd_and_apiserver(api_host, api_port).await;
         if opts.controller_manager {
             plane
@@ -377,6 +383,9 @@ impl ControlPlane {
         ];
         if self.real_nodes {
             api_args.push("--enable-admission-plugins=NodeRestriction".into());
+        }
+        if !self.feature_gates.is_empty() {
+            api_args.push(format!("--feature-gates={}", self.feature_gates.join(",")));
         }
         self.spawn("kube-apiserver", "kube-apiserver", &api_args);
         self.api_args = api_args;
