@@ -15,5 +15,6 @@ mod migrate_doc;
 mod migrate_lsp;
 mod publish;
 mod restart;
+mod startup_taint;
 mod statefulset;
 mod walkthrough;

@@ -45,6 +45,12 @@ pub const POD_TIMEOUT: Duration = Duration::from_secs(120);
 impl RealCluster {
     /// Brings up the control plane and `count` real nodes, all Ready, with every image imported.
     pub async fn start(count: usize) -> RealCluster {
+        RealCluster::start_tainted(count, &[]).await
+    }
+
+    /// As [`RealCluster::start`], node `index` (1-based) registering with the taints `taints` names for it
+    /// (`key[=value]:Effect`).
+    pub async fn start_tainted(count: usize, taints: &[(usize, &str)]) -> RealCluster {
         if let Err(missing) = net::check_tools() {
             panic!("missing prerequisite for the real-node tier: {missing}");
         }
@@ -82,7 +88,13 @@ impl RealCluster {
             undo,
         };
         for index in 1..=count {
+            let own: Vec<&str> = taints
+                .iter()
+                .filter(|(i, _)| *i == index)
+                .map(|(_, t)| *t)
+                .collect();
             let node = RealNode::start(NodeSpec {
+                taints: &own,
                 run_dir: &cluster.dir,
                 run_cgroup: &run_cgroup,
                 index,

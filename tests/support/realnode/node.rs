@@ -100,6 +100,8 @@ pub struct NodeSpec<'a> {
     pub net: &'a Network,
     pub plane: &'a ControlPlane,
     pub undo: &'a Undo,
+    /// Taints the kubelet registers its Node with (`registerWithTaints`), as `key=value:Effect` or `key:Effect`.
+    pub taints: &'a [&'a str],
 }
 
 impl RealNode {
@@ -383,11 +385,26 @@ imageGCLowThresholdPercent: 99
 evictionHard: {{memory.available: "1Mi", nodefs.available: "1%", nodefs.inodesFree: "1%", imagefs.available: "1%"}}
 nodeStatusUpdateFrequency: 5s
 syncFrequency: 10s
+registerWithTaints: {taints}
 "#,
         ip = s.net.gateway(),
         ca = s.plane.certs.ca_cert.display().to_string(),
         sock = socket.display(),
         resolv = dir.join("resolv.conf").display().to_string(),
         cidr = s.net.pod_cidr(s.index),
+        taints = register_with_taints(s.taints),
     )
+}
+
+/// `registerWithTaints` as a flow sequence of taint objects.
+fn register_with_taints(taints: &[&str]) -> String {
+    let objects: Vec<serde_json::Value> = taints
+        .iter()
+        .map(|t| {
+            let (kv, effect) = t.rsplit_once(':').expect("a taint is key[=value]:Effect");
+            let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+            serde_json::json!({"key": key, "value": value, "effect": effect})
+        })
+        .collect();
+    serde_json::Value::Array(objects).to_string()
 }
