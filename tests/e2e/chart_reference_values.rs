@@ -121,39 +121,22 @@ fn check(cp: &ControlPlane, file: &Path, work: &Path) {
     let values: Value =
         serde_yaml_ng::from_str(&fs::read_to_string(file).expect("readable")).expect("parses");
     let (docs, notes) = dry_run_install(cp, file);
-    // NB: the reference EKS example discovers under /dev/disk/kubernetes; localpv refuses discovery
-    // directories inside system directories (docs/migration.md says so and what to do instead).
+    // NB: the reference EKS example discovers under /dev/disk/kubernetes (links to NVMe devices): a directory of
+    // device links under /dev is accepted; discovery then refuses it whole unless it holds only block devices.
+    let map = check_config_map(&docs, work, &what)
+        .unwrap_or_else(|e| panic!("{what}: the agent refuses the rendered ConfigMap:\n{e}"));
     let under_dev = values["classes"].as_array().into_iter().flatten().any(|c| {
         c["hostDir"]
             .as_str()
             .is_some_and(|d| d.starts_with("/dev/"))
     });
-    let map = match check_config_map(&docs, work, &what) {
-        Ok(map) if !under_dev => map,
-        Err(e) if under_dev => {
-            assert!(
-                e.contains("inside the system directory /dev"),
-                "{what}: refused for another reason: {e}"
-            );
-            let guide = fs::read_to_string(root().join("docs/migration.md")).expect("guide");
-            assert!(
-                guide.contains("/dev/disk/kubernetes"),
-                "docs/migration.md does not say that a hostDir under /dev is refused"
-            );
-            serde_yaml_ng::from_str(
-                docs.iter()
-                    .find(|d| {
-                        d["kind"] == "ConfigMap" && d["data"].get("storageClassMap").is_some()
-                    })
-                    .expect("the ConfigMap")["data"]["storageClassMap"]
-                    .as_str()
-                    .expect("a string"),
-            )
-            .expect("parses")
-        }
-        Ok(_) => panic!("{what}: a hostDir under /dev was accepted"),
-        Err(e) => panic!("{what}: the agent refuses the rendered ConfigMap:\n{e}"),
-    };
+    if under_dev {
+        let guide = fs::read_to_string(root().join("docs/migration.md")).expect("guide");
+        assert!(
+            guide.contains("/dev/disk/kubernetes") && guide.contains("DeviceDirRefused"),
+            "docs/migration.md does not say what a hostDir under /dev must hold"
+        );
+    }
 
     // Every class: in the agent's ConfigMap with its hostDir, and its StorageClass unless `storageClass: false`.
     let classes: Vec<&str> = docs
@@ -338,6 +321,12 @@ async fn every_values_file_of_the_reference_chart_installs_through_ours() {
         .iter()
         .find(|f| f.ends_with("provisioner/values.yaml"))
         .expect("the reference chart's values.yaml");
+    assert!(
+        files
+            .iter()
+            .any(|f| f.ends_with("examples/eks-nvme-ssd.yaml")),
+        "the reference EKS example (a hostDir under /dev) is among the files"
+    );
     let newest = newest_keys(dir.path(), defaults);
     for file in files.iter().chain([&newest]) {
         check(&cp, file, dir.path());
