@@ -7,6 +7,7 @@ mod support;
 
 mod common;
 mod demo;
+mod eks;
 mod extender;
 mod harness;
 mod lifecycle;
