@@ -45,7 +45,8 @@ pub struct Config {
     pub set_pv_owner_ref: bool,
     /// `minResyncPeriod`: the full resync runs at least this often.
     pub min_resync_period: Duration,
-    /// `removeNodeNotReadyTaint`: remove `provisioner_not_ready_node_taint_key` from the Node once ready.
+    /// `removeNodeNotReadyTaint`: remove the startup taint ([`Config::startup_taint`]) from the Node once the
+    /// first pass has published every disk it can.
     pub remove_node_not_ready_taint: bool,
     /// `provisionerNotReadyNodeTaintKey`.
     pub provisioner_not_ready_node_taint_key: Option<String>,
@@ -320,7 +321,21 @@ fn join(problems: &[Problem]) -> String {
         .join("; ")
 }
 
+/// The reference chart's default `provisionerNotReadyNodeTaintKey`, used when `removeNodeNotReadyTaint` is on and
+/// the key is not given (a hand-written ConfigMap).
+pub const DEFAULT_STARTUP_TAINT: &str = "sig-storage-local-static-provisioner/agent-not-ready";
+
 impl Config {
+    /// The key of the taint to remove from this node once the first pass has published every disk it can; `None`
+    /// when `removeNodeNotReadyTaint` is off.
+    pub fn startup_taint(&self) -> Option<&str> {
+        self.remove_node_not_ready_taint.then(|| {
+            self.provisioner_not_ready_node_taint_key
+                .as_deref()
+                .unwrap_or(DEFAULT_STARTUP_TAINT)
+        })
+    }
+
     /// Reads a configuration directory (a mounted ConfigMap: one file per key) or a single YAML file, then checks
     /// its directories again with symlinks resolved on this host.
     pub fn load(path: &Path) -> Result<Loaded, ConfigError> {

@@ -305,7 +305,17 @@ pub fn discover_changed(
     probed: &mut Probed,
     changes: &HostChanges,
 ) -> Discovery {
-    if changes.list_all {
+    // NB: a directory under /dev is judged whole, so one entry changed there (or a mount, which can be a file bound
+    // over a device node) means looking at all of it again.
+    let device_dir = |class: &DiscoveryClass| {
+        classify::is_device_dir(class, &class.mount_dir)
+            && (changes.mounts
+                || changes
+                    .entries
+                    .iter()
+                    .any(|(dir, _)| *dir == class.mount_dir))
+    };
+    if changes.list_all || classes.iter().any(device_dir) {
         return discover_with(host, classes, probed);
     }
     if !changes.mounts && changes.entries.is_empty() {
@@ -359,11 +369,21 @@ fn discover_listed(
     let mut failed_classes = Vec::new();
     let mut listings = Vec::new();
     let mut kept: Vec<Result<Listed, String>> = Vec::with_capacity(listed.len());
+    let mut refused = Vec::new();
     for (class, listed) in classes.iter().zip(listed) {
-        let needs_table = class.mode == VolumeMode::Filesystem;
+        let device_dir = listed
+            .as_ref()
+            .is_ok_and(|l| classify::is_device_dir(class, &l.resolved_dir));
+        let needs_table = class.mode == VolumeMode::Filesystem || device_dir;
         let listing = match (&table, needs_table, listed) {
             (Err(error), true, _) => Err(error_chain(error)),
             (_, _, listed) => listed,
+        };
+        let listing = match (listing, &table) {
+            (Ok(listed), Ok(table)) if device_dir => {
+                device_dir_checked(class, listed, table, &mut refused)
+            }
+            (listing, _) => listing,
         };
         match listing {
             Ok(listed) => {
@@ -387,6 +407,8 @@ fn discover_listed(
     let empty = MountTable::default();
     let classified = classify::classify(&listings, table.as_ref().unwrap_or(&empty));
     probed.last_classified = listings.iter().map(|l| l.entries.len()).sum();
+    let mut classified = classified;
+    classified.unusable.extend(refused);
     let discovery = Discovery {
         disks: Vec::new(),
         unusable: classified.unusable.clone(),
@@ -429,6 +451,32 @@ fn discover_listed(
         table: table.ok(),
     });
     discovery
+}
+
+/// A listing of a class directory under `/dev`, or the message that refuses it as a whole; then every entry the
+/// class would have looked at goes into `refused`, naming the entry at fault, and the class counts as failed (its
+/// PVs are left alone, nothing of it is published or wiped) until the directory holds only devices again.
+fn device_dir_checked(
+    class: &DiscoveryClass,
+    listed: Listed,
+    table: &MountTable,
+    refused: &mut Vec<Unusable>,
+) -> Result<Listed, String> {
+    let listing = Listing {
+        class,
+        resolved_dir: listed.resolved_dir,
+        entries: listed.entries,
+    };
+    match classify::device_dir_problem(&listing, table) {
+        None => Ok(Listed {
+            resolved_dir: listing.resolved_dir,
+            entries: listing.entries,
+        }),
+        Some(message) => {
+            refused.extend(classify::refused_entries(&listing, &message));
+            Err(message)
+        }
+    }
 }
 
 /// Measures each candidate into `discovery`, reusing what `probed` measured on the same mount; keeps only this
@@ -667,5 +715,7 @@ pub fn round_capacity(bytes: u64) -> u64 {
     }
 }
 
+#[cfg(test)]
+mod device_dir_tests;
 #[cfg(test)]
 mod tests;

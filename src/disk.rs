@@ -89,6 +89,9 @@ pub enum UnusableReason {
     ProbeFailed,
     /// A block device that is mounted somewhere on the host: handing it to a pod raw would corrupt that filesystem.
     DeviceInUse,
+    /// An entry of a discovery directory under `/dev` that is refused as a whole: another of its entries is not a
+    /// block device or a symlink to one, or the directory is not on devtmpfs.
+    DeviceDirRefused,
 }
 
 impl UnusableReason {
@@ -100,6 +103,7 @@ impl UnusableReason {
             UnusableReason::WrongVolumeMode => "WrongVolumeMode",
             UnusableReason::ProbeFailed => "ProbeFailed",
             UnusableReason::DeviceInUse => "DeviceInUse",
+            UnusableReason::DeviceDirRefused => "DeviceDirRefused",
         }
     }
 }

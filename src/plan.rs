@@ -35,6 +35,7 @@ pub mod lost;
 pub mod owners;
 pub mod pv;
 pub mod state;
+pub mod taint;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

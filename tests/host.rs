@@ -1,6 +1,8 @@
 //! Discovery and the mount watcher on real mounts: tmpfs, loop devices formatted ext4 and xfs, bind mounts,
 //! symlinks to block devices, stray entries. Needs root; each test builds its own [`fixtures::Scene`].
 
+#[path = "host/device_dir.rs"]
+mod device_dir;
 #[path = "support/disks.rs"]
 #[allow(dead_code)]
 mod disks;

@@ -19,12 +19,13 @@ use crate::config::WipeMethod;
 use crate::disk::{Unusable, UnusableReason};
 use crate::telemetry::at_zero;
 
-const UNUSABLE_REASONS: [UnusableReason; 5] = [
+const UNUSABLE_REASONS: [UnusableReason; 6] = [
     UnusableReason::NotAMountPoint,
     UnusableReason::NotADiskEntry,
     UnusableReason::WrongVolumeMode,
     UnusableReason::ProbeFailed,
     UnusableReason::DeviceInUse,
+    UnusableReason::DeviceDirRefused,
 ];
 
 /// The writer's request labels (`effects::Writer` counts through [`Metrics`]).

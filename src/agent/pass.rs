@@ -117,6 +117,12 @@ pub struct Agent {
     existing: Option<Picked>,
     /// The next planning call names no changes: its planner compares ledger and owners whole.
     compare_whole: bool,
+    /// A pass found every disk published or held for a lasting reason, with nothing left to retry
+    /// (`plan::taint::all_published`): the startup taint may go.
+    published_all: bool,
+    /// The Node's resourceVersion the startup taint was removed from: no second patch until the watch shows the
+    /// Node as it is now.
+    untainted_from: Option<String>,
 }
 
 /// The planner's `existing` PVs, picked from the PV index at one generation.
@@ -194,6 +200,8 @@ impl Agent {
             published: Published::default(),
             existing: None,
             compare_whole: false,
+            published_all: false,
+            untainted_from: None,
             done_tx,
             done_rx,
             last_config_error: None,
@@ -555,6 +563,12 @@ impl Agent {
         }
         let again = tagged && !unconfirmed;
         self.publish_now = again;
+        // NB: a pass that planned no new PV for want of the cluster's PVs, or whose writes failed, has not published
+        // every disk it can; nor has one whose disks wait for their volume id to read back.
+        let held_back = plan.needs_cluster_list && !complete;
+        self.published_all |= !(retry || again || unconfirmed || held_back)
+            && plan::taint::all_published(&found, &existing, &plan.unpublished);
+        let untaint_again = self.published_all && self.remove_startup_taint().await;
         let inventory_after = if again {
             None
         } else {
@@ -588,12 +602,43 @@ impl Agent {
             inventory_after,
             backoff,
             progress,
-            (retry || unconfirmed).then_some(FIRST_BACKOFF),
+            (retry || unconfirmed || untaint_again).then_some(FIRST_BACKOFF),
             again.then_some(Duration::ZERO),
         ]
         .into_iter()
         .flatten()
         .min()
+    }
+
+    /// Removes the startup taint (`removeNodeNotReadyTaint`) from this node, if it has it. True when the patch
+    /// failed or met a Node changed meanwhile: try again soon (the Node's watch event wakes the loop too).
+    async fn remove_startup_taint(&mut self) -> bool {
+        let Some(key) = self.s.config.startup_taint() else {
+            return false;
+        };
+        let Some(node) = self.s.nodes.get_shared(&self.s.node) else {
+            return false;
+        };
+        let Some(patch) = plan::taint::removal(&node, key) else {
+            return false;
+        };
+        let version = node.metadata.resource_version.clone();
+        if version == self.untainted_from {
+            return false;
+        }
+        let patched = self
+            .writer
+            .writer
+            .merge_patch::<Node>(None, &self.s.node, &patch)
+            .await;
+        match patched {
+            Ok(effects::Applied::Done(_)) => {
+                info!(node = %self.s.node, taint = key, "removed the startup taint: the node's disks are published");
+                self.untainted_from = version;
+                false
+            }
+            Ok(effects::Applied::Moot) | Err(_) => true,
+        }
     }
 
     /// The first pass without a ledger file: when a PV of this node shows the ledger was lost, says so loudly and

@@ -40,6 +40,8 @@ const HOST_PATH: &str = "/mnt/disks/vol1";
 struct TestDisk {
     mount_dir: tempfile::TempDir,
     dev: DevId,
+    /// Global keys added to the configuration.
+    extra_config: String,
 }
 
 impl TestDisk {
@@ -55,7 +57,11 @@ impl TestDisk {
             "these tests need the temporary directory on a block-device-backed filesystem (not tmpfs): it is on \
              {dev}"
         );
-        TestDisk { mount_dir, dev }
+        TestDisk {
+            mount_dir,
+            dev,
+            extra_config: String::new(),
+        }
     }
 
     fn vol1(&self) -> PathBuf {
@@ -66,7 +72,8 @@ impl TestDisk {
     fn config_text(&self) -> String {
         let mount_dir = self.mount_dir.path().display();
         format!(
-            "storageClassMap:\n  {CLASS}:\n    hostDir: /mnt/disks\n    mountDir: {mount_dir}\n"
+            "{}storageClassMap:\n  {CLASS}:\n    hostDir: /mnt/disks\n    mountDir: {mount_dir}\n",
+            self.extra_config
         )
     }
 
@@ -136,14 +143,20 @@ fn listed<K: kube::Resource + serde::de::DeserializeOwned + PartialEq>(
 }
 
 fn stores(pvs: Vec<Value>) -> Stores {
+    stores_with_taints(pvs, json!(null))
+}
+
+/// As [`stores`], with `taints` on the Node.
+fn stores_with_taints(pvs: Vec<Value>, taints: Value) -> Stores {
     let s = Stores {
         pvs: PvIndex::new(),
         nodes: Store::new(),
         classes: Store::new(),
         disks: Store::new(),
     };
-    let node = json!({"metadata": {"name": NODE, "uid": NODE_UID,
-                                   "labels": {"kubernetes.io/hostname": NODE}}});
+    let node = json!({"metadata": {"name": NODE, "uid": NODE_UID, "resourceVersion": "5",
+                                   "labels": {"kubernetes.io/hostname": NODE}},
+                      "spec": {"taints": taints}});
     listed(&s.nodes, vec![node]);
     let class = json!({"metadata": {"name": CLASS}, "provisioner": "kubernetes.io/no-provisioner",
                        "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer"});
@@ -489,4 +502,81 @@ fn wipe_phase(seen: &Seen, phase: &str) -> Result<(), String> {
         Value::String(p) if p == phase => Ok(()),
         other => Err(format!("{ANN_WIPE_PHASE} is {other}, expected {phase}")),
     }
+}
+
+const STARTUP_TAINT: &str = "example.com/storage-not-ready";
+
+#[tokio::test]
+async fn the_startup_taint_is_removed_once_the_first_pass_has_published_the_disk_and_never_again() {
+    let mut disk = TestDisk::new();
+    disk.extra_config = format!(
+        "removeNodeNotReadyTaint: \"true\"\nprovisionerNotReadyNodeTaintKey: {STARTUP_TAINT}\n"
+    );
+    let other = json!({"key": "dedicated", "value": "db", "effect": "NoSchedule"});
+    let taints = json!([{"key": STARTUP_TAINT, "effect": "NoSchedule"}, other]);
+    let stores = stores_with_taints(vec![], taints);
+    let local_disk = local_disk_path("fs-uuid-1");
+    let steps = vec![
+        Step::new("the PV create", "POST", "/api/v1/persistentvolumes")
+            .answer_with(shown_pv(&stores.pvs, "pv-uid-1")),
+        Step::new("the look for another node's LocalDisk", "GET", &local_disk)
+            .fail(404, "NotFound"),
+        Step::new("the LocalDisk create", "PATCH", &local_disk)
+            .answer_with(stored_disk(&stores.disks)),
+        Step::new(
+            "the taint removed",
+            "PATCH",
+            &format!("/api/v1/nodes/{NODE}"),
+        )
+        .query("fieldManager=localpv-node")
+        .body("/metadata/resourceVersion", json!("5"))
+        .body("/spec/taints", json!([other]))
+        .answer_with(untainted_node(&stores.nodes)),
+        naming_the_pv(&stores),
+    ];
+    run_agent(&disk, &stores, steps, 4).await;
+}
+
+/// The Node as the API server stores it after `seen`'s taint patch, shown to the agent's Node store.
+fn untainted_node(nodes: &Arc<Store<Node>>) -> impl Fn(&Seen) -> (u16, Value) + Send + 'static {
+    let nodes = nodes.clone();
+    move |seen| {
+        let node = json!({"metadata": {"name": NODE, "uid": NODE_UID, "resourceVersion": "6",
+                                       "labels": {"kubernetes.io/hostname": NODE}},
+                          "spec": {"taints": seen.body["spec"]["taints"].clone()}});
+        apply(
+            &nodes,
+            "Node",
+            Event::Apply(object(node.clone())),
+            &objects(),
+        );
+        (200, node)
+    }
+}
+
+#[tokio::test]
+async fn a_taint_patch_that_meets_a_changed_node_is_tried_again() {
+    let mut disk = TestDisk::new();
+    disk.extra_config = "removeNodeNotReadyTaint: true\n".into();
+    let taints = json!([{"key": crate::config::DEFAULT_STARTUP_TAINT, "effect": "NoSchedule"}]);
+    let stores = stores_with_taints(vec![], taints);
+    let local_disk = local_disk_path("fs-uuid-1");
+    let node_path = format!("/api/v1/nodes/{NODE}");
+    let steps = vec![
+        Step::new("the PV create", "POST", "/api/v1/persistentvolumes")
+            .answer_with(shown_pv(&stores.pvs, "pv-uid-1")),
+        Step::new("the look for another node's LocalDisk", "GET", &local_disk)
+            .fail(404, "NotFound"),
+        Step::new("the LocalDisk create", "PATCH", &local_disk)
+            .answer_with(stored_disk(&stores.disks)),
+        Step::new("the taint patch, on a changed Node", "PATCH", &node_path)
+            .body("/spec/taints", json!(null))
+            .fail(409, "Conflict"),
+        naming_the_pv(&stores),
+        Step::new("the taint patch again", "PATCH", &node_path)
+            .body("/metadata/resourceVersion", json!("5"))
+            .body("/spec/taints", json!(null))
+            .answer_with(untainted_node(&stores.nodes)),
+    ];
+    run_agent(&disk, &stores, steps, 6).await;
 }

@@ -49,8 +49,32 @@ pub struct ClassDirs {
     pub resolved_mount_dir: PathBuf,
 }
 
+/// Directories under `/dev` that are never a directory of device links: the kernel's and the runtime's other
+/// filesystems mounted there (their entries are files, terminals and queues) and the kernel's and udev's own
+/// link directories (every disk of the node, the system disk among them, is linked there). Refused, and so is
+/// anything beneath them or above them; so are `/dev/disk` and udev's `/dev/disk/by-*`.
+pub const DEV_SYSTEM_DIRS: [&str; 7] = [
+    "/dev/shm",
+    "/dev/pts",
+    "/dev/mqueue",
+    "/dev/hugepages",
+    "/dev/block",
+    "/dev/char",
+    "/dev/mapper",
+];
+
 /// Why a directory is a system directory, or `None` when it may be a discovery directory.
+///
+/// A directory strictly inside `/dev` is the one exception to the system directories: a node's bootstrap may link
+/// the disks meant for volumes there (the reference provisioner's EKS recipe: `/dev/disk/kubernetes`). It is
+/// accepted unless it is, lies in or contains one of [`DEV_SYSTEM_DIRS`] (or is `/dev/disk` or udev's `by-*`
+/// directories); discovery then refuses it as a whole unless it lies on devtmpfs and holds nothing but block
+/// devices and symlinks to them (`discover::classify::device_dir_problem`).
 pub fn system_dir_problem(path: &Path) -> Option<String> {
+    let dev = Path::new("/dev");
+    if path.starts_with(dev) && path != dev {
+        return dev_dir_problem(path);
+    }
     for system in SYSTEM_DIRS.iter().map(Path::new) {
         if path == system {
             return Some(format!("{} is a system directory", path.display()));
@@ -69,6 +93,40 @@ pub fn system_dir_problem(path: &Path) -> Option<String> {
                 system.display()
             ));
         }
+    }
+    None
+}
+
+/// Why a directory strictly inside `/dev` may not be a directory of device links, or `None`.
+fn dev_dir_problem(path: &Path) -> Option<String> {
+    let by_dir = path
+        .strip_prefix("/dev/disk")
+        .ok()
+        .and_then(|rest| rest.components().next())
+        .is_some_and(|first| first.as_os_str().as_encoded_bytes().starts_with(b"by-"));
+    if path == Path::new("/dev/disk") || by_dir {
+        return Some(format!(
+            "{} is udev's: it links every disk of the node, the system disk among them; link the disks meant for \
+             volumes in a directory of their own, such as /dev/disk/kubernetes",
+            path.display()
+        ));
+    }
+    for system in DEV_SYSTEM_DIRS.iter().map(Path::new) {
+        let relation = if path == system {
+            "is"
+        } else if path.starts_with(system) {
+            "is inside"
+        } else if system.starts_with(path) {
+            "contains"
+        } else {
+            continue;
+        };
+        return Some(format!(
+            "{} {relation} {}, which is not a directory of block devices (only a directory of its own under \
+             /dev, holding block devices and symlinks to them, may be a discovery directory)",
+            path.display(),
+            system.display()
+        ));
     }
     None
 }

@@ -44,7 +44,6 @@ fn dirs(name: &str, host: &str, mount: &str, resolved: &str) -> ClassDirs {
     "/var/lib/kubelet/pods",
     "/var/lib/kubelet/pods is inside the system directory /var/lib/kubelet"
 )]
-#[case::dev_shm("/dev/shm", "/dev/shm is inside the system directory /dev")]
 #[case::dot_spelling("/./proc/", "/proc is a system directory")]
 fn a_system_directory_as_host_dir_is_refused_naming_the_key(#[case] dir: &str, #[case] why: &str) {
     let yaml = format!("storageClassMap:\n  evil:\n    hostDir: {dir}\n");
@@ -52,6 +51,68 @@ fn a_system_directory_as_host_dir_is_refused_naming_the_key(#[case] dir: &str, #
         problems(&yaml),
         [format!("storageClassMap.evil.hostDir: {why}")]
     );
+}
+
+#[rstest]
+#[case::shm(
+    "/dev/shm",
+    "/dev/shm is /dev/shm, which is not a directory of block devices"
+)]
+#[case::in_shm(
+    "/dev/shm/x",
+    "/dev/shm/x is inside /dev/shm, which is not a directory of block devices"
+)]
+#[case::pts(
+    "/dev/pts",
+    "/dev/pts is /dev/pts, which is not a directory of block devices"
+)]
+#[case::mqueue(
+    "/dev/mqueue",
+    "/dev/mqueue is /dev/mqueue, which is not a directory of block devices"
+)]
+#[case::hugepages("/dev/hugepages", "/dev/hugepages is /dev/hugepages, which is not")]
+#[case::mapper(
+    "/dev/mapper",
+    "/dev/mapper is /dev/mapper, which is not a directory of block devices"
+)]
+#[case::block(
+    "/dev/block",
+    "/dev/block is /dev/block, which is not a directory of block devices"
+)]
+#[case::disk("/dev/disk", "/dev/disk is udev's: it links every disk of the node")]
+#[case::by_id(
+    "/dev/disk/by-id",
+    "/dev/disk/by-id is udev's: it links every disk of the node"
+)]
+#[case::by_anything("/dev/disk/by-whatever/x", "/dev/disk/by-whatever/x is udev's")]
+#[case::dev_itself("/dev", "/dev is a system directory")]
+#[case::dev_dot_spelling("/dev/.", "/dev is a system directory")]
+fn a_dev_directory_that_is_not_a_directory_of_device_links_is_refused(
+    #[case] dir: &str,
+    #[case] why: &str,
+) {
+    for mode in ["Block", "Filesystem"] {
+        let yaml =
+            format!("storageClassMap:\n  evil:\n    hostDir: {dir}\n    volumeMode: {mode}\n");
+        let found = problems(&yaml);
+        assert_eq!(found.len(), 1, "{dir} ({mode}): {found:?}");
+        assert!(
+            found[0].starts_with(&format!("storageClassMap.evil.hostDir: {why}")),
+            "{dir} ({mode}): {found:?}"
+        );
+    }
+}
+
+/// A directory of its own under `/dev`, where a node's bootstrap links the disks meant for volumes (the reference
+/// provisioner's EKS recipe), in either volume mode: discovery confines it to block devices.
+#[rstest]
+#[case::eks("/dev/disk/kubernetes", "Filesystem")]
+#[case::eks_block("/dev/disk/kubernetes", "Block")]
+#[case::own("/dev/localpv-disks", "Block")]
+#[case::lvm_group("/dev/vg-volumes", "Block")]
+fn a_directory_of_device_links_under_dev_is_accepted(#[case] dir: &str, #[case] mode: &str) {
+    let yaml = format!("storageClassMap:\n  nvme:\n    hostDir: {dir}\n    volumeMode: {mode}\n");
+    Config::from_yaml(&yaml, "test").expect("valid");
 }
 
 #[test]

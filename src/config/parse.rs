@@ -132,18 +132,16 @@ impl Reader {
                 }
                 set(&mut config.min_resync_period, period)
             }
-            "removeNodeNotReadyTaint" => {
-                let remove = self.bool(key, value);
-                if remove == Some(true) {
-                    self.warn(
-                        key,
-                        "accepted but not acted on yet: the agent does not remove Node taints",
-                    );
-                }
-                set(&mut config.remove_node_not_ready_taint, remove)
-            }
+            "removeNodeNotReadyTaint" => set(
+                &mut config.remove_node_not_ready_taint,
+                self.bool(key, value),
+            ),
             "provisionerNotReadyNodeTaintKey" => {
-                config.provisioner_not_ready_node_taint_key = self.string(key, value);
+                let taint = self.string(key, value);
+                if taint.as_deref().is_some_and(|t| t.trim().is_empty()) {
+                    self.problem(key, "must name a taint key");
+                }
+                config.provisioner_not_ready_node_taint_key = taint;
             }
             "pvNaming" => set(&mut config.pv_naming, self.pv_naming(key, value)),
             "capacityRounding" => set(&mut config.capacity_rounding, self.bool(key, value)),

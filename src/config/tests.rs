@@ -241,6 +241,10 @@ fn our_own_keys_are_read_beside_the_reference_keys() {
         config.provisioner_not_ready_node_taint_key.as_deref(),
         Some("example.com/storage-not-ready")
     );
+    assert_eq!(
+        config.startup_taint(),
+        Some("example.com/storage-not-ready")
+    );
     assert_eq!(config.labels_for_pv["tier"], "1");
     assert!(
         !config.classes[0].wipe_on_first_discovery,
@@ -753,4 +757,30 @@ fn disk_health_thresholds_are_read_and_bad_ones_name_the_key() {
             .to_string();
         assert!(err.contains(key), "{bad}: {err}");
     }
+}
+
+#[rstest]
+#[case(
+    "removeNodeNotReadyTaint: false\nprovisionerNotReadyNodeTaintKey: a/b\n",
+    None
+)]
+#[case(
+    "removeNodeNotReadyTaint: \"yes\"\n",
+    Some(crate::config::DEFAULT_STARTUP_TAINT)
+)]
+#[case(
+    "removeNodeNotReadyTaint: true\nprovisionerNotReadyNodeTaintKey: a/b\n",
+    Some("a/b")
+)]
+fn the_startup_taint_is_removed_only_when_asked_with_the_reference_charts_default_key(
+    #[case] keys: &str,
+    #[case] taint: Option<&str>,
+) {
+    let loaded = parse(&format!("{keys}{}", one_class("hostDir: /mnt/d")));
+    assert_eq!(loaded.config.startup_taint(), taint);
+    assert!(
+        loaded.warnings.iter().all(|w| !w.key.contains("Taint")),
+        "the taint keys are acted on, not warned about: {:?}",
+        loaded.warnings
+    );
 }

@@ -17,6 +17,10 @@
 //!   sharing a disk.
 //! - A block device that is mounted anywhere (whole-device mounts only: the mount table names the device number)
 //!   is `DeviceInUse`: a pod writing to it raw would corrupt a live filesystem.
+//! - A class directory under `/dev` (a node's bootstrap links the disks meant for volumes there) is a directory of
+//!   devices or nothing: unless it lies on devtmpfs and every entry, whatever its name, is a block device or a
+//!   symlink to one, it is refused as a whole ([`device_dir_problem`]): the caller reports the class as failed
+//!   (its PVs left alone) and each of its entries as `DeviceDirRefused`, naming the entry at fault.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -319,4 +323,92 @@ fn rejection(
             ),
         ),
     }
+}
+
+/// Whether a class directory lies strictly inside `/dev`, as the host (`host_dir`) or this process (`mount_dir`,
+/// `resolved_dir`) sees it: such a directory may hold nothing but block devices ([`device_dir_problem`]).
+pub fn is_device_dir(class: &DiscoveryClass, resolved_dir: &Path) -> bool {
+    let dev = Path::new("/dev");
+    [
+        class.host_dir.as_path(),
+        class.mount_dir.as_path(),
+        resolved_dir,
+    ]
+    .into_iter()
+    .any(|dir| dir.starts_with(dev) && dir != dev)
+}
+
+/// Why a class directory under `/dev` is refused as a whole, or `None` when it is a directory of devices: it must
+/// lie on devtmpfs (not on `/dev/shm`'s tmpfs, `/dev/pts`, `/dev/mqueue`, hugetlbfs or anything mounted there), and
+/// every entry, whatever its name, must be a block device or a symlink to one. NB: an entry outside the class's
+/// name patterns counts too: what the directory holds, not what the class publishes, says what the directory is.
+pub fn device_dir_problem(listing: &Listing<'_>, table: &MountTable) -> Option<String> {
+    let dir = &listing.resolved_dir;
+    let shown = format!("{:?}", listing.class.host_dir.display().to_string());
+    let under = table
+        .entries
+        .iter()
+        .filter(|m| dir.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.components().count());
+    match under {
+        Some(mount) if mount.fs_type == "devtmpfs" => {}
+        Some(mount) => {
+            return Some(format!(
+                "discovery directory {shown} is refused as a whole: it is on {} (mounted on {}), not on devtmpfs; \
+                 under /dev only a directory of block devices and symlinks to them may be a discovery directory",
+                mount.fs_type,
+                mount.mount_point.display()
+            ));
+        }
+        None => {
+            return Some(format!(
+                "discovery directory {shown} is refused as a whole: no mount holds it in the mount table"
+            ));
+        }
+    }
+    let mut entries: Vec<&DirEntry> = listing
+        .entries
+        .iter()
+        .filter(|e| block_rdev(&e.kind).is_none())
+        .collect();
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    let first = entries.first()?;
+    let more = match entries.len() {
+        1 => String::new(),
+        n => format!(" (and {} more)", n - 1),
+    };
+    Some(format!(
+        "discovery directory {shown} is refused as a whole: its entry {:?} is {}{more}; under /dev a discovery \
+         directory may hold only block devices and symlinks to them: remove the entry, or name a directory of \
+         device links alone",
+        first.name,
+        first.kind.describe()
+    ))
+}
+
+/// Every entry of `listing` its class's name patterns match, as unusable for `message` (the directory is refused).
+pub fn refused_entries(listing: &Listing<'_>, message: &str) -> Vec<Unusable> {
+    let class = listing.class;
+    let mut names: Vec<&str> = listing
+        .entries
+        .iter()
+        .map(|e| e.name.as_str())
+        .filter(|name| {
+            class
+                .name_patterns
+                .iter()
+                .any(|p| pattern::matches(p, name))
+        })
+        .collect();
+    names.sort_unstable();
+    names
+        .into_iter()
+        .map(|name| Unusable {
+            class: class.name.clone(),
+            entry: name.to_string(),
+            host_path: class.host_dir.join(name),
+            reason: UnusableReason::DeviceDirRefused,
+            message: message.to_string(),
+        })
+        .collect()
 }

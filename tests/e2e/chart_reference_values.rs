@@ -46,7 +46,6 @@ const IGNORED: &[&str] = &[
     "readinessProbe",
     "startupProbe",
     "useJobForCleaning",
-    "removeNodeNotReadyTaint",
 ];
 
 /// Reference keys copied to the node agent's pod: (key, path in the DaemonSet's pod spec).
@@ -122,39 +121,22 @@ fn check(cp: &ControlPlane, file: &Path, work: &Path) {
     let values: Value =
         serde_yaml_ng::from_str(&fs::read_to_string(file).expect("readable")).expect("parses");
     let (docs, notes) = dry_run_install(cp, file);
-    // NB: the reference EKS example discovers under /dev/disk/kubernetes; localpv refuses discovery
-    // directories inside system directories (docs/migration.md says so and what to do instead).
+    // NB: the reference EKS example discovers under /dev/disk/kubernetes (links to NVMe devices): a directory of
+    // device links under /dev is accepted; discovery then refuses it whole unless it holds only block devices.
+    let map = check_config_map(&docs, work, &what)
+        .unwrap_or_else(|e| panic!("{what}: the agent refuses the rendered ConfigMap:\n{e}"));
     let under_dev = values["classes"].as_array().into_iter().flatten().any(|c| {
         c["hostDir"]
             .as_str()
             .is_some_and(|d| d.starts_with("/dev/"))
     });
-    let map = match check_config_map(&docs, work, &what) {
-        Ok(map) if !under_dev => map,
-        Err(e) if under_dev => {
-            assert!(
-                e.contains("inside the system directory /dev"),
-                "{what}: refused for another reason: {e}"
-            );
-            let guide = fs::read_to_string(root().join("docs/migration.md")).expect("guide");
-            assert!(
-                guide.contains("/dev/disk/kubernetes"),
-                "docs/migration.md does not say that a hostDir under /dev is refused"
-            );
-            serde_yaml_ng::from_str(
-                docs.iter()
-                    .find(|d| {
-                        d["kind"] == "ConfigMap" && d["data"].get("storageClassMap").is_some()
-                    })
-                    .expect("the ConfigMap")["data"]["storageClassMap"]
-                    .as_str()
-                    .expect("a string"),
-            )
-            .expect("parses")
-        }
-        Ok(_) => panic!("{what}: a hostDir under /dev was accepted"),
-        Err(e) => panic!("{what}: the agent refuses the rendered ConfigMap:\n{e}"),
-    };
+    if under_dev {
+        let guide = fs::read_to_string(root().join("docs/migration.md")).expect("guide");
+        assert!(
+            guide.contains("/dev/disk/kubernetes") && guide.contains("DeviceDirRefused"),
+            "docs/migration.md does not say what a hostDir under /dev must hold"
+        );
+    }
 
     // Every class: in the agent's ConfigMap with its hostDir, and its StorageClass unless `storageClass: false`.
     let classes: Vec<&str> = docs
@@ -229,6 +211,48 @@ fn check(cp: &ControlPlane, file: &Path, work: &Path) {
         );
     }
 
+    // The startup taint: tolerated by the agent, which may then patch Nodes (and only then).
+    let taint = match &values["removeNodeNotReadyTaint"] {
+        Value::Bool(on) => *on,
+        Value::String(on) => ["true", "yes", "on", "y"].contains(&on.to_lowercase().as_str()),
+        _ => false,
+    };
+    let key = values["provisionerNotReadyNodeTaintKey"]
+        .as_str()
+        .unwrap_or("sig-storage-local-static-provisioner/agent-not-ready");
+    let tolerated = pod["tolerations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|t| t["key"] == key && t["operator"] == "Exists" && t.get("effect").is_none());
+    let patches_nodes = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole")
+        .flat_map(|d| d["rules"].as_array().into_iter().flatten())
+        .any(|r| {
+            r["resources"]
+                .as_array()
+                .is_some_and(|r| r.contains(&"nodes".into()))
+                && r["verbs"]
+                    .as_array()
+                    .is_some_and(|v| v.contains(&"patch".into()))
+        });
+    let rbac = values["rbac"]["create"] != Value::Bool(false);
+    assert_eq!(tolerated, taint, "{what}: the startup taint's toleration");
+    assert_eq!(patches_nodes, taint && rbac, "{what}: patch on Nodes");
+    if taint {
+        assert!(
+            map_text(&docs, "removeNodeNotReadyTaint").is_some(),
+            "{what}: removeNodeNotReadyTaint reaches the agent"
+        );
+    }
+    let cleanup = values["nodeCleanupController"]["enabled"] == Value::Bool(true);
+    assert_eq!(
+        notes.contains("nodeCleanupController:"),
+        cleanup,
+        "{what}: the NOTES on nodeCleanupController:\n{notes}"
+    );
+
     // What has no meaning here is named in the NOTES.
     for key in IGNORED {
         if is_set(&values[*key]) {
@@ -246,6 +270,38 @@ fn check(cp: &ControlPlane, file: &Path, work: &Path) {
     }
 }
 
+/// A key of the agent's rendered ConfigMap.
+fn map_text<'a>(docs: &'a [Value], key: &str) -> Option<&'a str> {
+    docs.iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["data"].get("storageClassMap").is_some())?["data"]
+        [key]
+        .as_str()
+}
+
+/// The reference chart's default values with the keys of its newest code on: the startup taint (`master`, released
+/// in 2.9.0) and the node clean-up controller (only on a branch, `copilot/add-configurable-options-node-cleanup-
+/// controller`, as its example `baremetal-node-cleanup.yaml` sets it).
+fn newest_keys(dir: &Path, defaults: &Path) -> PathBuf {
+    let mut values: Value =
+        serde_yaml_ng::from_str(&fs::read_to_string(defaults).expect("readable")).expect("parses");
+    values["classes"] = serde_json::json!([{"name": "local-storage", "hostDir": "/mnt/disks",
+        "volumeMode": "Block", "blockCleanerCommand": ["/scripts/shred.sh", "2"], "storageClass": true}]);
+    values["removeNodeNotReadyTaint"] = true.into();
+    values["provisionerNotReadyNodeTaintKey"] = "example.com/local-disks-not-ready".into();
+    values["nodeCleanupController"] = serde_json::json!({
+        "enabled": true, "storageClassNames": ["local-storage"], "pvcDeletionDelay": "60s",
+        "stalePVDiscoveryInterval": "10s",
+        "resources": {"limits": {"cpu": "100m", "memory": "200Mi"}, "requests": {"cpu": "50m", "memory": "100Mi"}},
+    });
+    let file = dir.join("newest-keys.yaml");
+    fs::write(
+        &file,
+        serde_yaml_ng::to_string(&values).expect("serialises"),
+    )
+    .expect("written");
+    file
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn every_values_file_of_the_reference_chart_installs_through_ours() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -261,7 +317,18 @@ async fn every_values_file_of_the_reference_chart_installs_through_ours() {
     let cp = ControlPlane::start(Options::default()).await;
     install_crds(&cp);
     apply(&cp, &root().join(NAMESPACE_FILE));
-    for file in &files {
+    let defaults = files
+        .iter()
+        .find(|f| f.ends_with("provisioner/values.yaml"))
+        .expect("the reference chart's values.yaml");
+    assert!(
+        files
+            .iter()
+            .any(|f| f.ends_with("examples/eks-nvme-ssd.yaml")),
+        "the reference EKS example (a hostDir under /dev) is among the files"
+    );
+    let newest = newest_keys(dir.path(), defaults);
+    for file in files.iter().chain([&newest]) {
         check(&cp, file, dir.path());
     }
 }

@@ -7,6 +7,7 @@ mod support;
 
 mod common;
 mod demo;
+mod eks;
 mod extender;
 mod harness;
 mod lifecycle;
@@ -16,5 +17,6 @@ mod migrate_lsp;
 mod publish;
 mod recovery;
 mod restart;
+mod startup_taint;
 mod statefulset;
 mod walkthrough;

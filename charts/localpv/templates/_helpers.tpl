@@ -234,8 +234,8 @@ Reference-chart values that mean nothing here, one line each, for the NOTES (emp
 {{- if $v.useJobForCleaning }}
   useJobForCleaning: ignored; wipes run in the agent and resume after a restart.
 {{- end }}
-{{- if $v.removeNodeNotReadyTaint }}
-  removeNodeNotReadyTaint: not acted on yet; the agent never removes a taint.
+{{- if and (kindIs "map" $v.nodeCleanupController) $v.nodeCleanupController.enabled }}
+  nodeCleanupController: no separate controller is deployed; the extender cleans up after deleted Nodes (extender.nodeCleanup: every class, Available PVs after grace {{ $.Values.extender.nodeCleanup.grace }}; claims only with deleteClaimsAfter set). docs/migration.md#node-cleanup compares the two.
 {{- end }}
 {{- range $v.classes }}
 {{- $sc := include "localpv.storageClass" . | fromJson }}
@@ -243,4 +243,19 @@ Reference-chart values that mean nothing here, one line each, for the NOTES (emp
   classes[{{ .name }}].storageClass.provisioner: {{ $sc.provisioner }}: the StorageClass gets it, but the extender only scores claims of kubernetes.io/no-provisioner classes (VolumeBinding still binds them).
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/*
+The key of the startup taint the agent removes from its node once it has published the node's disks
+(`removeNodeNotReadyTaint`, read as the agent reads it: true, "true", "yes", "on"...); empty when it removes none.
+The DaemonSet tolerates it and the agent's role may patch Nodes only then.
+*/}}
+{{- define "localpv.startupTaint" -}}
+{{- $on := .Values.removeNodeNotReadyTaint -}}
+{{- if kindIs "string" $on -}}
+{{- $on = has $on (list "y" "Y" "yes" "Yes" "YES" "true" "True" "TRUE" "on" "On" "ON") -}}
+{{- end -}}
+{{- if and (kindIs "bool" $on) $on -}}
+{{- .Values.provisionerNotReadyNodeTaintKey | default "sig-storage-local-static-provisioner/agent-not-ready" -}}
+{{- end -}}
 {{- end -}}

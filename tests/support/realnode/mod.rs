@@ -45,6 +45,24 @@ pub const POD_TIMEOUT: Duration = Duration::from_secs(120);
 impl RealCluster {
     /// Brings up the control plane and `count` real nodes, all Ready, with every image imported.
     pub async fn start(count: usize) -> RealCluster {
+        RealCluster::start_tainted(count, &[]).await
+    }
+
+    /// As [`RealCluster::start`], node `index` (1-based) registering with the taints `taints` names for it
+    /// (`key[=value]:Effect`).
+    pub async fn start_tainted(count: usize, taints: &[(usize, &str)]) -> RealCluster {
+        RealCluster::start_with(count, taints, None).await
+    }
+
+    /// As [`RealCluster::start_tainted`]; with `dev_dir` (a path under `/dev`, such as `/dev/disk/kubernetes`)
+    /// every node sees a directory of its own there, on the host's devtmpfs (`RealNode::dev_dir`), as a node's
+    /// bootstrap would make one. The directories, and `dev_dir` with its parents when the host lacked them, are
+    /// removed at teardown.
+    pub async fn start_with(
+        count: usize,
+        taints: &[(usize, &str)],
+        dev_dir: Option<&Path>,
+    ) -> RealCluster {
         if let Err(missing) = net::check_tools() {
             panic!("missing prerequisite for the real-node tier: {missing}");
         }
@@ -73,6 +91,20 @@ impl RealCluster {
             .map(|h| format!("rmdir {}", h.join(&run_cgroup).display()))
             .collect();
         undo.push(&top.join("; "));
+        if let Some(target) = dev_dir {
+            assert!(
+                target.starts_with("/dev") && target != Path::new("/dev"),
+                "{} is not under /dev",
+                target.display()
+            );
+            // NB: the bind target lives on the host's devtmpfs; only what this run created goes at teardown.
+            let mut missing: Vec<&Path> = target.ancestors().take_while(|p| !p.exists()).collect();
+            fs::create_dir_all(target).expect("the dev dir's mount point can be created");
+            missing.reverse();
+            for created in missing {
+                undo.push(&format!("rmdir {}", created.display()));
+            }
+        }
         let mut cluster = RealCluster {
             dir,
             nodes: Vec::new(),
@@ -82,7 +114,14 @@ impl RealCluster {
             undo,
         };
         for index in 1..=count {
+            let own: Vec<&str> = taints
+                .iter()
+                .filter(|(i, _)| *i == index)
+                .map(|(_, t)| *t)
+                .collect();
             let node = RealNode::start(NodeSpec {
+                taints: &own,
+                dev_dir,
                 run_dir: &cluster.dir,
                 run_cgroup: &run_cgroup,
                 index,

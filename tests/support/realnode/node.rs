@@ -27,6 +27,8 @@ pub struct RealNode {
     pub disks: PathBuf,
     pub socket: PathBuf,
     pub component: Component,
+    /// The host's side (on devtmpfs) of the directory the node sees at `NodeSpec::dev_dir`.
+    pub dev_dir: Option<PathBuf>,
 }
 
 /// Sysctls the kubelet sets at start-up and fails without, with the values it wants.
@@ -100,6 +102,10 @@ pub struct NodeSpec<'a> {
     pub net: &'a Network,
     pub plane: &'a ControlPlane,
     pub undo: &'a Undo,
+    /// Taints the kubelet registers its Node with (`registerWithTaints`), as `key=value:Effect` or `key:Effect`.
+    pub taints: &'a [&'a str],
+    /// A path under `/dev` where the node sees a directory of its own (see `RealCluster::start_with`).
+    pub dev_dir: Option<&'a Path>,
 }
 
 impl RealNode {
@@ -196,6 +202,14 @@ impl RealNode {
             fs::write(&f, format!("{value}\n")).expect("sysctl file");
             inner += &format!("mount --bind {} /proc/sys/{key}\n", f.display());
         }
+        let dev_dir = s.dev_dir.map(|target| {
+            let own = PathBuf::from(format!("/dev/{}-{name}", s.run_cgroup));
+            fs::create_dir_all(&own).expect("the node's dev dir can be created");
+            s.undo
+                .push(&format!("rm -rf --one-file-system {}", own.display()));
+            inner += &format!("mount --bind {} {}\n", own.display(), target.display());
+            own
+        });
         let dd = dir.display();
         inner += &format!(
             "mount --bind {dd}/varlib /var/lib\nmount --bind {dd}/varlog /var/log\nmount --bind {dd}/run /run\n\
@@ -228,6 +242,7 @@ impl RealNode {
             disks,
             socket,
             component,
+            dev_dir,
         }
     }
 
@@ -383,11 +398,26 @@ imageGCLowThresholdPercent: 99
 evictionHard: {{memory.available: "1Mi", nodefs.available: "1%", nodefs.inodesFree: "1%", imagefs.available: "1%"}}
 nodeStatusUpdateFrequency: 5s
 syncFrequency: 10s
+registerWithTaints: {taints}
 "#,
         ip = s.net.gateway(),
         ca = s.plane.certs.ca_cert.display().to_string(),
         sock = socket.display(),
         resolv = dir.join("resolv.conf").display().to_string(),
         cidr = s.net.pod_cidr(s.index),
+        taints = register_with_taints(s.taints),
     )
+}
+
+/// `registerWithTaints` as a flow sequence of taint objects.
+fn register_with_taints(taints: &[&str]) -> String {
+    let objects: Vec<serde_json::Value> = taints
+        .iter()
+        .map(|t| {
+            let (kv, effect) = t.rsplit_once(':').expect("a taint is key[=value]:Effect");
+            let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+            serde_json::json!({"key": key, "value": value, "effect": effect})
+        })
+        .collect();
+    serde_json::Value::Array(objects).to_string()
 }
