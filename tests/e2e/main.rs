@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod admission;
 mod attack_clone;
 mod attack_config;
 mod attack_decode;

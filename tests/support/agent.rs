@@ -67,6 +67,11 @@ impl Agent {
         }
     }
 
+    /// Runs the agent with this kubeconfig instead of its own admin identity (e.g. a ServiceAccount's token).
+    pub fn set_kubeconfig(&mut self, kubeconfig: &Path) {
+        self.kubeconfig = kubeconfig.to_path_buf();
+    }
+
     pub fn start(&mut self, cp: &ControlPlane) {
         let args = vec![
             "node".to_string(),

@@ -36,6 +36,36 @@ pub async fn token_kubeconfig(cp: &ControlPlane, namespace: &str, name: &str) ->
     write(cp, &format!("sa-{namespace}-{name}"), &token)
 }
 
+/// A kubeconfig for ServiceAccount `namespace/name` with a one-hour token bound to pod `pod` (which must exist, run
+/// as that ServiceAccount, and have this UID), as the kubelet projects into the pod: the API server puts the pod's
+/// node into the token's user (`authentication.kubernetes.io/node-name`, Kubernetes 1.30+).
+pub async fn pod_token_kubeconfig(
+    cp: &ControlPlane,
+    namespace: &str,
+    name: &str,
+    pod: &str,
+    pod_uid: &str,
+) -> PathBuf {
+    let api: Api<ServiceAccount> = Api::namespaced(cp.client(), namespace);
+    let request: TokenRequest = serde_json::from_value(serde_json::json!({
+        "spec": {"audiences": [], "expirationSeconds": 3600,
+                 "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod, "uid": pod_uid}}
+    }))
+    .expect("token request literal is valid");
+    let issued = api
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("failed to request a token for {namespace}/{name} bound to {pod}: {e}")
+        });
+    let token = issued.status.and_then(|s| s.token).unwrap_or_default();
+    assert!(
+        !token.is_empty(),
+        "TokenRequest for {namespace}/{name} bound to {pod} returned no token"
+    );
+    write(cp, &format!("sa-{namespace}-{name}-{pod}"), &token)
+}
+
 fn write(cp: &ControlPlane, file: &str, token: &str) -> PathBuf {
     let path = cp.dir.join(format!("{file}.kubeconfig"));
     let text = format!(

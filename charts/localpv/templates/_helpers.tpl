@@ -259,3 +259,44 @@ The DaemonSet tolerates it and the agent's role may patch Nodes only then.
 {{- .Values.provisionerNotReadyNodeTaintKey | default "sig-storage-local-static-provisioner/agent-not-ready" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The discovery directories the admission policy guards, as JSON [[key, extra terms], ...]. A key is the directory
+cleaned (filepath.Clean) with a trailing slash ("/" for the root), as the policy spells PV paths. The extra terms
+are the class's `selector` terms, each spelled "key op v1,v2;...|field op v1;..." and joined by "#", exactly as the
+policy spells a PV's node affinity terms: the agent's PVs carry them after the node's own term. `node.hostDirs`
+entries have none (with `existingConfigMap` the chart cannot see a class's selector).
+*/}}
+{{- define "localpv.policyDirs" -}}
+{{- $dirs := list -}}
+{{- if not .Values.existingConfigMap -}}
+{{- range .Values.classes -}}
+{{- $terms := list -}}
+{{- range .selector -}}
+{{- $terms = append $terms (include "localpv.termKey" .) -}}
+{{- end -}}
+{{- $dirs = append $dirs (list (include "localpv.dirKey" .hostDir) (join "#" $terms)) -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.node.hostDirs -}}
+{{- $dirs = append $dirs (list (include "localpv.dirKey" .hostPath) "") -}}
+{{- end -}}
+{{- toJson $dirs -}}
+{{- end -}}
+
+{{- define "localpv.dirKey" -}}
+{{- $c := clean . | trimAll "/" -}}
+{{- if $c -}}/{{ $c }}/{{- else -}}/{{- end -}}
+{{- end -}}
+
+{{- define "localpv.termKey" -}}
+{{- $exprs := list -}}
+{{- range .matchExpressions -}}
+{{- $exprs = append $exprs (printf "%s %s %s" .key .operator (join "," (.values | default list))) -}}
+{{- end -}}
+{{- $fields := list -}}
+{{- range .matchFields -}}
+{{- $fields = append $fields (printf "%s %s %s" .key .operator (join "," (.values | default list))) -}}
+{{- end -}}
+{{- printf "%s|%s" (join ";" $exprs) (join ";" $fields) -}}
+{{- end -}}
