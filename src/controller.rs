@@ -395,22 +395,15 @@ impl Writer {
         }
         let namespace = Some(pod.namespace.as_str()).filter(|ns| !ns.is_empty());
         let regarding = effects::reference::<Pod>(namespace, &pod.name, Some(uid));
-        let sent = self
-            .effects
-            .event(
-                &regarding,
-                EventType::Warning,
-                Reason::NoLocalVolume,
-                message,
-            )
-            .await;
-        let outcome = if sent.is_ok() {
-            Outcome::Applied
-        } else {
-            Outcome::Failed
-        };
-        self.count(WriteKind::ExplainPod, outcome);
-        sent.is_ok()
+        let reason = Reason::NoLocalVolume;
+        self.event_counted(
+            &regarding,
+            reason,
+            reason.action(),
+            message,
+            WriteKind::ExplainPod,
+        )
+        .await
     }
 
     async fn apply(&self, action: Action) {

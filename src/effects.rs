@@ -260,13 +260,7 @@ impl Writer {
     where
         K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
     {
-        let pp = PatchParams {
-            field_manager: Some(self.field_manager.clone()),
-            ..Default::default()
-        };
-        let req = Self::requests::<K>(namespace).patch(name, &pp, &Patch::Merge(patch));
-        let result = self.send(req, "patch").await;
-        self.settle(Verb::Patch, &K::kind(&()), name, result)
+        self.merge_patch_of(namespace, name, None, patch).await
     }
 
     /// A JSON merge patch of the object's `status` subresource (guards as for [`Writer::merge_patch`]).
@@ -279,16 +273,30 @@ impl Writer {
     where
         K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
     {
+        self.merge_patch_of(namespace, name, Some("status"), patch)
+            .await
+    }
+
+    async fn merge_patch_of<K>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        patch: &serde_json::Value,
+    ) -> Result<Applied<K>, Failed>
+    where
+        K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+    {
         let pp = PatchParams {
             field_manager: Some(self.field_manager.clone()),
             ..Default::default()
         };
-        let req = Self::requests::<K>(namespace).patch_subresource(
-            "status",
-            name,
-            &pp,
-            &Patch::Merge(patch),
-        );
+        let requests = Self::requests::<K>(namespace);
+        let patch = Patch::Merge(patch);
+        let req = match subresource {
+            Some(sub) => requests.patch_subresource(sub, name, &pp, &patch),
+            None => requests.patch(name, &pp, &patch),
+        };
         let result = self.send(req, "patch").await;
         self.settle(Verb::Patch, &K::kind(&()), name, result)
     }

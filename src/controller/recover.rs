@@ -442,6 +442,19 @@ impl Writer {
             self.count(WriteKind::RecoveryEvent, Outcome::NotLeader);
             return false;
         }
+        self.event_counted(regarding, reason, action, note, WriteKind::RecoveryEvent)
+            .await
+    }
+
+    /// A Warning Event, counted as `write` by its outcome; true when published.
+    pub(super) async fn event_counted(
+        &self,
+        regarding: &k8s_openapi::api::core::v1::ObjectReference,
+        reason: Reason,
+        action: &str,
+        note: &str,
+        write: WriteKind,
+    ) -> bool {
         let sent = self
             .effects
             .event_as(regarding, EventType::Warning, reason, action, note)
@@ -451,7 +464,7 @@ impl Writer {
         } else {
             Outcome::Failed
         };
-        self.count(WriteKind::RecoveryEvent, outcome);
+        self.count(write, outcome);
         sent.is_ok()
     }
 

@@ -178,6 +178,22 @@ impl Scene {
         .await
     }
 
+    /// No recovery Event at all in this namespace.
+    async fn assert_no_recovery_events(&self, what: &str) {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        let told = events
+            .list(&ListParams::default())
+            .await
+            .expect("events")
+            .items;
+        let recovery = told.iter().filter(|e| {
+            let reason = e.reason.as_deref().unwrap_or("");
+            reason.starts_with("ReplicaRecover")
+        });
+        let recovery: Vec<_> = recovery.collect();
+        assert!(recovery.is_empty(), "{what}: {recovery:?}");
+    }
+
     /// Events `reason` on `name` in any namespace (a PV's are in `default`), counting repeats.
     /// The claim's `status.healthStatus` conditions as (status, reason), once they are `want` (waits).
     async fn claim_health(&self, name: &str, want: &[(&str, &str)]) {
@@ -444,20 +460,9 @@ async fn a_lost_replica_is_recovered_only_when_opted_in_only_while_its_siblings_
         before[2],
         "web-2 never touched"
     );
-    let attacker_events: Api<Event> = Api::namespaced(client.clone(), &other.ns);
-    let told = attacker_events
-        .list(&ListParams::default())
-        .await
-        .expect("events")
-        .items;
-    assert!(
-        told.iter().all(|e| !e
-            .reason
-            .as_deref()
-            .unwrap_or("")
-            .starts_with("ReplicaRecover")),
-        "nothing said or done in the attacker's namespace: {told:?}"
-    );
+    other
+        .assert_no_recovery_events("the attacker's namespace")
+        .await;
 }
 
 /// Each node signal counts once enabled: the out-of-service taint at once, NotReady after its time, a deleted
@@ -594,18 +599,5 @@ async fn node_signals_that_are_not_enabled_recover_nothing() {
         pod,
         "nothing recovered without the flags"
     );
-    let events: Api<Event> = Api::namespaced(client.clone(), &s.ns);
-    let told = events
-        .list(&ListParams::default())
-        .await
-        .expect("events")
-        .items;
-    assert!(
-        told.iter().all(|e| !e
-            .reason
-            .as_deref()
-            .unwrap_or("")
-            .starts_with("ReplicaRecover")),
-        "{told:?}"
-    );
+    s.assert_no_recovery_events("without the flags").await;
 }
