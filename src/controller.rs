@@ -132,14 +132,15 @@ pub async fn run<N: Send + Sync + 'static>(
     );
 }
 
-/// Whether this replica holds the Lease now: renewed at `asked`, held until one tick before it could expire.
+/// Whether this replica holds the Lease now, as the lease task publishes it: renewed at some instant, held until
+/// one tick before it could expire.
 struct Leadership {
-    held_until: Option<Instant>,
+    held_until: tokio_watch::Receiver<Option<Instant>>,
 }
 
 impl Leadership {
     fn holds(&self) -> bool {
-        self.held_until.is_some_and(|t| Instant::now() < t)
+        self.held_until.borrow().is_some_and(|t| Instant::now() < t)
     }
 }
 
@@ -160,7 +161,7 @@ async fn lead<N: Send + Sync + 'static>(
     cfg: Config,
     st: Stores<N>,
     metrics: Metrics,
-    mut shutdown: tokio_watch::Receiver<bool>,
+    shutdown: tokio_watch::Receiver<bool>,
 ) {
     let elector = Elector::new(
         client.clone(),
@@ -169,7 +170,8 @@ async fn lead<N: Send + Sync + 'static>(
         &cfg.identity,
         LEASE,
     );
-    let mut writer = Writer {
+    let (held, held_until) = tokio_watch::channel(None);
+    let writer = Writer {
         effects: effects::Writer::new(
             client.clone(),
             "localpv-cleanup",
@@ -177,9 +179,24 @@ async fn lead<N: Send + Sync + 'static>(
             Arc::new(Uncounted),
         ),
         metrics: metrics.clone(),
-        lease: Leadership { held_until: None },
+        lease: Leadership { held_until },
     };
-    let mut memory = Memory::default();
+    // NB: the Lease is renewed by its own task, so a slow pass (a slow API server, a large clean-up) never delays
+    // a renewal; the work reads who leads before each write.
+    tokio::join!(
+        hold_lease(elector, &cfg.identity, held, metrics, shutdown.clone()),
+        work(&writer, &client, &cfg, &st, shutdown),
+    );
+}
+
+/// Renews (or takes) the Lease every tick and publishes until when this replica holds it.
+async fn hold_lease(
+    elector: Elector,
+    identity: &str,
+    held: tokio_watch::Sender<Option<Instant>>,
+    metrics: Metrics,
+    mut shutdown: tokio_watch::Receiver<bool>,
+) {
     loop {
         let asked = Instant::now();
         let leader = match elector.try_acquire_or_renew().await {
@@ -189,20 +206,38 @@ async fn lead<N: Send + Sync + 'static>(
                 false
             }
         };
-        if leader != writer.lease.holds() {
-            info!(identity = %cfg.identity, leader, "clean-up leadership changed");
+        let was = held.borrow().is_some_and(|t| Instant::now() < t);
+        if leader != was {
+            info!(identity, leader, "clean-up leadership changed");
         }
-        writer.lease.held_until = leader.then(|| asked + LEASE - TICK);
+        held.send_replace(leader.then(|| asked + LEASE - TICK));
         metrics.leader.set(i64::from(leader));
-        if leader {
+        tokio::select! {
+            _ = tokio::time::sleep(TICK) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// The leader's passes, every tick while this replica holds the Lease.
+async fn work<N: Send + Sync + 'static>(
+    writer: &Writer,
+    client: &Client,
+    cfg: &Config,
+    st: &Stores<N>,
+    mut shutdown: tokio_watch::Receiver<bool>,
+) {
+    let mut memory = Memory::default();
+    loop {
+        if writer.lease.holds() {
             if let Some(explain) = &cfg.explain {
-                explain_pending(&writer, explain, &st.pods, &mut memory).await;
+                explain_pending(writer, explain, &st.pods, &mut memory).await;
             }
             if cfg.node_cleanup {
-                clean_up(&writer, &cfg.settings, &st, &mut memory).await;
+                clean_up(writer, &cfg.settings, st, &mut memory).await;
             }
             if let Some(settings) = &cfg.recovery {
-                recover_lost(&writer, &client, settings, &st, &mut memory).await;
+                recover_lost(writer, client, settings, st, &mut memory).await;
             }
         }
         tokio::select! {

@@ -30,6 +30,7 @@ pub mod fasthash;
 pub mod health;
 pub mod host;
 pub mod inventory;
+pub mod lease;
 pub mod logging;
 pub mod plan;
 pub mod pvname;
