@@ -601,3 +601,80 @@ async fn node_signals_that_are_not_enabled_recover_nothing() {
     );
     s.assert_no_recovery_events("without the flags").await;
 }
+
+/// `localpv disks drain` as an operator runs it: the disk is cordoned and its claim moved the guarded way; without
+/// an opt-in only `--force` moves it; `uncordon` ends both (issue 37, point 4).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drained_disk_moves_its_claim_only_when_opted_in_or_forced_and_uncordon_ends_it() {
+    let cp = plane(None).await;
+    let client = cp.client();
+    create_node(&client, "node-1", &[]).await;
+    let s = Scene {
+        client: client.clone(),
+        ns: cp.namespace("db").await,
+    };
+    statefulset(&client, &s.ns, 1, None).await;
+    let pv = format!("rec-{}", s.ns);
+    s.volume(&pv, "node-1", Some("data-web-0"), "disk-1").await;
+    s.replica(0, &pv).await;
+    let _extender = extender(&cp, &["--recovery=true"]);
+    let kubeconfig = cp.kubeconfig_for("operator", "operator", &["system:masters"]);
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(localpv_bin())
+            .args(["disks", "--kubeconfig", &kubeconfig.display().to_string()])
+            .args(args)
+            .output()
+            .expect("localpv runs");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let annotations = || async {
+        let d = Api::<LocalDisk>::all(client.clone())
+            .get("disk-1")
+            .await
+            .expect("LocalDisk");
+        let a = d.metadata.annotations.unwrap_or_default();
+        (
+            a.get("localpv.io/cordoned").cloned(),
+            a.get("localpv.io/drain").cloned(),
+        )
+    };
+
+    let said = cli(&["drain", &format!("node-1/{pv}")]);
+    assert!(said.starts_with("draining disk-1"), "{said}");
+    assert_eq!(
+        annotations().await,
+        (Some("true".into()), Some("true".into()))
+    );
+    let held = s
+        .note("data-web-0", "ReplicaRecoveryHeld", "recovery is off")
+        .await;
+    assert!(held.contains("drained"), "{held}");
+    passes().await;
+    let pod = s.uid(&s.pods(), "web-0").await;
+    assert!(
+        pod.is_some(),
+        "a drain without opt-in or --force moves nothing"
+    );
+
+    let said = cli(&["drain", "disk-1", "--force"]);
+    assert!(said.contains("with --force"), "{said}");
+    let done = s
+        .note("data-web-0", "ReplicaRecovered", "drained with --force")
+        .await;
+    assert!(done.contains("deleting claim"), "{done}");
+    eventually("web-0 deleted", WAIT, || async {
+        match s.uid(&s.pods(), "web-0").await {
+            None => Ok(()),
+            Some(u) => Err(u),
+        }
+    })
+    .await;
+    let said = cli(&["uncordon", "disk-1"]);
+    assert!(said.starts_with("uncordoned disk-1"), "{said}");
+    assert_eq!(annotations().await, (None, None));
+}
