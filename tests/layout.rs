@@ -614,3 +614,39 @@ fn the_architecture_table_lists_every_top_level_module() {
         "docs/architecture.md's table: missing {missing:?}, naming modules that do not exist {extra:?}"
     );
 }
+
+/// docs/architecture.md's "Where each decision lives" names, for each decision, a file and a function in it.
+#[test]
+fn every_decision_in_the_architecture_map_names_a_function_that_exists() {
+    let doc = fs::read_to_string(crate_root().join("docs/architecture.md"))
+        .expect("docs/architecture.md is readable");
+    let section = doc
+        .split("## Where each decision lives")
+        .nth(1)
+        .expect("the section exists");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let mut rows = 0;
+    for line in section
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains("` `"))
+    {
+        let cell = line
+            .trim_end_matches('|')
+            .rsplit('|')
+            .next()
+            .unwrap_or_default()
+            .trim();
+        let parts: Vec<&str> = cell.split('`').filter(|p| !p.trim().is_empty()).collect();
+        let [file, function] = parts[..] else {
+            panic!("a row names `file` `function`: {line}");
+        };
+        let text = fs::read_to_string(crate_root().join(file))
+            .unwrap_or_else(|e| panic!("{file} (named in docs/architecture.md): {e}"));
+        assert!(
+            text.contains(&format!("fn {function}(")) || text.contains(&format!("fn {function}<")),
+            "docs/architecture.md names {function} in {file}, which has no such function"
+        );
+        rows += 1;
+    }
+    assert!(rows >= 10, "the map lists the decisions ({rows} rows)");
+}
