@@ -26,6 +26,9 @@ use kube::runtime::events::EventType;
 use kube::{Client, Resource};
 use tracing::{info, warn};
 
+#[cfg(test)]
+mod tests;
+
 use super::Writer;
 use super::metrics::{Outcome, Verdict, VerdictLabels, WriteKind};
 use crate::cleanup::Volume;
@@ -37,6 +40,10 @@ use crate::recovery::{
     self, Ask, Claim, Decision, Disk, Lost, NodeSignals, NodeState, PodState, Policy, Scene, Set,
     Sources, Steps,
 };
+
+/// How often a recovery's pod delete is tried before the pass gives up on it, and the pause between tries.
+const POD_DELETE_ATTEMPTS: u32 = 3;
+const POD_DELETE_RETRY: Duration = Duration::from_millis(500);
 
 /// The class policies, read fresh each pass (StorageClass name -> its `localpv.io/recovery` annotation).
 pub type Classes = Arc<dyn Fn() -> BTreeMap<String, Ask> + Send + Sync>;
@@ -374,14 +381,27 @@ async fn act(writer: &Writer, l: &Lost, decision: Decision, memory: &mut Memory,
             if claim == Outcome::Applied
                 && let Some(uid) = &steps.replica.pod_uid
             {
-                writer
-                    .remove::<Pod>(
-                        Some(&steps.namespace),
-                        &steps.replica.pod,
-                        uid,
-                        WriteKind::DeletePod,
-                    )
-                    .await;
+                // NB: once the claim is deleting, a later pass sees it settled and would not delete the pod again;
+                // a failed pod delete is retried here (the claim then waits, protected, until the pod is gone).
+                for attempt in 0..POD_DELETE_ATTEMPTS {
+                    if attempt > 0 {
+                        tokio::time::sleep(POD_DELETE_RETRY).await;
+                    }
+                    let pod = writer
+                        .remove::<Pod>(
+                            Some(&steps.namespace),
+                            &steps.replica.pod,
+                            uid,
+                            WriteKind::DeletePod,
+                        )
+                        .await;
+                    if matches!(
+                        pod,
+                        Outcome::Applied | Outcome::AlreadyDone | Outcome::NotLeader
+                    ) {
+                        break;
+                    }
+                }
             }
             if claim == Outcome::Applied {
                 info!(pv = %l.pv, claim = %format!("{}/{}", steps.namespace, steps.claim), pod = %steps.replica.pod, "recovered a StatefulSet replica whose local volume is lost");

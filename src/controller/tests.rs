@@ -13,7 +13,7 @@ use crate::effects::scripted::{self, Step, Verifier};
 use crate::effects::{self, Uncounted};
 use crate::plan::PvRef;
 
-fn writer(steps: Vec<Step>, held: bool) -> (Writer, Verifier) {
+pub(super) fn writer(steps: Vec<Step>, held: bool) -> (Writer, Verifier) {
     let (client, verifier) = scripted::client(steps);
     let held_until = held.then(|| Instant::now() + Duration::from_secs(60));
     let writer = Writer {
