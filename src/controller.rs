@@ -228,8 +228,15 @@ async fn work<N: Send + Sync + 'static>(
     mut shutdown: tokio_watch::Receiver<bool>,
 ) {
     let mut memory = Memory::default();
+    let mut leading = false;
     loop {
-        if writer.lease.holds() {
+        let holds = writer.lease.holds();
+        if holds && !leading {
+            // NB: the last leader's recoveries are not known here; count the cluster's interval from now.
+            memory.recovery.began_leading(SystemTime::now());
+        }
+        leading = holds;
+        if holds {
             if let Some(explain) = &cfg.explain {
                 explain_pending(writer, explain, &st.pods, &mut memory).await;
             }

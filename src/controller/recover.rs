@@ -62,6 +62,14 @@ pub struct Memory {
     told: BTreeMap<String, String>,
 }
 
+impl Memory {
+    /// This replica just became the leader: the previous leader may have recovered a replica a moment ago, so the
+    /// cluster's interval counts from now (a new leader waits one interval before its first recovery).
+    pub(super) fn began_leading(&mut self, now: SystemTime) {
+        self.decisions.last = Some(now);
+    }
+}
+
 /// What one pass reads from the stores.
 pub struct Inputs<'a> {
     pub pvs: &'a [Arc<Volume>],

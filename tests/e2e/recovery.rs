@@ -617,7 +617,7 @@ async fn a_drained_disk_moves_its_claim_only_when_opted_in_or_forced_and_uncordo
     let pv = format!("rec-{}", s.ns);
     s.volume(&pv, "node-1", Some("data-web-0"), "disk-1").await;
     s.replica(0, &pv).await;
-    let _extender = extender(&cp, &["--recovery=true"]);
+    let _extender = extender(&cp, &["--recovery=true", "--recovery-interval=1s"]);
     let kubeconfig = cp.kubeconfig_for("operator", "operator", &["system:masters"]);
     let cli = |args: &[&str]| {
         let out = std::process::Command::new(localpv_bin())
