@@ -168,6 +168,11 @@ impl Host for Disks {
         Ok(FsProbe::default())
     }
 
+    fn device_claimed(&self, _: &Path) -> Result<bool, HostError> {
+        self.probe();
+        Ok(false)
+    }
+
     fn hardware_ids(&self, _: DevId) -> Result<HardwareIds, HostError> {
         self.probe();
         Ok(HardwareIds::default())
