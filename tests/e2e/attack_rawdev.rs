@@ -13,15 +13,31 @@ use crate::node_agent::{
     fresh_pv_at, obj, phase, plane_with_agent, pv_at, release, wait_claim, wait_event,
 };
 use crate::support::cluster::Options;
-use crate::support::disks::{LoopDevice, Mount, blkid, mkfs, run};
+use crate::support::disks::{LoopDevice, Mount, mkfs, run};
 
 const CLASS: &str = "raw-block";
 
-/// Binds a `volumeMode: Block` claim `name` to `pv`.
-async fn claim_block(client: &kube::Client, ns: &str, name: &str, pv: &PersistentVolume) {
+/// The filesystem type libblkid finds on `device`, probed directly; `None` when there is none (blkid exits 2).
+fn fs_type(device: &str) -> Option<String> {
+    let out = std::process::Command::new("blkid")
+        .args(["-p", "-o", "value", "-s", "TYPE", device])
+        .output()
+        .expect("missing prerequisite: blkid");
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!text.is_empty()).then_some(text)
+}
+
+/// Binds a `volumeMode: Block` claim `name` of `class` to `pv`.
+async fn claim_block(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    class: &str,
+    pv: &PersistentVolume,
+) {
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     let pvc: PersistentVolumeClaim = obj(json!({"metadata": {"name": name}, "spec": {
-        "accessModes": ["ReadWriteOnce"], "storageClassName": CLASS, "volumeMode": "Block",
+        "accessModes": ["ReadWriteOnce"], "storageClassName": class, "volumeMode": "Block",
         "volumeName": pv.metadata.name, "resources": {"requests": {"storage": "1Mi"}}}}));
     pvcs.create(&PostParams::default(), &pvc)
         .await
@@ -60,7 +76,7 @@ async fn a_block_cleaner_that_leaves_a_filesystem_signature_keeps_the_device_out
         Duration::from_secs(60),
     )
     .await;
-    claim_block(&client, &ns, "c1", &pv).await;
+    claim_block(&client, &ns, "c1", CLASS, &pv).await;
 
     // The tenant makes a filesystem on its raw device and leaves a file there.
     mkfs("ext4", &dev.device, Some("tenant"));
@@ -84,13 +100,52 @@ async fn a_block_cleaner_that_leaves_a_filesystem_signature_keeps_the_device_out
         "a device still carrying the tenant's filesystem is not published again:\n{}",
         agent.log()
     );
-    assert_eq!(
-        blkid(&dev.device).get("TYPE").map(String::as_str),
-        Some("ext4")
-    );
+    assert_eq!(fs_type(&dev.device).as_deref(), Some("ext4"));
 
     // Once the signature is gone (here by hand), the retried wipe passes and the device comes back.
     run("wipefs", &["-a", &dev.device]);
     fresh_pv_at(&client, &entry, &pv, Duration::from_secs(120)).await;
+    agent.process.take();
+}
+
+/// The check does not hold back a wipe that did its job: the default `zeroout` erases the tenant's filesystem and
+/// libblkid, reading right after it, sees none (no stale page cache).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zeroout_wipe_leaves_no_signature_and_the_device_comes_back() {
+    let class = "raw-zero";
+    let (cp, ns, mut agent) = plane_with_agent(
+        Options {
+            controller_manager: true,
+            ..Default::default()
+        },
+        "attack-rawdev-zero",
+        &[(class, "Delete")],
+        &["node-1"],
+        &[(class, "raw", "    volumeMode: Block\n")],
+    )
+    .await;
+    let client = cp.client();
+    let images = cp.dir.join("images");
+    std::fs::create_dir_all(&images).expect("image dir");
+    let dev = LoopDevice::new(&images.join("raw.img"), 64, None, cp.reaper());
+    let entry = agent.disk("blk1");
+    std::os::unix::fs::symlink(&dev.device, &entry).expect("symlink to the raw device");
+    agent.start(&cp);
+    agent.wait_ready().await;
+    let pv = pv_at(
+        &client,
+        "node-1",
+        &entry,
+        "Available",
+        Duration::from_secs(60),
+    )
+    .await;
+    claim_block(&client, &ns, "c1", class, &pv).await;
+    // The tenant's filesystem is read once through the page cache, as a tenant's reads would leave it.
+    mkfs("ext4", &dev.device, Some("tenant"));
+    assert_eq!(fs_type(&dev.device).as_deref(), Some("ext4"));
+    release(&client, &ns, "c1").await;
+    fresh_pv_at(&client, &entry, &pv, Duration::from_secs(120)).await;
+    assert_eq!(fs_type(&dev.device), None, "wiped");
     agent.process.take();
 }
