@@ -300,13 +300,25 @@ fn the_listing_reports_every_kind_of_entry_as_a_stat_of_it_does() {
     }
 }
 
+/// The reference provisioner's EKS and GKE recipes: a raw device in a Filesystem class is found as a device (sized,
+/// identified by its loop backing here) for a Filesystem PV the kubelet formats; mounted where this process sees
+/// it, it is refused (`DeviceInUse`).
 #[test]
-fn a_block_device_in_a_filesystem_class_has_the_wrong_volume_mode() {
+fn a_block_device_in_a_filesystem_class_is_found_as_a_device_unless_mounted() {
     let mut scene = Scene::new();
     let raw = scene.loop_device(16);
     scene.symlink(&raw, &scene.disks().join("disk1"));
     let discovery = discover(&LinuxHost::default(), &[scene.fs_class()]);
-    assert_eq!(reason(&discovery, "disk1"), UnusableReason::WrongVolumeMode);
+    let found = disk(&discovery, "disk1");
+    assert_eq!(
+        (found.mode, found.capacity_bytes, found.held),
+        (VolumeMode::Block, 16 << 20, false)
+    );
+    assert!(found.identity.serial.is_some(), "{:?}", found.identity);
+    let busy = scene.formatted("ext4", "busy", &scene.root().join("elsewhere"));
+    scene.symlink(&busy, &scene.disks().join("disk2"));
+    let discovery = discover(&LinuxHost::default(), &[scene.fs_class()]);
+    assert_eq!(reason(&discovery, "disk2"), UnusableReason::DeviceInUse);
 }
 
 /// Two entries on one filesystem are both found, with the device and root the planner compares to hold them back

@@ -276,6 +276,7 @@ fn class() -> ClassConfig {
         name_patterns: vec!["*".into()],
         selector: Vec::new(),
         wipe: WipeMethod::Filesystem(FsWipe::RemoveContents),
+        device_wipe: crate::config::BlockWipe::default(),
         wipe_on_first_discovery: false,
     }
 }
