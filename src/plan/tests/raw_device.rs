@@ -170,3 +170,39 @@ fn a_class_switched_to_block_republishes_an_available_device_pv() {
     w.classes[0].config.wipe = WipeMethod::Block(BlockWipe::default());
     assert_eq!(said(&w.plan()), ["delete uid-nvme1"]);
 }
+
+#[test]
+fn a_reference_pv_over_a_raw_device_is_adopted_as_the_device_and_wiped_as_one_once_released() {
+    let d = raw("nvme1", "S1");
+    let mut reference = Pv::test()
+        .for_disk(&d)
+        .reference("local-volume-provisioner-n1")
+        .name("local-pv-e3f48c6a")
+        .released()
+        .build();
+    reference.spec.as_mut().expect("spec").volume_mode = Some("Filesystem".into());
+    let mut w = world(vec![formatted(d)], vec![reference]);
+    let plan = w.plan();
+    let Some(Action::AdoptPv { patch, .. }) = plan
+        .actions
+        .iter()
+        .find(|a| matches!(a, Action::AdoptPv { .. }))
+    else {
+        panic!("adopt: {:?}", summary(&plan))
+    };
+    assert_eq!(
+        patch.annotations.get(ANN_MEDIUM).map(String::as_str),
+        Some(MEDIUM_DEVICE)
+    );
+    assert_eq!(
+        patch.annotations.get(ANN_SERIAL).map(String::as_str),
+        Some("S1")
+    );
+    assert_eq!(
+        patch.annotations.get(ANN_FS_UUID),
+        None,
+        "the tenant's filesystem is not its identity"
+    );
+    let wiped: Vec<WipeMethod> = w.settle().iter().flat_map(wipes).collect();
+    assert_eq!(wiped, [WipeMethod::Block(BlockWipe::default())]);
+}
