@@ -112,11 +112,26 @@ pub struct ClassConfig {
     pub selector: Vec<NodeSelectorTerm>,
     /// How a released volume of this class is wiped (`wipeMethod`, `blockCleanerCommand`, `fsCleanerCommand`).
     pub wipe: WipeMethod,
+    /// How a raw device found in this class is wiped: a Block class's own method; in a Filesystem class (whose
+    /// devices are published for the kubelet to format) `blockCleanerCommand` as a Block class reads it, else
+    /// `zeroout`.
+    pub device_wipe: BlockWipe,
     /// `wipeOnFirstDiscovery` for this class (falls back to the global key).
     pub wipe_on_first_discovery: bool,
 }
 
 impl ClassConfig {
+    /// How a disk of this class whose medium is `medium` is wiped: a raw device always by a block method (in a
+    /// Filesystem class, `device_wipe`), a mounted filesystem by the class's own method.
+    pub fn wipe_for(&self, medium: VolumeMode) -> WipeMethod {
+        match (medium, &self.wipe) {
+            (VolumeMode::Block, WipeMethod::Filesystem(_)) => {
+                WipeMethod::Block(self.device_wipe.clone())
+            }
+            (_, method) => method.clone(),
+        }
+    }
+
     /// This class's directories for `dirs::problems`, the mount directory resolved by `resolve`.
     pub fn dirs(&self, resolve: impl Fn(&Path) -> PathBuf) -> dirs::ClassDirs {
         dirs::ClassDirs {

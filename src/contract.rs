@@ -46,6 +46,11 @@ pub const ANN_VENDOR: &str = "localpv.io/vendor";
 pub const ANN_ROTATIONAL: &str = "localpv.io/rotational";
 pub const ANN_MOUNT_ROOT: &str = "localpv.io/mount-root";
 pub const ANN_VOLUME_ID: &str = "localpv.io/volume-id";
+/// PV annotation on a Filesystem PV that publishes a raw block device (for the kubelet to format), value
+/// [`MEDIUM_DEVICE`]: the PV's `volumeMode` no longer says what the disk is, and its identity, wipe and checks are
+/// those of a block device.
+pub const ANN_MEDIUM: &str = "localpv.io/medium";
+pub const MEDIUM_DEVICE: &str = "device";
 
 /// PV annotation: [`WipePhase`] of the volume's current lifetime. The extender reads any non-empty value as "the
 /// agent is wiping it, it comes back as Available".
@@ -328,6 +333,7 @@ mod tests {
             (ANN_ROTATIONAL, "localpv.io/rotational"),
             (ANN_MOUNT_ROOT, "localpv.io/mount-root"),
             (ANN_VOLUME_ID, "localpv.io/volume-id"),
+            (ANN_MEDIUM, "localpv.io/medium"),
             (ANN_WIPE_PHASE, "localpv.io/wipe-phase"),
             (ANN_WIPE_LIFETIME, "localpv.io/wipe-lifetime"),
             (ANN_SCORE_STRATEGY, "localpv.io/score-strategy"),

@@ -607,15 +607,27 @@ fn measure(host: &dyn Host, candidate: &Probe<'_>) -> Result<Disk, HostError> {
             )
         }
     };
+    // NB: a Filesystem class's raw device is mounted by the kubelet in its own mount namespace while a claim uses
+    // it, and may be mounted by anyone else the same way: only the kernel can tell (`plan::decide` weighs it).
+    let held = match candidate.kind {
+        CandidateKind::Block { .. } if candidate.class.mode == VolumeMode::Filesystem => {
+            host.device_claimed(candidate.probe_path)?
+        }
+        _ => false,
+    };
     Ok(Disk {
         class: candidate.class.name.clone(),
         entry: candidate.entry.to_string(),
         host_path: candidate.host_path.to_path_buf(),
-        mode: candidate.class.mode,
+        mode: match candidate.kind {
+            CandidateKind::Filesystem { .. } => VolumeMode::Filesystem,
+            CandidateKind::Block { .. } => VolumeMode::Block,
+        },
         capacity_bytes,
         available_bytes,
         mount_root,
         identity,
+        held,
     })
 }
 

@@ -66,6 +66,8 @@ pub struct Disk {
     pub entry: String,
     /// Path on the host (`hostDir/entry`): what goes into `spec.local.path`.
     pub host_path: PathBuf,
+    /// What the disk is (its medium): `Block` for a raw device, whichever class it is in; a Filesystem class's raw
+    /// device is still published as a Filesystem PV (`plan::pv`, annotation `localpv.io/medium`).
     pub mode: VolumeMode,
     /// Total bytes (statvfs `f_blocks * f_frsize`, or the block device size).
     pub capacity_bytes: u64,
@@ -74,6 +76,10 @@ pub struct Disk {
     /// For a bind mount of a sub-directory: the root inside the source filesystem (mountinfo field 4).
     pub mount_root: Option<String>,
     pub identity: DiskIdentity,
+    /// A raw device of a Filesystem class that the kernel says is held (`Host::device_claimed`): mounted in some
+    /// mount namespace (the kubelet's, for a Bound PV) or claimed by dm/md. Never measured for other disks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 /// Why an entry under a discovery directory is not published.

@@ -65,6 +65,12 @@ pub trait Host: Send + Sync {
     /// empty [`FsProbe`], not an error.
     fn probe_filesystem(&self, device: &Path) -> Result<FsProbe, HostError>;
 
+    /// Whether block device `device` (a device node or a symlink to one) is held: mounted in any mount namespace
+    /// (the kubelet's included, which the agent cannot see in its mount table), a member of a RAID or device-mapper
+    /// target, or opened `O_EXCL` by another process. The kernel answers an exclusive open with EBUSY then. Opens
+    /// read-only and closes at once, never reading a byte; anything but a block device is an error.
+    fn device_claimed(&self, device: &Path) -> Result<bool, HostError>;
+
     /// Hardware identity of block device `dev`, from the udev database when udevd populated it and from sysfs
     /// otherwise. Unknown fields are `None`; a host without udev is not an error.
     fn hardware_ids(&self, dev: DevId) -> Result<HardwareIds, HostError>;
@@ -241,6 +247,12 @@ pub enum HostError {
     },
     #[error("failed to open block device {path}")]
     OpenDevice {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("failed to check whether block device {path} is held")]
+    DeviceClaimed {
         path: PathBuf,
         #[source]
         source: io::Error,

@@ -277,6 +277,9 @@ pub enum HoldReason {
     DiskFailed,
     /// An operator cordoned the disk (`localpv disks cordon`): not published until uncordoned.
     Cordoned,
+    /// A raw device of a Filesystem class held by another user (mounted in some mount namespace, dm/md): not
+    /// published until it is free (`decide::in_use`).
+    DeviceInUse,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

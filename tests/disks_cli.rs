@@ -118,6 +118,7 @@ fn fs_disk(entry: &str, uuid: &str, device: &str, gib: u64) -> Disk {
         capacity_bytes: gib * GIB,
         available_bytes: Some(gib * GIB / 2),
         mount_root: None,
+        held: false,
         identity: DiskIdentity {
             device: Some(device.into()),
             fs_type: Some("ext4".into()),

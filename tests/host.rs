@@ -300,13 +300,25 @@ fn the_listing_reports_every_kind_of_entry_as_a_stat_of_it_does() {
     }
 }
 
+/// The reference provisioner's EKS and GKE recipes: a raw device in a Filesystem class is found as a device (sized,
+/// identified by its loop backing here) for a Filesystem PV the kubelet formats; mounted where this process sees
+/// it, it is refused (`DeviceInUse`).
 #[test]
-fn a_block_device_in_a_filesystem_class_has_the_wrong_volume_mode() {
+fn a_block_device_in_a_filesystem_class_is_found_as_a_device_unless_mounted() {
     let mut scene = Scene::new();
     let raw = scene.loop_device(16);
     scene.symlink(&raw, &scene.disks().join("disk1"));
     let discovery = discover(&LinuxHost::default(), &[scene.fs_class()]);
-    assert_eq!(reason(&discovery, "disk1"), UnusableReason::WrongVolumeMode);
+    let found = disk(&discovery, "disk1");
+    assert_eq!(
+        (found.mode, found.capacity_bytes, found.held),
+        (VolumeMode::Block, 16 << 20, false)
+    );
+    assert!(found.identity.serial.is_some(), "{:?}", found.identity);
+    let busy = scene.formatted("ext4", "busy", &scene.root().join("elsewhere"));
+    scene.symlink(&busy, &scene.disks().join("disk2"));
+    let discovery = discover(&LinuxHost::default(), &[scene.fs_class()]);
+    assert_eq!(reason(&discovery, "disk2"), UnusableReason::DeviceInUse);
 }
 
 /// Two entries on one filesystem are both found, with the device and root the planner compares to hold them back
@@ -474,4 +486,68 @@ fn a_symlink_to_a_mounted_device_is_not_published_as_a_block_volume() {
     scene.symlink(&device, &scene.block().join("busy"));
     let discovery = discover(&LinuxHost::default(), &[scene.block_class()]);
     assert_eq!(reason(&discovery, "busy"), UnusableReason::DeviceInUse);
+}
+
+/// The kubelet mounts a raw device of a Filesystem class in its own mount namespace, out of the agent's mount
+/// table: the kernel's answer to an exclusive open still tells the device is held, and free once unmounted.
+#[test]
+fn a_device_mounted_in_another_mount_namespace_is_claimed_and_free_once_unmounted() {
+    let mut scene = Scene::new();
+    let device = scene.loop_device(16);
+    let host = LinuxHost::default();
+    assert!(!host.device_claimed(&device).expect("probe a free device"));
+    disks::mkfs("ext4", &device.display().to_string(), None);
+    let target = scene.root().join("elsewhere");
+    fs::create_dir(&target).expect("mount point");
+    let ready = scene.root().join("mounted");
+    let script = format!(
+        "mount {} {} && touch {} && exec sleep 60",
+        device.display(),
+        target.display(),
+        ready.display()
+    );
+    let mut holder = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .spawn()
+        .expect("missing prerequisite: unshare (util-linux)");
+    for _ in 0..100 {
+        if ready.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let claimed = host.device_claimed(&device);
+    let in_our_table = host
+        .mount_table()
+        .expect("mount table")
+        .entries
+        .iter()
+        .any(|m| m.source == device.display().to_string());
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(
+        ready.exists(),
+        "the other namespace never mounted the device"
+    );
+    assert!(!in_our_table, "the premise: the mount is not in our table");
+    assert!(
+        claimed.expect("probe a mounted device"),
+        "a mounted device is held"
+    );
+    // The namespace died with its last process, and its mount with it.
+    let mut free = false;
+    for _ in 0..100 {
+        if !host.device_claimed(&device).expect("probe") {
+            free = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(free, "the device is free once unmounted");
+    let file = scene.root().join("not-a-device");
+    fs::write(&file, "x").expect("file");
+    assert!(
+        host.device_claimed(&file).is_err(),
+        "a regular file is not answered \"free\""
+    );
 }

@@ -34,7 +34,7 @@ use super::wiper::{Done, Failed};
 use super::{Options, load_config};
 use crate::config::Config;
 use crate::discover::{Probed, discover_changed};
-use crate::disk::{Discovery, VolumeMode};
+use crate::disk::{Discovery, UnusableReason, VolumeMode};
 use crate::effects::{self, Reason, Writer};
 use crate::host::watch::MountWatcher;
 use crate::host::{Host, HostChanges};
@@ -92,6 +92,8 @@ pub struct Agent {
     inventory_builder: inventory::incremental::Incremental,
     /// Measurements of the last discovery, reused for entries whose mount did not change.
     probed: Probed,
+    /// The last pass found a raw device (in any class): every pass lists the host again.
+    raw_devices: bool,
     /// What may have changed on the host since the last discovery looked (mount and directory events; everything
     /// without a watcher, or on a directory the watcher could not watch): what the next pass looks at again.
     changes: HostChanges,
@@ -189,6 +191,7 @@ impl Agent {
             planner: Incremental::default(),
             inventory_builder: Default::default(),
             probed: Probed::default(),
+            raw_devices: false,
             changes: HostChanges::all(),
             tagged: false,
             publish_now: false,
@@ -431,10 +434,11 @@ impl Agent {
         let classes = self.s.config.discovery_classes();
         let host = self.host.clone();
         let mut probed = std::mem::take(&mut self.probed);
-        // NB: block entries may change with no event in their directory (a symlink's target device appearing):
-        // a configuration with a Block class lists the host in every pass.
+        // NB: block entries may change with no event in their directory (a symlink's target device appearing, a
+        // raw device of a Filesystem class mounted in another mount namespace): a configuration with a Block class,
+        // or whose last pass found a raw device, lists the host in every pass.
         let mut changes = std::mem::take(&mut self.changes);
-        changes.list_all |= classes.iter().any(|c| c.mode == VolumeMode::Block);
+        changes.list_all |= self.raw_devices || classes.iter().any(|c| c.mode == VolumeMode::Block);
         let mut health = std::mem::take(&mut self.health);
         let look = health.due(Instant::now());
         let judged = (self.s.config.health, self.s.config.health_check_period);
@@ -451,6 +455,11 @@ impl Agent {
             Ok((mut found, probed, health)) => {
                 self.probed = probed;
                 self.health = health;
+                self.raw_devices = found.disks.iter().any(|d| d.mode == VolumeMode::Block)
+                    || found
+                        .unusable
+                        .iter()
+                        .any(|u| u.reason == UnusableReason::DeviceInUse);
                 found.cordoned = super::health::cordoned(&self.s.disks.shared());
                 found
             }

@@ -4,7 +4,8 @@
 //! first byte is touched, because minutes may have passed (a disk swapped meanwhile must never be wiped). The
 //! device number the wipe then pins the root to is the one found now, not the recorded one: once a strong id
 //! matched, a renumbered device (a loop device re-attached, a disk on another port) is still the same disk.
-//! Afterwards the volume must be empty (`lost+found` aside) with no mount inside, or the wipe failed.
+//! Afterwards the volume must be empty (`lost+found` aside) with no mount inside, or the wipe failed; a wiped device
+//! must carry no filesystem signature (libblkid finds none), or the wipe failed.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -61,7 +62,11 @@ pub fn run(
             no_mounts_below(host.as_ref(), &order.path)?;
             Ok(done)
         }
-        ClassWipe::Block(method) => wipe_block(order, method, dev, share, ctl),
+        ClassWipe::Block(method) => {
+            let done = wipe_block(order, method, dev, share, ctl)?;
+            no_signature_left(host.as_ref(), &order.path)?;
+            Ok(done)
+        }
     }
 }
 
@@ -114,6 +119,27 @@ fn no_mounts_below(host: &dyn Host, path: &Path) -> Result<(), Failed> {
         path.display(),
         shown.join(", ")
     )))
+}
+
+/// libblkid's look at the device after a block wipe: any filesystem signature left (or signatures it cannot tell
+/// apart) fails the wipe. NB: a kubelet formats a device only when it finds no signature, so a cleaner that leaves
+/// one (a `discard` that does not zero, a `blockCleanerCommand` that does less than it says) would hand the previous
+/// tenant's filesystem, files and all, to the next claim. `zeroout`, `overwrite` and `signatures` always pass.
+fn no_signature_left(host: &dyn Host, device: &Path) -> Result<(), Failed> {
+    let probe = host.probe_filesystem(device).map_err(|e| {
+        Failed::Incomplete(format!(
+            "the device could not be checked for signatures after the wipe: {}",
+            crate::host::error_chain(&e)
+        ))
+    })?;
+    match probe.fs_type {
+        None => Ok(()),
+        Some(fs_type) => Err(Failed::Incomplete(format!(
+            "a {fs_type} signature survived the wipe of {}: the next tenant could read the previous one's \
+             filesystem; the device is not published until a wipe leaves none",
+            device.display()
+        ))),
+    }
 }
 
 fn wipe_filesystem(
@@ -212,4 +238,46 @@ fn wipe_block(
         bytes: report.bytes,
         entries: 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::FsProbe;
+    use crate::host::fake::FakeHost;
+
+    fn ext4() -> FsProbe {
+        FsProbe {
+            fs_type: Some("ext4".into()),
+            uuid: Some("5a1e".into()),
+            label: None,
+        }
+    }
+
+    #[test]
+    fn a_device_without_signature_after_the_wipe_passes() {
+        let host = FakeHost::default().with_probe("/dev/loop7", FsProbe::default());
+        assert!(no_signature_left(&host, Path::new("/dev/loop7")).is_ok());
+    }
+
+    #[test]
+    fn a_filesystem_surviving_a_block_wipe_leaves_it_incomplete() {
+        let host = FakeHost::default().with_probe("/dev/loop7", ext4());
+        match no_signature_left(&host, Path::new("/dev/loop7")) {
+            Err(Failed::Incomplete(why)) => {
+                assert!(why.contains("ext4 signature survived"), "{why}")
+            }
+            other => panic!("want Incomplete, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_device_that_cannot_be_probed_after_the_wipe_is_not_taken_as_clean() {
+        // Nothing canned: the probe fails (ENOENT), as an ambiguous or unreadable device does.
+        let host = FakeHost::default();
+        assert!(matches!(
+            no_signature_left(&host, Path::new("/dev/loop7")),
+            Err(Failed::Incomplete(_))
+        ));
+    }
 }

@@ -279,6 +279,11 @@ impl Reader {
             );
         }
         let wipe = self.wipe_method(prefix, &raw)?;
+        let device_wipe = match (&wipe, &raw.block_cleaner) {
+            (WipeMethod::Block(method), _) => method.clone(),
+            (WipeMethod::Filesystem(_), Some(argv)) => device_wipe_of(argv),
+            (WipeMethod::Filesystem(_), None) => BlockWipe::default(),
+        };
         Some(ClassConfig {
             name,
             mount_dir: raw.mount_dir.unwrap_or_else(|| host_dir.clone()),
@@ -294,6 +299,7 @@ impl Reader {
             name_patterns: raw.name_patterns.unwrap_or_else(|| vec!["*".to_string()]),
             selector: raw.selector,
             wipe,
+            device_wipe,
             wipe_on_first_discovery: raw.wipe_on_first_discovery.unwrap_or(global_wipe_first),
         })
     }
@@ -318,11 +324,13 @@ impl Reader {
             ),
         };
         let mode_name = mode.as_str();
-        if other_cmd.is_some() {
-            self.warn(
+        match mode {
+            VolumeMode::Block if other_cmd.is_some() => self.warn(
                 &format!("{prefix}.{other_key}"),
                 format!("ignored: this class's volumeMode is {mode_name}"),
-            );
+            ),
+            // NB: a Filesystem class's blockCleanerCommand wipes the raw devices found in it (`device_wipe_of`).
+            _ => {}
         }
         let Some(method) = raw.wipe_method.as_deref() else {
             return match own_cmd {
@@ -389,14 +397,7 @@ impl Reader {
         mode: VolumeMode,
         argv: &[String],
     ) -> Option<WipeMethod> {
-        let stock = match argv.first().map(String::as_str) {
-            Some("/scripts/quick_reset.sh") => Some(crate::contract::WipeMethod::Signatures),
-            Some("/scripts/blkdiscard.sh") => Some(crate::contract::WipeMethod::Discard),
-            Some("/scripts/dd_zero.sh") => Some(crate::contract::WipeMethod::ZeroOut),
-            Some("/scripts/shred.sh") => Some(crate::contract::WipeMethod::Overwrite),
-            _ => None,
-        };
-        let Some(method) = stock else {
+        let Some(method) = stock_script(argv) else {
             return Some(match mode {
                 VolumeMode::Block => WipeMethod::Block(BlockWipe::command(argv.to_vec())),
                 VolumeMode::Filesystem => WipeMethod::Filesystem(FsWipe::Command(argv.to_vec())),
@@ -433,5 +434,25 @@ fn other_mode(mode: VolumeMode) -> VolumeMode {
 fn set<T>(slot: &mut T, parsed: Option<T>) {
     if let Some(parsed) = parsed {
         *slot = parsed;
+    }
+}
+
+/// The method for raw devices of a Filesystem class from its `blockCleanerCommand`: the reference provisioner's stock
+/// scripts as their built-in equivalents (as for Block classes), anything else run as given.
+fn device_wipe_of(argv: &[String]) -> BlockWipe {
+    match stock_script(argv).and_then(BlockWipe::builtin) {
+        Some(builtin) => builtin,
+        None => BlockWipe::command(argv.to_vec()),
+    }
+}
+
+/// The built-in method doing what one of the reference provisioner's stock block scripts does.
+fn stock_script(argv: &[String]) -> Option<crate::contract::WipeMethod> {
+    match argv.first().map(String::as_str) {
+        Some("/scripts/quick_reset.sh") => Some(crate::contract::WipeMethod::Signatures),
+        Some("/scripts/blkdiscard.sh") => Some(crate::contract::WipeMethod::Discard),
+        Some("/scripts/dd_zero.sh") => Some(crate::contract::WipeMethod::ZeroOut),
+        Some("/scripts/shred.sh") => Some(crate::contract::WipeMethod::Overwrite),
+        _ => None,
     }
 }

@@ -92,18 +92,17 @@ fn reference_configmap_manifest_is_read_unchanged() {
     assert_eq!(fast.name_patterns, ["*"]);
     assert_eq!(fast.access_modes, ["ReadWriteOnce"]);
     assert_eq!(fast.wipe, WipeMethod::Filesystem(FsWipe::RemoveContents));
+    // Its blockCleanerCommand (the stock shred script) wipes the raw devices found in it, as the reference's did.
+    assert_eq!(
+        Some(fast.device_wipe.clone()),
+        crate::config::BlockWipe::builtin(crate::contract::WipeMethod::Overwrite)
+    );
     let local = config
         .class("local-storage")
         .expect("local-storage is configured");
     assert_eq!(local.mount_dir, Path::new("/mnt/container-disks"));
     let warned: Vec<_> = loaded.warnings.iter().map(|w| w.key.as_str()).collect();
-    assert_eq!(
-        warned,
-        [
-            "useJobForCleaning",
-            "storageClassMap.fast-disks.blockCleanerCommand"
-        ]
-    );
+    assert_eq!(warned, ["useJobForCleaning"]);
 }
 
 #[test]
@@ -671,10 +670,6 @@ fn unsupported_keys_are_accepted_with_a_warning_naming_them(
     "volumeMode: Block\nfsType: ext4",
     "storageClassMap.fast-disks.fsType: ignored for Block"
 )]
-#[case::block_cleaner_on_fs(
-    "blockCleanerCommand: [/opt/x]",
-    "storageClassMap.fast-disks.blockCleanerCommand: ignored"
-)]
 #[case::cleaner_shadowed(
     "volumeMode: Block\nwipeMethod: discard\nblockCleanerCommand: [/opt/x]",
     r#"storageClassMap.fast-disks.blockCleanerCommand: ignored: wipeMethod is "discard""#
@@ -783,4 +778,36 @@ fn the_startup_taint_is_removed_only_when_asked_with_the_reference_charts_defaul
         "the taint keys are acted on, not warned about: {:?}",
         loaded.warnings
     );
+}
+
+/// A Filesystem class's raw devices (published for the kubelet to format) are wiped by a block method: its
+/// `blockCleanerCommand` read as a Block class reads it, `zeroout` without one; its `wipeMethod` stays the
+/// filesystem method for its mounted disks.
+#[rstest]
+#[case::default_zeroout("", crate::config::BlockWipe::default())]
+#[case::stock_shred(
+    "blockCleanerCommand: [/scripts/shred.sh, \"2\"]",
+    crate::config::BlockWipe::builtin(crate::contract::WipeMethod::Overwrite).expect("built-in")
+)]
+#[case::stock_quick_reset(
+    "blockCleanerCommand: [/scripts/quick_reset.sh]",
+    crate::config::BlockWipe::builtin(crate::contract::WipeMethod::Signatures).expect("built-in")
+)]
+#[case::own_command(
+    "blockCleanerCommand: [/opt/wipe.sh, fast]",
+    crate::config::BlockWipe::command(vec!["/opt/wipe.sh".into(), "fast".into()])
+)]
+fn a_filesystem_class_wipes_its_raw_devices_by_a_block_method(
+    #[case] body: &str,
+    #[case] expected: crate::config::BlockWipe,
+) {
+    let loaded = parse(&one_class(&format!("hostDir: /mnt/d\n{body}")));
+    let class = loaded.config.class("fast-disks").expect("class");
+    assert_eq!(class.wipe, WipeMethod::Filesystem(FsWipe::RemoveContents));
+    assert_eq!(class.device_wipe, expected);
+    assert_eq!(
+        class.wipe_for(VolumeMode::Block),
+        WipeMethod::Block(expected)
+    );
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
 }

@@ -146,12 +146,10 @@ impl<'t> Mounts<'t> {
                 }
             }
         }
-        let mut of_dev = HashMap::new();
-        if listings.iter().any(|l| l.class.mode == VolumeMode::Block) {
-            of_dev.reserve(table.entries.len());
-            for entry in &table.entries {
-                of_dev.entry(entry.dev).or_insert(&**entry);
-            }
+        // NB: every class may hold raw devices (a Filesystem class's are published for the kubelet to format).
+        let mut of_dev = HashMap::with_capacity(table.entries.len());
+        for entry in &table.entries {
+            of_dev.entry(entry.dev).or_insert(&**entry);
         }
         Mounts { dir_of, at, of_dev }
     }
@@ -191,7 +189,8 @@ pub(super) fn child_name<'p>(path: &'p [u8], dir: &[u8]) -> Option<&'p [u8]> {
 }
 
 /// One entry of `class`'s directory: `mount` is the mount visible at its path, `of_dev` the first mount of each
-/// device number (asked by Block classes only).
+/// device number. A block device (or a link to one) is a `Block` candidate in either class, unless a mount of it
+/// is visible; in a Filesystem class only when nothing is mounted at the entry itself.
 pub(super) fn classify_entry<'a>(
     class: &'a DiscoveryClass,
     entry: &DirEntry,
@@ -220,15 +219,17 @@ pub(super) fn classify_entry<'a>(
                 mount: mount.clone(),
             }
         }
-        (VolumeMode::Block, _, _, Some(rdev)) => match of_dev.get(&rdev) {
-            Some(used) => {
-                return Err(unusable(
-                    UnusableReason::DeviceInUse,
-                    in_use(&shown(), rdev, used),
-                ));
+        (VolumeMode::Block, _, _, Some(rdev)) | (VolumeMode::Filesystem, _, None, Some(rdev)) => {
+            match of_dev.get(&rdev) {
+                Some(used) => {
+                    return Err(unusable(
+                        UnusableReason::DeviceInUse,
+                        in_use(&shown(), rdev, used),
+                    ));
+                }
+                None => CandidateKind::Block { rdev },
             }
-            None => CandidateKind::Block { rdev },
-        },
+        }
         (mode, kind, mount, _) => {
             let (reason, message) = rejection(
                 &class.name,
@@ -264,8 +265,8 @@ fn block_rdev(kind: &EntryKind) -> Option<DevId> {
 
 fn in_use(shown: &str, rdev: DevId, mount: &MountEntry) -> String {
     format!(
-        "path {shown} leads to block device {rdev}, which is mounted on {}: unmount it before publishing it as a \
-         raw block volume, or publish the mount through a Filesystem class",
+        "path {shown} leads to block device {rdev}, which is mounted on {}: unmount it before publishing the \
+         device, or publish the mount through a Filesystem class",
         mount.mount_point.display()
     )
 }
@@ -280,14 +281,6 @@ fn rejection(
     mounted: bool,
 ) -> (UnusableReason, String) {
     match mode {
-        VolumeMode::Filesystem if block_rdev(kind).is_some() => (
-            UnusableReason::WrongVolumeMode,
-            format!(
-                "path {shown} is {} but storage class {class:?} publishes Filesystem volumes: link it from the \
-                 directory of a volumeMode: Block class instead, or format it and mount it here",
-                kind.describe()
-            ),
-        ),
         VolumeMode::Filesystem if matches!(kind, EntryKind::Directory) && name == "lost+found" => (
             UnusableReason::NotAMountPoint,
             format!(

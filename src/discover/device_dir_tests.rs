@@ -83,21 +83,14 @@ fn a_directory_of_device_links_on_devtmpfs_is_discovered_like_a_block_class() {
 }
 
 #[test]
-fn in_a_filesystem_class_the_devices_are_the_wrong_volume_mode_and_the_directory_stands() {
-    let discovery = discover(
-        &host(DEVTMPFS, devices()),
-        &[class(VolumeMode::Filesystem, &["*"])],
-    );
-    assert_eq!(
-        found(&discovery),
-        (
-            vec![],
-            vec![
-                ("nvme-a", UnusableReason::WrongVolumeMode),
-                ("nvme-b", UnusableReason::WrongVolumeMode)
-            ]
-        )
-    );
+fn in_a_filesystem_class_the_devices_are_found_as_devices_as_the_reference_eks_example_needs() {
+    let mut host = host(DEVTMPFS, devices());
+    for name in ["nvme-a", "nvme-b"] {
+        host = host.with_claimed(format!("{DIR}/{name}"), false);
+    }
+    let discovery = discover(&host, &[class(VolumeMode::Filesystem, &["*"])]);
+    assert_eq!(found(&discovery), (vec!["nvme-a", "nvme-b"], vec![]));
+    assert!(discovery.disks.iter().all(|d| d.mode == VolumeMode::Block));
     assert!(discovery.failed_classes.is_empty());
 }
 

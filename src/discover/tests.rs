@@ -113,6 +113,7 @@ fn a_tmpfs_mount_is_a_disk_sized_by_statvfs_with_no_device() {
             capacity_bytes: 1 << 30,
             available_bytes: Some(1 << 29),
             mount_root: None,
+            held: false,
             identity: DiskIdentity {
                 dev_id: "0:50".parse().ok(),
                 fs_type: Some("tmpfs".into()),
@@ -199,16 +200,6 @@ fn a_device_backed_mount_carries_blkid_and_hardware_identity() {
     entry("link", link_to(EntryKind::Directory)),
     UnusableReason::NotADiskEntry,
     "a symlink to /dev/somewhere (a directory)"
-)]
-#[case::block_device(
-    entry("sdb", block(8, 16)),
-    UnusableReason::WrongVolumeMode,
-    "publishes Filesystem volumes"
-)]
-#[case::symlink_to_a_block_device(
-    entry("disk", link_to(block(8, 16))),
-    UnusableReason::WrongVolumeMode,
-    "link it from the directory of a volumeMode: Block class"
 )]
 #[case::unreadable(entry("secret", EntryKind::Unreadable { error: "Permission denied".into() }), UnusableReason::ProbeFailed, "failed to inspect path \"/mnt/disks/secret\": Permission denied")]
 fn a_filesystem_class_reports_what_is_not_a_mount_point(
@@ -954,4 +945,56 @@ fn a_pass_on_an_unchanged_host_keeps_the_same_disks_and_measures_again_what_fail
     let third = host();
     discover_again(&third, &[fs_class()], &mut probed);
     assert_eq!(statvfs_calls(&third), [probe_path("vol2")]);
+}
+
+/// What a raw device (or a link to one) in a Filesystem class comes to: the reference provisioner publishes it for
+/// the kubelet to format. Its medium is `Block` (identity, wipe and checks of a device); a mount of it this process
+/// can see refuses it (`DeviceInUse`); one the kernel says is held elsewhere is found `held` for the planner; a
+/// kernel that cannot tell refuses it (`ProbeFailed`).
+#[rstest]
+#[case::free_device(entry("sdb", block(8, 16)), None, Ok(false), Ok(false))]
+#[case::free_link(entry("disk", link_to(block(8, 16))), None, Ok(false), Ok(false))]
+#[case::held_elsewhere(entry("disk", link_to(block(8, 16))), None, Ok(true), Ok(true))]
+#[case::mounted_here(
+    entry("disk", link_to(block(8, 16))),
+    Some("/srv/data"),
+    Ok(false),
+    Err(UnusableReason::DeviceInUse)
+)]
+#[case::cannot_tell(
+    entry("disk", link_to(block(8, 16))),
+    None,
+    Err(EIO),
+    Err(UnusableReason::ProbeFailed)
+)]
+fn a_raw_device_in_a_filesystem_class_is_a_device_candidate(
+    #[case] found: DirEntry,
+    #[case] mounted_on: Option<&str>,
+    #[case] claimed: Result<bool, i32>,
+    #[case] expected: Result<bool, UnusableReason>,
+) {
+    let name = found.name.clone();
+    let probe = format!("{MOUNT_DIR}/{name}");
+    let mounts: Vec<String> = mounted_on
+        .map(|at| format!("40 1 8:16 / {at} rw - ext4 /dev/sdb rw\n"))
+        .into_iter()
+        .collect();
+    let mut host = host(vec![found], &mounts)
+        .with_block_size(&probe, 1 << 30)
+        .with_probe(&probe, FsProbe::default());
+    host.claimed.insert(probe.clone().into(), claimed);
+    let discovery = discover(&host, &[fs_class()]);
+    match expected {
+        Ok(held) => {
+            assert!(discovery.unusable.is_empty(), "{:?}", discovery.unusable);
+            let disk = &discovery.disks[0];
+            assert_eq!((disk.mode, disk.held), (VolumeMode::Block, held));
+            assert_eq!(disk.capacity_bytes, 1 << 30);
+            assert_eq!(disk.host_path, PathBuf::from(HOST_DIR).join(&name));
+        }
+        Err(reason) => {
+            assert!(discovery.disks.is_empty(), "{:?}", discovery.disks);
+            assert_eq!(reasons(&discovery), vec![(name.as_str(), reason)]);
+        }
+    }
 }

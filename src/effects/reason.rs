@@ -29,6 +29,9 @@ pub enum Reason {
     DiskFailed,
     /// An operator cordoned the disk: its Available PV is withdrawn.
     DiskCordoned,
+    /// A raw device of a Filesystem class is held by another user though no claim explains it: its Available PV
+    /// is withdrawn.
+    DeviceInUse,
     Adopted,
     /// On a PV the agent did not create or adopt that carries its label or reaches one of its disks.
     #[serde(rename = "ForeignPersistentVolume")]
@@ -57,7 +60,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for tests and documentation checks.
-    pub const ALL: [Reason; 26] = [
+    pub const ALL: [Reason; 27] = [
         Reason::DiskMissing,
         Reason::DiskReturned,
         Reason::DiskIdentityChanged,
@@ -71,6 +74,7 @@ impl Reason {
         Reason::DiskDegraded,
         Reason::DiskFailed,
         Reason::DiskCordoned,
+        Reason::DeviceInUse,
         Reason::Adopted,
         Reason::ForeignPv,
         Reason::WipeCompleted,
@@ -102,6 +106,7 @@ impl Reason {
             Reason::DiskDegraded => "DiskDegraded",
             Reason::DiskFailed => "DiskFailed",
             Reason::DiskCordoned => "DiskCordoned",
+            Reason::DeviceInUse => "DeviceInUse",
             Reason::Adopted => "Adopted",
             Reason::ForeignPv => "ForeignPersistentVolume",
             Reason::WipeCompleted => "WipeCompleted",

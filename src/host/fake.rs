@@ -22,6 +22,7 @@ pub enum Call {
     Statvfs(PathBuf),
     BlockDeviceSize(PathBuf),
     ProbeFilesystem(PathBuf),
+    DeviceClaimed(PathBuf),
     HardwareIds(DevId),
     DeviceNode(DevId),
     VolumeId(PathBuf),
@@ -39,6 +40,8 @@ pub struct FakeHost {
     pub statvfs: HashMap<PathBuf, Canned<FsSize>>,
     pub block_sizes: HashMap<PathBuf, Canned<u64>>,
     pub probes: HashMap<PathBuf, Canned<FsProbe>>,
+    /// Whether each block device is held (`device_claimed`).
+    pub claimed: HashMap<PathBuf, Canned<bool>>,
     pub hardware: HashMap<DevId, Canned<HardwareIds>>,
     pub nodes: HashMap<DevId, PathBuf>,
     /// Volume ids on directories; a directory not listed has none ([`VolumeTag::Absent`]). `tag_volume` stores
@@ -90,6 +93,11 @@ impl FakeHost {
 
     pub fn with_probe(mut self, device: impl Into<PathBuf>, probe: FsProbe) -> Self {
         self.probes.insert(device.into(), Ok(probe));
+        self
+    }
+
+    pub fn with_claimed(mut self, device: impl Into<PathBuf>, claimed: bool) -> Self {
+        self.claimed.insert(device.into(), Ok(claimed));
         self
     }
 
@@ -224,6 +232,14 @@ impl Host for FakeHost {
         answer(&self.probes, device).map_err(|source| HostError::Probe {
             device: device.into(),
             source: source.into(),
+        })
+    }
+
+    fn device_claimed(&self, device: &Path) -> Result<bool, HostError> {
+        self.record(Call::DeviceClaimed(device.into()));
+        answer(&self.claimed, device).map_err(|source| HostError::DeviceClaimed {
+            path: device.into(),
+            source,
         })
     }
 

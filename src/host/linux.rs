@@ -169,6 +169,26 @@ impl Host for LinuxHost {
         })
     }
 
+    fn device_claimed(&self, device: &Path) -> Result<bool, HostError> {
+        let failed = |source: io::Error| HostError::DeviceClaimed {
+            path: device.into(),
+            source,
+        };
+        // NB: without O_CREAT, O_EXCL means "exclusive" only for block devices; on anything else it is ignored and
+        // the open would say "free".
+        let meta = fs::metadata(device).map_err(failed)?;
+        if !meta.file_type().is_block_device() {
+            return Err(failed(io::Error::other("not a block device")));
+        }
+        // NB: for the instant the descriptor is open a mount of the device fails with EBUSY; the kubelet retries.
+        let flags = OFlag::O_RDONLY | OFlag::O_EXCL | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        match open(device, flags, Mode::empty()) {
+            Ok(_fd) => Ok(false),
+            Err(Errno::EBUSY) => Ok(true),
+            Err(errno) => Err(failed(errno.into())),
+        }
+    }
+
     fn probe_filesystem(&self, device: &Path) -> Result<FsProbe, HostError> {
         let failed = |source: Box<dyn std::error::Error + Send + Sync>| HostError::Probe {
             device: device.into(),

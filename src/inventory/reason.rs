@@ -48,6 +48,8 @@ pub enum Reason {
     DiskFailed,
     /// `Unusable`: an operator cordoned it (`localpv disks cordon`); not published until uncordoned.
     Cordoned,
+    /// `Unusable`: a raw device of a Filesystem class is held by another user (mounted in some mount namespace).
+    DeviceInUse,
     /// `Unusable`: a PV holding a claim's data is at the path, but nothing is mounted there.
     DiskNotMounted,
     /// `Missing`: the entry is gone from its node.
@@ -77,6 +79,7 @@ impl Reason {
             Reason::DiskDegraded => "DiskDegraded",
             Reason::DiskFailed => "DiskFailed",
             Reason::Cordoned => "Cordoned",
+            Reason::DeviceInUse => "DeviceInUse",
             Reason::DiskNotMounted => "DiskNotMounted",
             Reason::DiskNotFound => "DiskNotFound",
         }
@@ -134,6 +137,6 @@ mod tests {
             names.last().map(String::as_str),
             Some(Reason::DiskNotFound.as_str())
         );
-        assert_eq!(names.len(), 22);
+        assert_eq!(names.len(), 23);
     }
 }

@@ -271,6 +271,7 @@ fn hold_verdict(held: &Unpublished) -> Verdict {
         HoldReason::DiskDegraded => (LocalDiskPhase::Unusable, Reason::DiskDegraded),
         HoldReason::DiskFailed => (LocalDiskPhase::Unusable, Reason::DiskFailed),
         HoldReason::Cordoned => (LocalDiskPhase::Unusable, Reason::Cordoned),
+        HoldReason::DeviceInUse => (LocalDiskPhase::Unusable, Reason::DeviceInUse),
     };
     verdict(phase, reason, held.message.clone())
 }

@@ -14,13 +14,14 @@ use super::{
     WipeOrder,
 };
 use crate::contract::{ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, NODE_LABEL, Phase, WipePhase};
-use crate::disk::{Disk, UnusableReason};
+use crate::disk::{Disk, UnusableReason, VolumeMode};
 use crate::fasthash::FastMap;
 
 /// How soon to look again when something is waiting on our own writes.
 const SOON: Duration = Duration::from_secs(1);
 
 mod duplicate;
+mod in_use;
 mod overlap;
 mod own;
 mod place;
@@ -192,7 +193,9 @@ impl<'a> Planner<'a> {
         }
         if let Some(disk) = disk
             && check == Some(IdentityCheck::Same)
-            && (self.pv_on_unhealthy_disk(pv, disk) || self.pv_on_cordoned_disk(pv, disk))
+            && (self.pv_on_unhealthy_disk(pv, disk)
+                || self.pv_on_cordoned_disk(pv, disk)
+                || self.pv_on_held_device(pv, disk))
         {
             return;
         }
@@ -207,6 +210,12 @@ impl<'a> Planner<'a> {
         let annotations = match disk {
             // NB: a disk that can carry the agent's volume id and has none (a tmpfs) is tagged now and its identity
             // recorded in the next pass (NotRecorded): recorded now, a device number alone would refuse every wipe.
+            // A reference PV publishing a raw device as a Filesystem PV: recorded as the device it is.
+            Some(disk)
+                if disk.mode == VolumeMode::Block && pv.published_as == VolumeMode::Filesystem =>
+            {
+                identity::annotations_as(disk, pv.published_as)
+            }
             Some(disk) if disk.mode == pv.mode && identity::wants_volume_id(disk) => {
                 self.writes.push(Action::TagVolume {
                     host_path: disk.host_path.clone(),
@@ -396,7 +405,9 @@ impl<'a> Planner<'a> {
         }
         match pv.phase {
             Phase::Pending | Phase::Unknown | Phase::Available
-                if pv.class != class.config.name || pv.mode != disk.mode =>
+                if pv.class != class.config.name
+                    || pv.mode != disk.mode
+                    || pv.published_as != class.config.volume_mode =>
             {
                 // The class configuration for this directory changed; nobody uses the PV, so re-publish.
                 self.delete(pv);
@@ -474,7 +485,7 @@ impl<'a> Planner<'a> {
             class: class.config.name.clone(),
             host_path: pv.path.clone(),
             path: process_path(class, &pv.path),
-            method: class.config.wipe.clone(),
+            method: class.config.wipe_for(pv.mode),
             expected,
             expected_mount_root,
             on_start: Some(phase_patch(

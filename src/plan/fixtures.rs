@@ -54,6 +54,7 @@ pub fn class_config(name: &str, dir: &str, mode: VolumeMode) -> ClassConfig {
         } else {
             WipeMethod::Filesystem(FsWipe::RemoveContents)
         },
+        device_wipe: crate::config::BlockWipe::default(),
         wipe_on_first_discovery: false,
     }
 }
@@ -78,6 +79,7 @@ pub fn disk(entry: &str) -> Disk {
         capacity_bytes: 5 << 30,
         available_bytes: Some(4 << 30),
         mount_root: None,
+        held: false,
         identity: DiskIdentity {
             device: Some(format!("/dev/mapper/{entry}")),
             fs_type: Some("ext4".into()),

@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::contract::{
-    ANN_DEV_ID, ANN_DEVICE, ANN_FS_LABEL, ANN_FS_TYPE, ANN_FS_UUID, ANN_MODEL, ANN_MOUNT_ROOT,
-    ANN_ROTATIONAL, ANN_SERIAL, ANN_VENDOR, ANN_VOLUME_ID, ANN_WWN, DevId,
+    ANN_DEV_ID, ANN_DEVICE, ANN_FS_LABEL, ANN_FS_TYPE, ANN_FS_UUID, ANN_MEDIUM, ANN_MODEL,
+    ANN_MOUNT_ROOT, ANN_ROTATIONAL, ANN_SERIAL, ANN_VENDOR, ANN_VOLUME_ID, ANN_WWN, DevId,
+    MEDIUM_DEVICE,
 };
 use crate::disk::{Disk, DiskIdentity, VolumeMode};
 
@@ -60,6 +61,20 @@ pub fn annotations(disk: &Disk) -> BTreeMap<String, String> {
         .into_iter()
         .filter_map(|(key, value)| Some((key.to_string(), value?)))
         .collect()
+}
+
+/// [`annotations`] for a PV of `published_as` over `disk`. A raw device published as a Filesystem PV records the
+/// device's ids only, and says it is a device (`localpv.io/medium`): the kubelet formats it on first use and again
+/// in every lifetime, so its filesystem is the tenant's, never part of its identity.
+pub fn annotations_as(disk: &Disk, published_as: VolumeMode) -> BTreeMap<String, String> {
+    let mut annotations = annotations(disk);
+    if disk.mode == VolumeMode::Block && published_as == VolumeMode::Filesystem {
+        for key in [ANN_FS_UUID, ANN_FS_TYPE, ANN_FS_LABEL] {
+            annotations.remove(key);
+        }
+        annotations.insert(ANN_MEDIUM.to_string(), MEDIUM_DEVICE.to_string());
+    }
+    annotations
 }
 
 /// The identity recorded in a PV's annotations; `None` when it records none of the comparable ids.
@@ -291,6 +306,7 @@ mod tests {
             capacity_bytes: 1 << 30,
             available_bytes: None,
             mount_root: None,
+            held: false,
             identity,
         }
     }

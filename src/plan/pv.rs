@@ -14,7 +14,9 @@ use serde::Serialize;
 use super::identity::{self, Recorded};
 use super::{NodeFacts, StorageClassFacts};
 use crate::config::{ClassConfig, Config};
-use crate::contract::{ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, NODE_LABEL, Phase, WipePhase};
+use crate::contract::{
+    ANN_MEDIUM, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, MEDIUM_DEVICE, NODE_LABEL, Phase, WipePhase,
+};
 use crate::disk::{Disk, VolumeMode};
 
 pub use crate::selector::HOSTNAME_LABEL;
@@ -60,7 +62,10 @@ pub struct PvView {
     pub phase: Phase,
     pub path: PathBuf,
     pub class: String,
+    /// The medium: `Block` for a raw device, also under a Filesystem PV annotated `localpv.io/medium: device`.
     pub mode: VolumeMode,
+    /// The PV's own `volumeMode`: what a claim sees.
+    pub published_as: VolumeMode,
     pub policy: Policy,
     pub deleting: bool,
     pub origin: Origin,
@@ -97,8 +102,15 @@ impl PvView {
             phase: Phase::parse(pv.status.as_ref().and_then(|s| s.phase.as_deref())),
             path,
             class: spec.storage_class_name.clone().unwrap_or_default(),
-            mode: match spec.volume_mode.as_deref() {
+            published_as: match spec.volume_mode.as_deref() {
                 Some("Block") => VolumeMode::Block,
+                _ => VolumeMode::Filesystem,
+            },
+            // NB: the medium, not the PV's volumeMode: a Filesystem PV over a raw device is checked, wiped and
+            // identified as the device it is.
+            mode: match (spec.volume_mode.as_deref(), annotations.get(ANN_MEDIUM)) {
+                (Some("Block"), _) => VolumeMode::Block,
+                (_, Some(medium)) if medium == MEDIUM_DEVICE => VolumeMode::Block,
                 _ => VolumeMode::Filesystem,
             },
             policy: match spec.persistent_volume_reclaim_policy.as_deref() {
@@ -237,7 +249,7 @@ pub struct NewPv<'a> {
 impl NewPv<'_> {
     /// The PV publishing `disk`, whose host path is `path`.
     pub fn build(&self, disk: &Disk, path: &str) -> PersistentVolume {
-        let mut annotations = identity::annotations(disk);
+        let mut annotations = identity::annotations_as(disk, self.class.volume_mode);
         annotations.insert(
             ANN_PROVISIONED_BY.to_string(),
             provisioner_name(&self.node.name),
@@ -251,7 +263,7 @@ impl NewPv<'_> {
             .class
             .fs_type
             .clone()
-            .filter(|_| disk.mode == VolumeMode::Filesystem);
+            .filter(|_| self.class.volume_mode == VolumeMode::Filesystem);
         let sc = self.storage_class;
         PersistentVolume {
             metadata: ObjectMeta {
@@ -277,7 +289,7 @@ impl NewPv<'_> {
                     sc.reclaim_policy.clone().unwrap_or_else(|| "Delete".into()),
                 ),
                 storage_class_name: Some(self.class.name.clone()),
-                volume_mode: Some(disk.mode.as_str().to_string()),
+                volume_mode: Some(self.class.volume_mode.as_str().to_string()),
                 ..PersistentVolumeSpec::default()
             }),
             status: None,

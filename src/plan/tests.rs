@@ -350,5 +350,6 @@ mod identity_rules;
 mod lifecycle;
 mod overlap;
 mod ownership;
+mod raw_device;
 mod reclaim;
 mod unhealthy;

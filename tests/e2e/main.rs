@@ -13,6 +13,7 @@ mod attack_identity;
 mod attack_inventory;
 mod attack_overlap;
 mod attack_ownership;
+mod attack_rawdev;
 mod attack_retry;
 mod attack_state;
 mod bench_page;

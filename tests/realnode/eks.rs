@@ -2,8 +2,9 @@
 //! /dev/disk/kubernetes`, no `volumeMode`) run as written on real nodes (issue 38, point 2), loop devices standing
 //! in for the NVMe instance-store disks: each node sees a directory of its own at `/dev/disk/kubernetes` on the
 //! host's devtmpfs, holding symlinks to its devices as the node's bootstrap would make them. As written the class is
-//! a Filesystem class: the agent runs with it and reports each device `WrongVolumeMode`, publishing nothing. With
-//! `volumeMode: Block` added (what docs/migration.md says to do) the devices are raw block PVs a pod writes to. One
+//! a Filesystem class: as the reference provisioner did, each device is a Filesystem PV; a pod on node-1 mounts the
+//! filesystem the kubelet makes on its device and writes; released, the device is wiped with no signature left and
+//! published again. With `volumeMode: Block` added the devices are raw block PVs a pod writes to. One
 //! regular file dropped into node-1's directory refuses that directory whole (`DeviceDirRefused`, naming the file)
 //! while its PVs stay as they are, and node-2 goes on; the file removed, node-1's disks come back. The directories
 //! and the loop devices are removed at teardown.
@@ -70,6 +71,17 @@ async fn wait_disks(
     }
 }
 
+/// The filesystem type blkid finds on `device`, probed directly; `None` when there is none.
+fn blkid_type(device: &str) -> Option<String> {
+    let out = std::process::Command::new("blkid")
+        .args(["-p", "-o", "value", "-s", "TYPE"])
+        .arg(device)
+        .output()
+        .expect("missing prerequisite: blkid");
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!text.is_empty()).then_some(text)
+}
+
 fn helm(c: &RealCluster, verb: &str, ours: &Path, file: &Path) {
     c.helm(&[
         verb,
@@ -116,24 +128,68 @@ async fn the_reference_eks_values_run_as_written_with_loop_devices_for_nvme_disk
     helm(&c, "install", &ours, &eks);
     wait_agents_ready(&c).await;
     c.kubectl(&["get", "storageclass", CLASS]);
-    let disks = wait_disks(&c, "as written", |d| {
-        d.len() == 3 && d.iter().all(|x| x.3 == "WrongVolumeMode")
-    })
-    .await;
+    // As written (a Filesystem class): Filesystem PVs over the devices, for the kubelet to format.
     for (node, name, _) in &devices {
-        let path = format!("{DEV_DIR}/{name}");
-        assert!(
-            disks.iter().any(|d| d.0 == *node && d.1 == path),
-            "{node} {path}: {disks:#?}"
-        );
+        let pv = wait_pv(&c, node, &format!("{DEV_DIR}/{name}"), "Available").await;
+        let spec = pv.spec.as_ref().expect("spec");
+        assert_eq!(spec.volume_mode.as_deref(), Some("Filesystem"));
+        assert_eq!(spec.storage_class_name.as_deref(), Some(CLASS));
     }
+    let ns = c.plane.namespace("eks").await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client(), &ns);
+    let pods: Api<Pod> = Api::namespaced(c.client(), &ns);
+    create(&claims, &claim("fs", CLASS, "16Mi", false)).await;
+    let script = "echo LOCALPV-EKS-FS > /data/hello && sync && grep -q LOCALPV-EKS-FS /data/hello";
+    create(
+        &pods,
+        &busybox_pod("fs-writer", script, "fs", false, Some("node-1")),
+    )
+    .await;
+    let (phase, node) = wait_pod(&c, &ns, "fs-writer", &["Succeeded", "Failed"]).await;
+    assert_eq!(
+        (phase.as_str(), node.as_str()),
+        ("Succeeded", "node-1"),
+        "{}",
+        c.container_logs(&ns, "fs-writer")
+    );
+    let pv_name = claim_state(&c, &ns, "fs").await.1.expect("bound");
+    let first = pvs(&c).await.remove(&pv_name).expect("its PV");
+    let device = devices
+        .iter()
+        .find(|(n, name, _)| *n == "node-1" && pv_path(&first) == format!("{DEV_DIR}/{name}"))
+        .map(|d| d.2.clone())
+        .expect("the claim's PV is one of node-1's devices");
     assert!(
-        pvs(&c).await.values().all(|p| p
-            .spec
-            .as_ref()
-            .and_then(|s| s.storage_class_name.as_deref())
-            != Some(CLASS)),
-        "a Filesystem class publishes no raw device"
+        blkid_type(&device).is_some(),
+        "the kubelet formatted {device}"
+    );
+    delete_pod(&c, &ns, "fs-writer").await;
+    claims
+        .delete("fs", &Default::default())
+        .await
+        .expect("claim deleted");
+    let path = pv_path(&first);
+    let deadline = Instant::now() + POD_TIMEOUT;
+    loop {
+        let again = pvs(&c).await.into_values().find(|p| {
+            pv_node(p) == "node-1" && pv_path(p) == path && p.metadata.uid != first.metadata.uid
+        });
+        if again.as_ref().is_some_and(|p| pv_phase(p) == "Available") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} not published again: {:?}\n{}",
+            again.map(|p| pv_phase(&p)),
+            c.container_logs(NAMESPACE, RELEASE)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        blkid_type(&device),
+        None,
+        "{device} wiped with no signature left:\n{}",
+        c.container_logs(NAMESPACE, RELEASE)
     );
 
     // The same file with `volumeMode: Block` added to its class: raw block PVs.
@@ -144,16 +200,37 @@ async fn the_reference_eks_values_run_as_written_with_loop_devices_for_nvme_disk
     fs::write(&block, serde_yaml_ng::to_string(&values).expect("yaml")).expect("written");
     helm(&c, "upgrade", &ours, &block);
     wait_agents_ready(&c).await;
-    for (node, name, _) in &devices {
-        let pv = wait_pv(&c, node, &format!("{DEV_DIR}/{name}"), "Available").await;
-        let spec = pv.spec.as_ref().expect("spec");
-        assert_eq!(spec.volume_mode.as_deref(), Some("Block"));
-        assert_eq!(spec.storage_class_name.as_deref(), Some(CLASS));
+    // The Filesystem PVs are withdrawn and the devices published again as Block PVs.
+    let deadline = Instant::now() + POD_TIMEOUT;
+    loop {
+        let all = pvs(&c).await;
+        let block_pvs = devices
+            .iter()
+            .filter(|(node, name, _)| {
+                all.values().any(|p| {
+                    pv_node(p) == *node
+                        && pv_path(p) == format!("{DEV_DIR}/{name}")
+                        && pv_phase(p) == "Available"
+                        && p.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block")
+                        && p.spec
+                            .as_ref()
+                            .and_then(|s| s.storage_class_name.as_deref())
+                            == Some(CLASS)
+                })
+            })
+            .count();
+        if block_pvs == devices.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{block_pvs} of {} devices are Block PVs:\n{}",
+            devices.len(),
+            c.container_logs(NAMESPACE, RELEASE)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
 
-    let ns = c.plane.namespace("eks").await;
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client(), &ns);
-    let pods: Api<Pod> = Api::namespaced(c.client(), &ns);
     create(&claims, &claim("raw", CLASS, "16Mi", true)).await;
     let script = "echo LOCALPV-EKS | dd of=/dev/xvda conv=fsync 2>/dev/null && sync";
     create(

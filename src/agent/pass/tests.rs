@@ -168,6 +168,11 @@ impl Host for Disks {
         Ok(FsProbe::default())
     }
 
+    fn device_claimed(&self, _: &Path) -> Result<bool, HostError> {
+        self.probe();
+        Ok(false)
+    }
+
     fn hardware_ids(&self, _: DevId) -> Result<HardwareIds, HostError> {
         self.probe();
         Ok(HardwareIds::default())
@@ -271,6 +276,7 @@ fn class() -> ClassConfig {
         name_patterns: vec!["*".into()],
         selector: Vec::new(),
         wipe: WipeMethod::Filesystem(FsWipe::RemoveContents),
+        device_wipe: crate::config::BlockWipe::default(),
         wipe_on_first_discovery: false,
     }
 }

@@ -35,6 +35,7 @@ fn fs_disk(entry: &str, uuid: &str) -> Disk {
         capacity_bytes: 10 * GIB,
         available_bytes: Some(8 * GIB),
         mount_root: None,
+        held: false,
         identity: DiskIdentity {
             device: Some("/dev/loop3".into()),
             dev_id: "7:3".parse().ok(),

@@ -26,6 +26,7 @@ fn disk(entry: &str, uuid: Option<&str>) -> Disk {
         capacity_bytes: 10 << 30,
         available_bytes: Some(8 << 30),
         mount_root: None,
+        held: false,
         identity: DiskIdentity {
             fs_uuid: uuid.map(str::to_string),
             fs_type: Some("ext4".into()),

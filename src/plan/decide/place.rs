@@ -48,6 +48,7 @@ impl Planner<'_> {
             || self.held_as_duplicate(disk)
             || self.held_unhealthy(disk)
             || self.held_cordoned(disk)
+            || self.held_in_use(disk)
             || !self.identified(disk, class)
         {
             return;
@@ -170,7 +171,7 @@ impl Planner<'_> {
             class: class.config.name.clone(),
             host_path: disk.host_path.clone(),
             path: process_path(class, &disk.host_path),
-            method: class.config.wipe.clone(),
+            method: class.config.wipe_for(disk.mode),
             expected: disk.identity.clone(),
             expected_mount_root: disk.mount_root.clone(),
             on_start: None,
