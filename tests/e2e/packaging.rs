@@ -175,6 +175,35 @@ fn bare_helm_template_renders_the_chart() {
     assert_eq!(version, format!("v{}", pinned("HELM_VERSION")));
 }
 
+/// The chart's default image is the repository `scripts/release.sh` pushes to by default, and the chart's version
+/// and appVersion are Cargo.toml's, which the release script takes as the one version.
+#[test]
+fn chart_defaults_name_what_the_release_publishes() {
+    let script = fs::read_to_string(root().join("scripts/release.sh")).expect("release.sh");
+    let registry = script
+        .lines()
+        .find_map(|l| l.split("registry=").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .expect("release.sh sets a default registry");
+    let values: Value = serde_yaml_ng::from_str(
+        &fs::read_to_string(root().join("charts/localpv/values.yaml")).expect("values.yaml"),
+    )
+    .expect("values parse");
+    assert_eq!(values["image"]["repository"], format!("{registry}/localpv"));
+    let chart: Value = serde_yaml_ng::from_str(
+        &fs::read_to_string(root().join("charts/localpv/Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("Chart.yaml parses");
+    let cargo = fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let version = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("Cargo.toml has a version");
+    assert_eq!(chart["version"], version);
+    assert_eq!(chart["appVersion"], version);
+}
+
 #[test]
 fn chart_refuses_values_outside_its_schema() {
     for set in [
