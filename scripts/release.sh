@@ -159,4 +159,9 @@ P
 done)
 EOF
 echo "$digest" >"$out/image-digest"
+# Pushed images live in the registry; without --no-push nothing is kept in buildah's storage.
+if [ $push = 1 ]; then
+  buildah manifest rm "$list" >/dev/null
+  buildah rmi "$list-amd64" "$list-arm64" >/dev/null
+fi
 log "done: $out"

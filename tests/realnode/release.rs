@@ -17,7 +17,7 @@ use crate::common::*;
 use crate::support::cluster::{bin_dir, free_port};
 use crate::support::disks::run;
 use crate::support::realnode::RealCluster;
-use crate::support::realnode::images::target_dir;
+use crate::support::realnode::images::{images, target_dir};
 
 /// `docker-registry serve` on 127.0.0.1:`port`, storage in `dir`; killed on drop.
 struct Registry(Child);
@@ -210,6 +210,10 @@ fn qemu(rootfs: &Path, args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_release_pushed_to_a_local_registry_installs_from_its_oci_chart_on_real_nodes() {
+    // NB: release.sh builds the CLI-only binary through `<target>/debug/localpv` (cargo has one output path per
+    // profile), the file LOCALPV_REALNODE_BINARY names for the node image; the images are made once per process,
+    // so making them first keeps a test starting beside this one from packing the CLI build.
+    images();
     let work = tempfile::tempdir().expect("work dir");
     let port = free_port();
     let _registry = Registry::start(work.path(), port);
