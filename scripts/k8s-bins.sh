@@ -13,19 +13,37 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 bin_dir=${LOCALPV_K8S_BIN_DIR:-$HOME/.cache/localpv/k8s-$K8S_VERSION/bin}
 work_dir=$(dirname "$bin_dir")/src
-stamp="$bin_dir/.versions"
-want_stamp="k8s=$K8S_VERSION kubelet etcd=$ETCD_VERSION helm=$HELM_VERSION"
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet helm)
+# One stamp per build step, holding the recipe it was built from: changing how helm is built rebuilds helm only
+# (the Kubernetes binaries take about 8 minutes on a cold machine, helm about one).
+k8s_recipe="k8s=$K8S_VERSION kubelet"
+etcd_recipe="etcd=$ETCD_VERSION"
+# helm carries the Kubernetes version a released helm has (see build_helm).
+helm_recipe="helm=$HELM_VERSION ldflags=k8s-version"
+k8s_binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 
 log() { printf 'k8s-bins: %s\n' "$*" >&2; }
 
-all_present() {
-  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want_stamp" ] || return 1
-  for b in "${binaries[@]}"; do [ -x "$bin_dir/$b" ] || return 1; done
+# step_current STEP RECIPE BINARY...: the step's stamp holds RECIPE and every binary is there.
+step_current() {
+  local step=$1 recipe=$2; shift 2
+  [ -f "$bin_dir/.stamp-$step" ] && [ "$(cat "$bin_dir/.stamp-$step")" = "$recipe" ] || return 1
+  for b in "$@"; do [ -x "$bin_dir/$b" ] || return 1; done
 }
 
-if all_present; then
-  log "up to date ($want_stamp)"
+# NB: before per-step stamps, one `.versions` stamp covered everything; a cache made then keeps its Kubernetes
+# and etcd binaries (same recipes) and rebuilds only helm.
+if [ -f "$bin_dir/.versions" ] && [ "$(cat "$bin_dir/.versions")" = "k8s=$K8S_VERSION kubelet etcd=$ETCD_VERSION helm=$HELM_VERSION" ]; then
+  echo "$k8s_recipe" >"$bin_dir/.stamp-k8s"
+  echo "$etcd_recipe" >"$bin_dir/.stamp-etcd"
+  rm -f "$bin_dir/.versions"
+fi
+
+need_k8s=1 need_etcd=1 need_helm=1
+step_current k8s "$k8s_recipe" "${k8s_binaries[@]}" && need_k8s=0
+step_current etcd "$etcd_recipe" etcd && need_etcd=0
+step_current helm "$helm_recipe" helm && need_helm=0
+if [ $((need_k8s + need_etcd + need_helm)) = 0 ]; then
+  log "up to date ($k8s_recipe, $etcd_recipe, $helm_recipe)"
   echo "$bin_dir"
   exit 0
 fi
@@ -90,26 +108,61 @@ EOF
 }
 
 # --- A single-binary Go tool from its own wrapper module: name, module@version, package.
-build_tool() {
-  local name=$1 module=$2 version=$3 pkg=$4 ldflags=${5:-}
+tool_module() {
+  local name=$1 module=$2 version=$3 pkg=$4
   local dir="$work_dir/$name"
   mkdir -p "$dir"
   printf 'module localpv.io/%s-bin\n\ngo 1.26\n\nrequire %s %s\n' "$name" "$module" "$version" >"$dir/go.mod"
   printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" >"$dir/tools.go"
   (cd "$dir" && go mod tidy -e >/dev/null 2>&1 || true)
+}
+
+build_tool() {
+  local name=$1 module=$2 version=$3 pkg=$4 ldflags=${5:-}
+  local dir="$work_dir/$name"
+  tool_module "$name" "$module" "$version" "$pkg"
   timed "$name $version" \
     bash -c "cd '$dir' && go build -trimpath -tags tools -ldflags '-s -w $ldflags' -o '$bin_dir/$name.tmp' $pkg"
   mv "$bin_dir/$name.tmp" "$bin_dir/$name"
 }
 
+# --- helm with the link-time values its Makefile sets: without the Kubernetes version (taken from the
+# k8s.io/client-go it is built with: v0.X -> 1.X), `helm template` assumes v1.20.0 and refuses charts that need
+# newer, and `helm lint` warns against the wrong version.
+build_helm() {
+  tool_module helm helm.sh/helm/v3 "v$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+  local cg major minor ldflags
+  cg=$(cd "$work_dir/helm" && go list -m -f '{{.Version}}' k8s.io/client-go)
+  cg=${cg#v}
+  major=$((${cg%%.*} + 1))
+  minor=${cg#*.}
+  minor=${minor%%.*}
+  ldflags="-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for pkg in pkg/lint/rules pkg/chartutil; do
+    ldflags+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=$major -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$minor"
+  done
+  timed "helm v$HELM_VERSION (Kubernetes $major.$minor)" \
+    bash -c "cd '$work_dir/helm' && go build -trimpath -tags tools -ldflags '-s -w $ldflags' -o '$bin_dir/helm.tmp' helm.sh/helm/v3/cmd/helm"
+  mv "$bin_dir/helm.tmp" "$bin_dir/helm"
+}
+
 total_start=$SECONDS
-log "building into $bin_dir ($want_stamp)"
-rm -f "$stamp"
-build_kubernetes
-build_tool etcd go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" go.etcd.io/etcd/server/v3
-build_tool helm helm.sh/helm/v3 "v$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
-  "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
-for b in "${binaries[@]}"; do [ -x "$bin_dir/$b" ] || { log "error: $b was not built"; exit 1; }; done
-echo "$want_stamp" >"$stamp"
-log "all built in $((SECONDS - total_start))s"
+log "building into $bin_dir"
+if [ $need_k8s = 1 ]; then
+  rm -f "$bin_dir/.stamp-k8s"
+  build_kubernetes
+  echo "$k8s_recipe" >"$bin_dir/.stamp-k8s"
+fi
+if [ $need_etcd = 1 ]; then
+  rm -f "$bin_dir/.stamp-etcd"
+  build_tool etcd go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" go.etcd.io/etcd/server/v3
+  echo "$etcd_recipe" >"$bin_dir/.stamp-etcd"
+fi
+if [ $need_helm = 1 ]; then
+  rm -f "$bin_dir/.stamp-helm"
+  build_helm
+  echo "$helm_recipe" >"$bin_dir/.stamp-helm"
+fi
+for b in "${k8s_binaries[@]}" etcd helm; do [ -x "$bin_dir/$b" ] || { log "error: $b was not built"; exit 1; }; done
+log "built what changed in $((SECONDS - total_start))s"
 echo "$bin_dir"

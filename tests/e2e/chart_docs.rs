@@ -117,10 +117,16 @@ fn as_template(command: &[String]) -> Vec<String> {
 }
 
 /// Values files the docs name that an operator brings: `lsp-values.yaml` is the reference chart's own default
-/// values.yaml (from its source tarball). Other `-f` files must be in the repository.
+/// values.yaml (from its source tarball). Other `-f` files must be in the repository. A released chart
+/// (`oci://.../charts/localpv`) stands for charts/localpv: a release packages it with only the image values changed
+/// (tests/realnode/release.rs installs the OCI artifact itself).
 fn with_stand_ins(command: &[String], dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for (i, arg) in command.iter().enumerate() {
+        if arg.starts_with("oci://") && arg.ends_with("/charts/localpv") {
+            out.push("charts/localpv".to_string());
+            continue;
+        }
         let is_file = i > 0 && ["-f", "--values"].contains(&command[i - 1].as_str());
         if !is_file || root().join(arg).exists() {
             out.push(arg.clone());

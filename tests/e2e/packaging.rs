@@ -42,21 +42,8 @@ pub(crate) fn tool(name: &str) -> PathBuf {
 }
 
 pub(crate) fn run(program: &Path, args: &[&str]) -> Output {
-    // NB: helm built from source without release ldflags assumes Kubernetes v1.20.0 when no cluster is asked
-    // (`helm template`, `helm lint`), which the chart's `kubeVersion` refuses: offline renderings name the
-    // version the tests run.
-    let offline = program.ends_with("helm")
-        && matches!(args.first(), Some(&"template" | &"lint"))
-        && !args.contains(&"--kube-version");
-    let kube_version = format!("v{}", pinned("K8S_VERSION"));
-    let extra: &[&str] = if offline {
-        &["--kube-version", &kube_version]
-    } else {
-        &[]
-    };
     Command::new(program)
         .args(args)
-        .args(extra)
         .current_dir(root())
         .output()
         .unwrap_or_else(|e| {
@@ -172,6 +159,49 @@ fn chart_lints_clean_with_defaults_and_with_every_option_on() {
         args.extend_from_slice(&extra);
         run_ok(&helm, &args);
     }
+}
+
+/// helm built by scripts/k8s-bins.sh carries the Kubernetes version a released helm has, so an operator's bare
+/// `helm template` (no cluster asked, no `--kube-version`) renders the chart instead of assuming v1.20.0.
+#[test]
+fn bare_helm_template_renders_the_chart() {
+    let out = run(&tool("helm"), &["template", "localpv", "charts/localpv"]);
+    assert!(
+        out.status.success(),
+        "helm template charts/localpv (no --kube-version) failed; rerun scripts/k8s-bins.sh:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let version = run_ok(&tool("helm"), &["version", "--template", "{{.Version}}"]);
+    assert_eq!(version, format!("v{}", pinned("HELM_VERSION")));
+}
+
+/// The chart's default image is the repository `scripts/release.sh` pushes to by default, and the chart's version
+/// and appVersion are Cargo.toml's, which the release script takes as the one version.
+#[test]
+fn chart_defaults_name_what_the_release_publishes() {
+    let script = fs::read_to_string(root().join("scripts/release.sh")).expect("release.sh");
+    let registry = script
+        .lines()
+        .find_map(|l| l.split("registry=").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .expect("release.sh sets a default registry");
+    let values: Value = serde_yaml_ng::from_str(
+        &fs::read_to_string(root().join("charts/localpv/values.yaml")).expect("values.yaml"),
+    )
+    .expect("values parse");
+    assert_eq!(values["image"]["repository"], format!("{registry}/localpv"));
+    let chart: Value = serde_yaml_ng::from_str(
+        &fs::read_to_string(root().join("charts/localpv/Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("Chart.yaml parses");
+    let cargo = fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let version = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("Cargo.toml has a version");
+    assert_eq!(chart["version"], version);
+    assert_eq!(chart["appVersion"], version);
 }
 
 #[test]

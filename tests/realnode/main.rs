@@ -16,6 +16,7 @@ mod migrate_doc;
 mod migrate_lsp;
 mod publish;
 mod recovery;
+mod release;
 mod restart;
 mod startup_taint;
 mod statefulset;

@@ -278,6 +278,17 @@ impl RealNode {
     }
 
     /// Gives an image already imported another name (e.g. a new tag for `helm upgrade`).
+    /// Lets containerd pull from `host` (`127.0.0.1:<port>`) over plain HTTP: a `hosts.toml` in its `certs.d`
+    /// directory, read at each pull.
+    pub fn pull_over_http(&self, host: &str) {
+        let dir = self.dir.join("certs.d").join(host);
+        fs::create_dir_all(&dir).expect("certs.d dir can be created");
+        let hosts = format!(
+            "server = \"http://{host}\"\n\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+        );
+        fs::write(dir.join("hosts.toml"), hosts).expect("hosts.toml written");
+    }
+
     pub fn tag(&self, from: &str, to: &str) {
         run(
             "ctr",
@@ -327,6 +338,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{d}/cni"
+  # Per-registry hosts (`RealNode::pull_over_http`), as docs/install.md tells an air-gapped operator.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{d}/certs.d"
 "#,
         sock = socket.display(),
         pause = super::images::PAUSE,
