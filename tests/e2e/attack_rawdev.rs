@@ -55,33 +55,10 @@ async fn claim_block(
 async fn a_block_cleaner_that_leaves_a_filesystem_signature_keeps_the_device_out_of_the_pool() {
     // A cleaner that does nothing stands for any that does less than it says (a `discard` that does not zero).
     let extra = "    volumeMode: Block\n    blockCleanerCommand: [\"/bin/true\"]\n";
-    let (cp, ns, mut agent) = plane_with_agent(
-        Options {
-            controller_manager: true,
-            ..Default::default()
-        },
-        "attack-rawdev",
-        &[(CLASS, "Delete")],
-        &["node-1"],
-        &[(CLASS, "raw", extra)],
-    )
-    .await;
+    let (cp, ns, mut agent) = one_class("attack-rawdev", CLASS, "raw", extra).await;
     let client = cp.client();
-    let images = cp.dir.join("images");
-    std::fs::create_dir_all(&images).expect("image dir");
-    let dev = LoopDevice::new(&images.join("raw.img"), 64, None, cp.reaper());
-    let entry = agent.disk("blk1");
-    std::os::unix::fs::symlink(&dev.device, &entry).expect("symlink to the raw device");
-    agent.start(&cp);
-    agent.wait_ready().await;
-    let pv = pv_at(
-        &client,
-        "node-1",
-        &entry,
-        "Available",
-        Duration::from_secs(60),
-    )
-    .await;
+    let (dev, entry) = linked_device(&cp, &agent, "blk1");
+    let pv = start_and_publish(&cp, &mut agent, &entry).await;
     claim_block(&client, &ns, "c1", CLASS, &pv).await;
 
     // The tenant makes a filesystem on its raw device and leaves a file there.
@@ -119,33 +96,16 @@ async fn a_block_cleaner_that_leaves_a_filesystem_signature_keeps_the_device_out
 #[tokio::test(flavor = "multi_thread")]
 async fn a_zeroout_wipe_leaves_no_signature_and_the_device_comes_back() {
     let class = "raw-zero";
-    let (cp, ns, mut agent) = plane_with_agent(
-        Options {
-            controller_manager: true,
-            ..Default::default()
-        },
+    let (cp, ns, mut agent) = one_class(
         "attack-rawdev-zero",
-        &[(class, "Delete")],
-        &["node-1"],
-        &[(class, "raw", "    volumeMode: Block\n")],
+        class,
+        "raw",
+        "    volumeMode: Block\n",
     )
     .await;
     let client = cp.client();
-    let images = cp.dir.join("images");
-    std::fs::create_dir_all(&images).expect("image dir");
-    let dev = LoopDevice::new(&images.join("raw.img"), 64, None, cp.reaper());
-    let entry = agent.disk("blk1");
-    std::os::unix::fs::symlink(&dev.device, &entry).expect("symlink to the raw device");
-    agent.start(&cp);
-    agent.wait_ready().await;
-    let pv = pv_at(
-        &client,
-        "node-1",
-        &entry,
-        "Available",
-        Duration::from_secs(60),
-    )
-    .await;
+    let (dev, entry) = linked_device(&cp, &agent, "blk1");
+    let pv = start_and_publish(&cp, &mut agent, &entry).await;
     claim_block(&client, &ns, "c1", class, &pv).await;
     // The tenant's filesystem is read once through the page cache, as a tenant's reads would leave it.
     mkfs("ext4", &dev.device, Some("tenant"));
@@ -206,16 +166,35 @@ fn kubelet_format(device: &str) {
 
 const NVME: &str = "local-nvme";
 
-async fn nvme_plane(ns: &str) -> (ControlPlane, String, Agent) {
+/// A plane with one agent on node-1 and one class `class` over its directory `dir` (`extra`: more class keys).
+async fn one_class(ns: &str, class: &str, dir: &str, extra: &str) -> (ControlPlane, String, Agent) {
     plane_with_agent(
         Options {
             controller_manager: true,
             ..Default::default()
         },
         ns,
-        &[(NVME, "Delete")],
+        &[(class, "Delete")],
         &["node-1"],
-        &[(NVME, "disks", "    fsType: ext4\n")],
+        &[(class, dir, extra)],
+    )
+    .await
+}
+
+async fn nvme_plane(ns: &str) -> (ControlPlane, String, Agent) {
+    one_class(ns, NVME, "disks", "    fsType: ext4\n").await
+}
+
+/// Starts the agent and waits for the Available PV of `entry`.
+async fn start_and_publish(cp: &ControlPlane, agent: &mut Agent, entry: &Path) -> PersistentVolume {
+    agent.start(cp);
+    agent.wait_ready().await;
+    pv_at(
+        &cp.client(),
+        "node-1",
+        entry,
+        "Available",
+        Duration::from_secs(60),
     )
     .await
 }
@@ -244,16 +223,7 @@ async fn a_device_in_a_filesystem_class_serves_a_kubelet_formatted_filesystem_an
     let (cp, ns, mut agent) = nvme_plane("rawdev-life").await;
     let client = cp.client();
     let (dev, entry) = linked_device(&cp, &agent, "nvme-a");
-    agent.start(&cp);
-    agent.wait_ready().await;
-    let pv = pv_at(
-        &client,
-        "node-1",
-        &entry,
-        "Available",
-        Duration::from_secs(60),
-    )
-    .await;
+    let pv = start_and_publish(&cp, &mut agent, &entry).await;
     let spec = pv.spec.clone().expect("spec");
     assert_eq!(spec.volume_mode.as_deref(), Some("Filesystem"));
     assert_eq!(
@@ -315,16 +285,7 @@ async fn a_device_mounted_elsewhere_on_the_host_is_never_published_nor_left_publ
     // One mounted where the agent sees it, one in a namespace of its own (another container's, say).
     let _visible = Mount::device(&seen.device, &cp.dir.join("host-mnt"), cp.reaper());
     let hidden_mount = HiddenMount::new(&hidden.device, &cp.dir.join("hidden-mnt"), "true");
-    agent.start(&cp);
-    agent.wait_ready().await;
-    let later_pv = pv_at(
-        &client,
-        "node-1",
-        &later_entry,
-        "Available",
-        Duration::from_secs(60),
-    )
-    .await;
+    let later_pv = start_and_publish(&cp, &mut agent, &later_entry).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pvs = pvs_of(&client, "node-1").await;
     for entry in [&seen_entry, &hidden_entry] {
@@ -381,16 +342,7 @@ async fn a_device_swapped_under_a_bound_filesystem_pv_is_never_wiped() {
     let (cp, ns, mut agent) = nvme_plane("rawdev-swap").await;
     let client = cp.client();
     let (dev, entry) = linked_device(&cp, &agent, "nvme-a");
-    agent.start(&cp);
-    agent.wait_ready().await;
-    let pv = pv_at(
-        &client,
-        "node-1",
-        &entry,
-        "Available",
-        Duration::from_secs(60),
-    )
-    .await;
+    let pv = start_and_publish(&cp, &mut agent, &entry).await;
     claim_pv(&client, &ns, "c1", &pv, NVME, "1Mi").await;
     kubelet_format(&dev.device);
 
@@ -431,16 +383,7 @@ async fn a_device_whose_filesystem_is_corrupt_is_wiped_by_its_own_identity() {
     let (cp, ns, mut agent) = nvme_plane("rawdev-corrupt").await;
     let client = cp.client();
     let (dev, entry) = linked_device(&cp, &agent, "nvme-a");
-    agent.start(&cp);
-    agent.wait_ready().await;
-    let pv = pv_at(
-        &client,
-        "node-1",
-        &entry,
-        "Available",
-        Duration::from_secs(60),
-    )
-    .await;
+    let pv = start_and_publish(&cp, &mut agent, &entry).await;
     claim_pv(&client, &ns, "c1", &pv, NVME, "1Mi").await;
     kubelet_format(&dev.device);
     drop(HiddenMount::new(

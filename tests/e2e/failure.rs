@@ -97,22 +97,11 @@ async fn a_disk_that_fails_is_withdrawn_and_its_tenant_told() {
     wait_event(&client, "data", "DiskFailed", Duration::from_secs(60)).await;
 
     // The LocalDisks say so.
-    let disks: Api<LocalDisk> = Api::all(client.clone());
     eventually(
         "the LocalDisks to say Failed",
         Duration::from_secs(60),
         || async {
-            let list = disks
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let health = |vol: &std::path::Path| {
-                list.items
-                    .iter()
-                    .find(|d| d.spec.path == vol.display().to_string())
-                    .and_then(|d| d.status.as_ref()?.health.clone())
-            };
-            let got: Vec<Option<String>> = vols.iter().map(|v| health(v)).collect();
+            let got = health_of(&client, &vols).await?;
             match got[..] {
                 [Some(ref a), Some(ref b), None] if a == "Failed" && b == "Failed" => Ok(()),
                 _ => Err(format!("{got:?}")),
@@ -282,21 +271,12 @@ async fn a_disk_whose_writes_fail_is_marked_unhealthy_and_withdrawn() {
 
     let said = wait_event(&client, name(&pv), "DiskDegraded", Duration::from_secs(60)).await;
     assert!(said.contains("withdrawn"), "{said}");
-    let disks: Api<LocalDisk> = Api::all(client.clone());
     eventually(
         "the LocalDisk to say Degraded or Failed",
         Duration::from_secs(60),
         || async {
-            let list = disks
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let health = list
-                .items
-                .iter()
-                .find(|d| d.spec.path == sick.display().to_string())
-                .and_then(|d| d.status.as_ref()?.health.clone());
-            match health.as_deref() {
+            let got = health_of(&client, std::slice::from_ref(&sick)).await?;
+            match got[0].as_deref() {
                 Some("Degraded" | "Failed") => Ok(()),
                 other => Err(format!("{other:?}")),
             }
@@ -311,4 +291,22 @@ async fn a_disk_whose_writes_fail_is_marked_unhealthy_and_withdrawn() {
     assert_eq!(kept.metadata.uid, neighbour.metadata.uid);
     agent.process.take();
     disk.set(Mode::Ok);
+}
+
+/// The `status.health` of the LocalDisk at each of `vols` (None: healthy, or no such LocalDisk).
+async fn health_of(
+    client: &kube::Client,
+    vols: &[std::path::PathBuf],
+) -> Result<Vec<Option<String>>, String> {
+    let list = Api::<LocalDisk>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let health = |vol: &std::path::PathBuf| {
+        list.items
+            .iter()
+            .find(|d| d.spec.path == vol.display().to_string())
+            .and_then(|d| d.status.as_ref()?.health.clone())
+    };
+    Ok(vols.iter().map(health).collect())
 }

@@ -178,6 +178,17 @@ impl Scene {
         .await
     }
 
+    /// Waits until pod `name` is gone.
+    async fn wait_pod_gone(&self, name: &str) {
+        eventually(&format!("{}/{name} deleted", self.ns), WAIT, || async {
+            match self.uid(&self.pods(), name).await {
+                None => Ok(()),
+                Some(u) => Err(u),
+            }
+        })
+        .await;
+    }
+
     /// No recovery Event at all in this namespace.
     async fn assert_no_recovery_events(&self, what: &str) {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
@@ -249,6 +260,22 @@ async fn statefulset(client: &kube::Client, ns: &str, replicas: u32, annotation:
         .create(&PostParams::default(), &obj(s))
         .await
         .expect("StatefulSet created");
+}
+
+/// A node `node` and, in a namespace of its own (named after `prefix`), a one-replica set `web` whose replica 0 runs
+/// with its claim bound to a PV on that node (LocalDisk `disk`).
+async fn single_replica(cp: &ControlPlane, node: &str, prefix: &str, disk: &str) -> Scene {
+    let client = cp.client();
+    create_node(&client, node, &[]).await;
+    let s = Scene {
+        client: client.clone(),
+        ns: cp.namespace(prefix).await,
+    };
+    statefulset(&client, &s.ns, 1, None).await;
+    let pv = format!("rec-{}", s.ns);
+    s.volume(&pv, node, Some("data-web-0"), disk).await;
+    s.replica(0, &pv).await;
+    s
 }
 
 /// Lets the leader make at least two passes (a tick is 5 s).
@@ -442,13 +469,7 @@ async fn a_lost_replica_is_recovered_only_when_opted_in_only_while_its_siblings_
     s.replica(0, &format!("rec-{}-spare", s.ns)).await;
     s.note("data-web-1", "ReplicaRecovered", "deleting claim")
         .await;
-    eventually("web-1 deleted", WAIT, || async {
-        match s.uid(&pods, "web-1").await {
-            None => Ok(()),
-            Some(u) => Err(u),
-        }
-    })
-    .await;
+    s.wait_pod_gone("web-1").await;
     let pv0 = format!("rec-{}-0", s.ns);
     assert_eq!(
         s.count(&pv0, "ReplicaRecovered").await,
@@ -476,17 +497,7 @@ async fn a_node_shut_down_not_ready_or_deleted_loses_its_replicas_volumes_once_e
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     let mut scenes = Vec::new();
     for node in ["node-oos", "node-notready", "node-gone", "node-fine"] {
-        create_node(&client, node, &[]).await;
-        let s = Scene {
-            client: client.clone(),
-            ns: cp.namespace(node).await,
-        };
-        statefulset(&client, &s.ns, 1, None).await;
-        let pv = format!("rec-{}", s.ns);
-        s.volume(&pv, node, Some("data-web-0"), &format!("disk-{node}"))
-            .await;
-        s.replica(0, &pv).await;
-        scenes.push(s);
+        scenes.push(single_replica(&cp, node, node, &format!("disk-{node}")).await);
     }
     let _extender = extender(
         &cp,
@@ -546,13 +557,7 @@ async fn a_node_shut_down_not_ready_or_deleted_loses_its_replicas_volumes_once_e
     {
         let done = s.note("data-web-0", "ReplicaRecovered", why).await;
         assert!(done.contains("deleting claim"), "{done}");
-        eventually(&format!("{} web-0 deleted", s.ns), WAIT, || async {
-            match s.uid(&s.pods(), "web-0").await {
-                None => Ok(()),
-                Some(u) => Err(u),
-            }
-        })
-        .await;
+        s.wait_pod_gone("web-0").await;
     }
     passes().await;
     let fine = &scenes[3];
@@ -571,15 +576,7 @@ async fn node_signals_that_are_not_enabled_recover_nothing() {
     let cp = plane(Some("on")).await;
     let client = cp.client();
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-    create_node(&client, "node-1", &[]).await;
-    let s = Scene {
-        client: client.clone(),
-        ns: cp.namespace("db").await,
-    };
-    statefulset(&client, &s.ns, 1, None).await;
-    let pv = format!("rec-{}", s.ns);
-    s.volume(&pv, "node-1", Some("data-web-0"), "disk-1").await;
-    s.replica(0, &pv).await;
+    let s = single_replica(&cp, "node-1", "db", "disk-1").await;
     let _extender = extender(&cp, &["--recovery=true", "--node-cleanup-grace=2s"]);
     let pod = s.uid(&s.pods(), "web-0").await;
     let taint = json!({"spec": {"taints": [{"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
@@ -608,15 +605,7 @@ async fn node_signals_that_are_not_enabled_recover_nothing() {
 async fn a_drained_disk_moves_its_claim_only_when_opted_in_or_forced_and_uncordon_ends_it() {
     let cp = plane(None).await;
     let client = cp.client();
-    create_node(&client, "node-1", &[]).await;
-    let s = Scene {
-        client: client.clone(),
-        ns: cp.namespace("db").await,
-    };
-    statefulset(&client, &s.ns, 1, None).await;
-    let pv = format!("rec-{}", s.ns);
-    s.volume(&pv, "node-1", Some("data-web-0"), "disk-1").await;
-    s.replica(0, &pv).await;
+    let s = single_replica(&cp, "node-1", "db", "disk-1").await;
     let _extender = extender(&cp, &["--recovery=true", "--recovery-interval=1s"]);
     let kubeconfig = cp.kubeconfig_for("operator", "operator", &["system:masters"]);
     let cli = |args: &[&str]| {
@@ -644,7 +633,7 @@ async fn a_drained_disk_moves_its_claim_only_when_opted_in_or_forced_and_uncordo
         )
     };
 
-    let said = cli(&["drain", &format!("node-1/{pv}")]);
+    let said = cli(&["drain", &format!("node-1/rec-{}", s.ns)]);
     assert!(said.starts_with("draining disk-1"), "{said}");
     assert_eq!(
         annotations().await,
@@ -667,13 +656,7 @@ async fn a_drained_disk_moves_its_claim_only_when_opted_in_or_forced_and_uncordo
         .note("data-web-0", "ReplicaRecovered", "drained with --force")
         .await;
     assert!(done.contains("deleting claim"), "{done}");
-    eventually("web-0 deleted", WAIT, || async {
-        match s.uid(&s.pods(), "web-0").await {
-            None => Ok(()),
-            Some(u) => Err(u),
-        }
-    })
-    .await;
+    s.wait_pod_gone("web-0").await;
     let said = cli(&["uncordon", "disk-1"]);
     assert!(said.starts_with("uncordoned disk-1"), "{said}");
     assert_eq!(annotations().await, (None, None));
