@@ -22,6 +22,9 @@
 //! - at most one recovery per `interval` in the whole cluster;
 //! - `dry-run` says what it would do and does nothing.
 //!
+//! NB: over 500 lines: `lost`, `decide` and the words each hold says stay in one file, so a guard and what it tells
+//! users change together; the read models are in `facts`.
+//!
 //! The old PV stays (Released, never wiped while its disk is Failed: the agent's rule); its disk, once replaced,
 //! is a new identity and is published as a new PV.
 
@@ -29,15 +32,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
-
 use crate::cleanup::Volume;
-use crate::contract::{ANN_DRAIN, ANN_RECOVERY, DRAIN_FORCE, Phase, TAINT_OUT_OF_SERVICE};
+use crate::contract::{ANN_RECOVERY, Phase, TAINT_OUT_OF_SERVICE};
 use crate::health::State;
 
+mod facts;
 #[cfg(test)]
 mod tests;
+
+pub use facts::{Claim, Disk, NodeState, PodState, Set};
 
 /// What a claim, a StatefulSet or a class asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -82,94 +85,6 @@ impl Ask {
         match value {
             None => Ask::Unset,
             Some(text) => Mode::parse(text).map_or_else(|| Ask::Invalid(text.into()), Ask::Mode),
-        }
-    }
-
-    fn of(annotations: Option<&BTreeMap<String, String>>) -> Ask {
-        Ask::from_annotation(
-            annotations
-                .and_then(|a| a.get(ANN_RECOVERY))
-                .map(String::as_str),
-        )
-    }
-}
-
-/// One LocalDisk as recovery reads it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Disk {
-    pub name: String,
-    pub node: String,
-    /// The PV publishing it (`status.pv`).
-    pub pv: Option<String>,
-    /// `status.health`: `Degraded`, `Failed`, or absent (healthy).
-    pub health: Option<State>,
-    /// The `Healthy` condition's reason and message, when not healthy.
-    pub health_reason: Option<String>,
-    pub health_message: Option<String>,
-    /// `localpv.io/drain`: `None` when not draining, `Some(true)` when forced.
-    pub drain: Option<bool>,
-}
-
-impl Disk {
-    pub fn from_local_disk(d: &crate::inventory::LocalDisk) -> Disk {
-        let status = d.status.as_ref();
-        let health = status
-            .and_then(|s| s.health.as_deref())
-            .and_then(|h| match h {
-                "Degraded" => Some(State::Degraded),
-                "Failed" => Some(State::Failed),
-                _ => None,
-            });
-        let condition = status.and_then(|s| {
-            s.conditions
-                .iter()
-                .find(|c| c.type_ == "Healthy" && c.status == "False")
-        });
-        let drain = d
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANN_DRAIN))
-            .map(|v| v.trim() == DRAIN_FORCE);
-        Disk {
-            name: d.metadata.name.clone().unwrap_or_default(),
-            node: d.spec.node.clone(),
-            pv: status.and_then(|s| s.pv.clone()),
-            health,
-            health_reason: condition.map(|c| c.reason.clone()),
-            health_message: condition.map(|c| c.message.clone()),
-            drain,
-        }
-    }
-}
-
-/// A Node as recovery reads it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeState {
-    pub out_of_service: bool,
-    /// When its Ready condition last turned False or Unknown, while it is not Ready.
-    pub not_ready_since: Option<SystemTime>,
-}
-
-impl NodeState {
-    pub fn from_node(node: &Node) -> NodeState {
-        let spec = node.spec.as_ref();
-        let out_of_service = spec
-            .and_then(|s| s.taints.as_ref())
-            .is_some_and(|t| t.iter().any(|t| t.key == TAINT_OUT_OF_SERVICE));
-        let ready = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
-        let not_ready_since = ready.filter(|c| c.status != "True").map(|c| {
-            c.last_transition_time
-                .as_ref()
-                .map_or(SystemTime::UNIX_EPOCH, |t| SystemTime::from(t.0))
-        });
-        NodeState {
-            out_of_service,
-            not_ready_since,
         }
     }
 }
@@ -338,103 +253,49 @@ fn node_loss(node: &str, s: &Sources<'_>) -> Option<Loss> {
     }
 }
 
-/// A claim as recovery reads it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Claim {
-    pub uid: String,
-    pub volume: Option<String>,
-    pub ask: Ask,
-    pub deleting: bool,
+/// A claim bound to one of our PVs whose disk is Degraded or Failed: its pods and its health status are told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failing<'a> {
+    pub namespace: &'a str,
+    pub claim: &'a str,
+    pub pv: &'a str,
+    pub disk: &'a Disk,
+    pub state: State,
 }
 
-impl Claim {
-    pub fn from_claim(c: &PersistentVolumeClaim) -> Claim {
-        Claim {
-            uid: c.metadata.uid.clone().unwrap_or_default(),
-            volume: c.spec.as_ref().and_then(|s| s.volume_name.clone()),
-            ask: Ask::of(c.metadata.annotations.as_ref()),
-            deleting: c.metadata.deletion_timestamp.is_some(),
-        }
+/// The claims on Degraded or Failed disks: a LocalDisk counts only for the Bound PV it names on its own node.
+pub fn failing<'a>(pvs: &'a [Arc<Volume>], disks: &'a [Disk]) -> Vec<Failing<'a>> {
+    if disks.iter().all(|d| d.health.is_none()) {
+        return Vec::new();
     }
-}
-
-/// A StatefulSet as recovery reads it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Set {
-    pub name: String,
-    pub uid: String,
-    /// Names of its `volumeClaimTemplates`.
-    pub templates: Vec<String>,
-    pub replicas: u32,
-    pub ask: Ask,
-    pub deleting: bool,
-}
-
-impl Set {
-    pub fn from_statefulset(s: &StatefulSet) -> Set {
-        let spec = &s.spec;
-        let templates = spec
-            .volume_claim_templates
-            .as_ref()
-            .map(|t| t.iter().filter_map(|c| c.metadata.name.clone()).collect())
-            .unwrap_or_default();
-        Set {
-            name: s.metadata.name.clone().unwrap_or_default(),
-            uid: s.metadata.uid.clone().unwrap_or_default(),
-            templates,
-            replicas: spec.replicas.map_or(1, |r| u32::try_from(r).unwrap_or(0)),
-            ask: Ask::of(s.metadata.annotations.as_ref()),
-            deleting: s.metadata.deletion_timestamp.is_some(),
+    let by_name: BTreeMap<&str, &Volume> = pvs.iter().map(|pv| (pv.name.as_str(), &**pv)).collect();
+    let mut out = Vec::new();
+    for disk in disks {
+        let (Some(state), Some(pv)) = (disk.health, disk.pv.as_deref()) else {
+            continue;
+        };
+        let Some(volume) = by_name.get(pv) else {
+            continue;
+        };
+        let (Phase::Bound, Some(claim)) = (volume.phase, &volume.claim) else {
+            continue;
+        };
+        if volume.node.as_deref() != Some(disk.node.as_str()) {
+            continue;
         }
+        let (Some(namespace), Some(name)) = (claim.namespace.as_deref(), claim.name.as_deref())
+        else {
+            continue;
+        };
+        out.push(Failing {
+            namespace,
+            claim: name,
+            pv: &volume.name,
+            disk,
+            state,
+        });
     }
-}
-
-/// A pod as recovery reads it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodState {
-    pub name: String,
-    pub uid: String,
-    /// The UID of its controlling owner.
-    pub controller: Option<String>,
-    pub ready: bool,
-    pub deleting: bool,
-    /// Claims its volumes name.
-    pub claims: Vec<String>,
-}
-
-impl PodState {
-    pub fn from_pod(p: &Pod) -> PodState {
-        let meta = &p.metadata;
-        let controller = meta
-            .owner_references
-            .as_ref()
-            .and_then(|o| o.iter().find(|o| o.controller == Some(true)))
-            .map(|o| o.uid.clone());
-        let ready = p
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        let claims = p
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_ref())
-            .map(|v| {
-                v.iter()
-                    .filter_map(|v| v.persistent_volume_claim.as_ref())
-                    .map(|c| c.claim_name.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        PodState {
-            name: meta.name.clone().unwrap_or_default(),
-            uid: meta.uid.clone().unwrap_or_default(),
-            controller,
-            ready,
-            deleting: meta.deletion_timestamp.is_some(),
-            claims,
-        }
-    }
+    out
 }
 
 /// What the shell read about one lost volume's namespace.

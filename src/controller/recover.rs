@@ -32,13 +32,12 @@ mod tests;
 use super::Writer;
 use super::metrics::{Outcome, Verdict, VerdictLabels, WriteKind};
 use crate::cleanup::Volume;
-use crate::contract::Phase;
 use crate::effects::{self, Applied, Failed, Reason};
 use crate::health::State;
 use crate::logging::error_text;
 use crate::recovery::{
-    self, Ask, Claim, Decision, Disk, Lost, NodeSignals, NodeState, PodState, Policy, Scene, Set,
-    Sources, Steps,
+    self, Ask, Claim, Decision, Disk, Failing, Lost, NodeSignals, NodeState, PodState, Policy,
+    Scene, Set, Sources, Steps,
 };
 
 /// How often a recovery's pod delete is tried before the pass gives up on it, and the pause between tries.
@@ -78,15 +77,6 @@ pub struct Inputs<'a> {
     pub gone_since: &'a BTreeMap<String, SystemTime>,
 }
 
-/// A claim on a Degraded or Failed disk: its pods are told.
-struct Failing<'a> {
-    namespace: &'a str,
-    claim: &'a str,
-    pv: &'a str,
-    disk: &'a Disk,
-    state: State,
-}
-
 pub(super) async fn pass(
     writer: &Writer,
     client: &Client,
@@ -103,7 +93,7 @@ pub(super) async fn pass(
         signals: &settings.signals,
         now,
     });
-    let failing = failing(inputs);
+    let failing = recovery::failing(inputs.pvs, inputs.disks);
     let namespaces: BTreeSet<&str> = lost
         .iter()
         .map(|l| l.namespace.as_str())
@@ -168,45 +158,6 @@ async fn clear_claim_health(writer: &Writer, memory: &mut Memory, seen: &mut BTr
 
 fn pv_key(l: &Lost) -> String {
     format!("pv:{}", l.pv_uid)
-}
-
-/// Claims bound to one of our PVs whose disk is Degraded or Failed.
-fn failing<'a>(inputs: &Inputs<'a>) -> Vec<Failing<'a>> {
-    if inputs.disks.iter().all(|d| d.health.is_none()) {
-        return Vec::new();
-    }
-    let by_name: BTreeMap<&str, &Volume> = inputs
-        .pvs
-        .iter()
-        .map(|pv| (pv.name.as_str(), &**pv))
-        .collect();
-    let mut out = Vec::new();
-    for disk in inputs.disks {
-        let (Some(state), Some(pv)) = (disk.health, disk.pv.as_deref()) else {
-            continue;
-        };
-        let Some(volume) = by_name.get(pv) else {
-            continue;
-        };
-        let (Phase::Bound, Some(claim)) = (volume.phase, &volume.claim) else {
-            continue;
-        };
-        if volume.node.as_deref() != Some(disk.node.as_str()) {
-            continue;
-        }
-        let (Some(namespace), Some(name)) = (claim.namespace.as_deref(), claim.name.as_deref())
-        else {
-            continue;
-        };
-        out.push(Failing {
-            namespace,
-            claim: name,
-            pv: &volume.name,
-            disk,
-            state,
-        });
-    }
-    out
 }
 
 /// The StatefulSets and pods of one namespace; `None` when either read failed.

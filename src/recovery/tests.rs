@@ -627,3 +627,21 @@ fn modes_and_annotations_parse_strictly() {
         Ask::Invalid("nope".into())
     );
 }
+
+#[test]
+fn a_failing_disk_tells_the_claim_of_the_bound_pv_it_names_on_its_own_node_only() {
+    let mut w = World::new();
+    assert_eq!(failing(&w.pvs, &w.disks), vec![], "all healthy");
+    w.disks[0].health = Some(State::Degraded);
+    // node-2's LocalDisk names node-1's PV: it says nothing about it.
+    w.disks[1].health = Some(State::Failed);
+    w.disks[1].pv = Some("pv-a".into());
+    // A Failed disk under an Available PV has no claim to tell.
+    w.disks
+        .push(disk("node-1-c", "node-1", "pv-c", Some(State::Failed)));
+    let got: Vec<(&str, &str, State)> = failing(&w.pvs, &w.disks)
+        .iter()
+        .map(|f| (f.namespace, f.claim, f.state))
+        .collect();
+    assert_eq!(got, vec![("db", "data-web-0", State::Degraded)]);
+}
