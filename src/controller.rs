@@ -368,7 +368,13 @@ async fn recover_lost<N: Send + Sync + 'static>(
     if !(st.nodes.synced() && st.pvs.synced() && st.disks.synced() && states_synced) {
         return;
     }
+    // NB: copied every tick, so only what the pass reads: no node when no node signal is on, and only the disks
+    // that are unhealthy or drained (a healthy cluster copies none).
+    let signals = &settings.signals;
+    let any_signal =
+        signals.gone_after.is_some() || signals.out_of_service || signals.not_ready_after.is_some();
     let nodes: BTreeMap<String, NodeState> = match &st.node_states {
+        _ if !any_signal => BTreeMap::new(),
         Some(states) => states.read(|items| {
             let states = items.iter().map(|(n, s)| (n.clone(), NodeState::clone(s)));
             states.collect()
@@ -379,9 +385,12 @@ async fn recover_lost<N: Send + Sync + 'static>(
         }),
     };
     let pvs = st.pvs.shared();
-    let disks: Vec<Disk> = st
-        .disks
-        .read(|items| items.values().map(|d| Disk::clone(d)).collect());
+    let disks: Vec<Disk> = st.disks.read(|items| {
+        let telling = items
+            .values()
+            .filter(|d| d.health.is_some() || d.drain.is_some());
+        telling.map(|d| Disk::clone(d)).collect()
+    });
     let _timer = writer.timed(Work::Recovery);
     let inputs = recover::Inputs {
         pvs: &pvs,
