@@ -220,6 +220,31 @@ fn chart_refuses_values_outside_its_schema() {
     }
 }
 
+/// Recovery values a careless operator might give are refused, naming the key: a malformed duration, and deleted
+/// nodes as a signal without the clean-up that times their absence (the extender would refuse to start).
+#[test]
+fn chart_refuses_recovery_values_that_would_break_or_do_nothing_naming_the_key() {
+    for (set, key) in [
+        ("extender.recovery.interval=5 minutes", "interval"),
+        ("extender.recovery.notReadyAfter=soon", "notReadyAfter"),
+        (
+            "extender.recovery.enabled=true,extender.recovery.deletedNodes=true,extender.nodeCleanup.enabled=false",
+            "deletedNodes",
+        ),
+    ] {
+        let out = run(
+            &tool("helm"),
+            &["template", "x", "charts/localpv", "--set", set],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--set {set} was accepted");
+        assert!(
+            err.contains(key),
+            "--set {set}: the error names {key}: {err}"
+        );
+    }
+}
+
 #[test]
 fn plain_manifests_are_the_chart_defaults() {
     let expected = format!(
