@@ -18,20 +18,10 @@ use crate::node_agent::{
 };
 use crate::support::agent::Agent;
 use crate::support::cluster::{ControlPlane, Options};
-use crate::support::disks::{LoopDevice, Mount, mkfs, run};
+use crate::support::disks::{LoopDevice, Mount, fs_signature, mkfs, run};
 use crate::support::eventually;
 
 const CLASS: &str = "raw-block";
-
-/// The filesystem type libblkid finds on `device`, probed directly; `None` when there is none (blkid exits 2).
-fn fs_type(device: &str) -> Option<String> {
-    let out = std::process::Command::new("blkid")
-        .args(["-p", "-o", "value", "-s", "TYPE", device])
-        .output()
-        .expect("missing prerequisite: blkid");
-    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (!text.is_empty()).then_some(text)
-}
 
 /// Binds a `volumeMode: Block` claim `name` of `class` to `pv`.
 async fn claim_block(
@@ -83,7 +73,7 @@ async fn a_block_cleaner_that_leaves_a_filesystem_signature_keeps_the_device_out
         "a device still carrying the tenant's filesystem is not published again:\n{}",
         agent.log()
     );
-    assert_eq!(fs_type(&dev.device).as_deref(), Some("ext4"));
+    assert_eq!(fs_signature(&dev.device).as_deref(), Some("ext4"));
 
     // Once the signature is gone (here by hand), the retried wipe passes and the device comes back.
     run("wipefs", &["-a", &dev.device]);
@@ -109,10 +99,10 @@ async fn a_zeroout_wipe_leaves_no_signature_and_the_device_comes_back() {
     claim_block(&client, &ns, "c1", class, &pv).await;
     // The tenant's filesystem is read once through the page cache, as a tenant's reads would leave it.
     mkfs("ext4", &dev.device, Some("tenant"));
-    assert_eq!(fs_type(&dev.device).as_deref(), Some("ext4"));
+    assert_eq!(fs_signature(&dev.device).as_deref(), Some("ext4"));
     release(&client, &ns, "c1").await;
     fresh_pv_at(&client, &entry, &pv, Duration::from_secs(120)).await;
-    assert_eq!(fs_type(&dev.device), None, "wiped");
+    assert_eq!(fs_signature(&dev.device), None, "wiped");
     agent.process.take();
 }
 
@@ -159,7 +149,7 @@ impl Drop for HiddenMount {
 
 /// What the kubelet does on first use of a Filesystem PV over a raw device: format only when blkid finds nothing.
 fn kubelet_format(device: &str) {
-    if fs_type(device).is_none() {
+    if fs_signature(device).is_none() {
         mkfs("ext4", device, None);
     }
 }
@@ -260,7 +250,7 @@ async fn a_device_in_a_filesystem_class_serves_a_kubelet_formatted_filesystem_an
     release(&client, &ns, "c1").await;
     fresh_pv_at(&client, &entry, &pv, Duration::from_secs(120)).await;
     assert_eq!(
-        fs_type(&dev.device),
+        fs_signature(&dev.device),
         None,
         "no signature left for the kubelet to mount"
     );
@@ -332,7 +322,12 @@ async fn a_device_mounted_elsewhere_on_the_host_is_never_published_nor_left_publ
     )
     .await;
     for d in [&seen, &hidden, &later] {
-        assert_eq!(fs_type(&d.device).as_deref(), Some("ext4"), "{}", d.device);
+        assert_eq!(
+            fs_signature(&d.device).as_deref(),
+            Some("ext4"),
+            "{}",
+            d.device
+        );
     }
     agent.process.take();
 }
@@ -367,9 +362,9 @@ async fn a_device_swapped_under_a_bound_filesystem_pv_is_never_wiped() {
         .await
         .expect("the PV still exists");
     assert_eq!(phase(&held), "Released", "not wiped, not re-published");
-    assert_eq!(fs_type(&other.device).as_deref(), Some("ext4"));
+    assert_eq!(fs_signature(&other.device).as_deref(), Some("ext4"));
     assert_eq!(
-        fs_type(&dev.device).as_deref(),
+        fs_signature(&dev.device).as_deref(),
         Some("ext4"),
         "the tenant's device untouched too"
     );
@@ -404,7 +399,7 @@ async fn a_device_whose_filesystem_is_corrupt_is_wiped_by_its_own_identity() {
     );
     release(&client, &ns, "c1").await;
     fresh_pv_at(&client, &entry, &pv, Duration::from_secs(120)).await;
-    assert_eq!(fs_type(&dev.device), None);
+    assert_eq!(fs_signature(&dev.device), None);
     let bytes = std::fs::read(&dev.device).expect("read the device");
     assert!(!bytes.windows(21).any(|w| w == b"tenant-corrupt-secret"));
     agent.process.take();

@@ -74,15 +74,19 @@ pub fn helm_install(c: &RealCluster, extra: Value) {
 /// `helm <verb>` (install, upgrade) of the release from charts/localpv with `values(c, extra)`.
 pub fn helm_release(c: &RealCluster, verb: &str, extra: Value) {
     let values = values(c, extra);
-    c.helm(&[
-        verb,
-        RELEASE,
-        "charts/localpv",
-        "--namespace",
-        NAMESPACE,
-        "-f",
-        &values.display().to_string(),
-    ]);
+    helm_with_files(c, verb, &[&values]);
+}
+
+/// `helm <verb>` of the release from charts/localpv with these values files, later ones winning.
+pub fn helm_with_files(c: &RealCluster, verb: &str, files: &[&std::path::Path]) {
+    let mut args: Vec<String> = [verb, RELEASE, "charts/localpv", "--namespace", NAMESPACE]
+        .map(str::to_string)
+        .to_vec();
+    for f in files {
+        args.extend(["-f".to_string(), f.display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    c.helm(&args);
 }
 
 /// Waits until the node DaemonSet has one Ready, up-to-date pod per node.

@@ -19,6 +19,7 @@ use kube::api::Api;
 use serde_json::{Value, json};
 
 use crate::common::*;
+use crate::support::disks::fs_signature;
 use crate::support::realnode::images::LOCALPV_REPOSITORY;
 use crate::support::realnode::{POD_TIMEOUT, RealCluster};
 use crate::support::reference::{tarball, unpack};
@@ -71,31 +72,6 @@ async fn wait_disks(
     }
 }
 
-/// The filesystem type blkid finds on `device`, probed directly; `None` when there is none.
-fn blkid_type(device: &str) -> Option<String> {
-    let out = std::process::Command::new("blkid")
-        .args(["-p", "-o", "value", "-s", "TYPE"])
-        .arg(device)
-        .output()
-        .expect("missing prerequisite: blkid");
-    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (!text.is_empty()).then_some(text)
-}
-
-fn helm(c: &RealCluster, verb: &str, ours: &Path, file: &Path) {
-    c.helm(&[
-        verb,
-        RELEASE,
-        "charts/localpv",
-        "--namespace",
-        NAMESPACE,
-        "-f",
-        &ours.display().to_string(),
-        "-f",
-        &file.display().to_string(),
-    ]);
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_reference_eks_values_run_as_written_with_loop_devices_for_nvme_disks() {
     let c = RealCluster::start_with(2, &[], Some(Path::new(DEV_DIR))).await;
@@ -125,7 +101,7 @@ async fn the_reference_eks_values_run_as_written_with_loop_devices_for_nvme_disk
     fs::write(&ours, serde_yaml_ng::to_string(&image).expect("yaml")).expect("written");
 
     c.kubectl(&["apply", "-f", "config/manifests/namespace.yaml"]);
-    helm(&c, "install", &ours, &eks);
+    helm_with_files(&c, "install", &[&ours, &eks]);
     wait_agents_ready(&c).await;
     c.kubectl(&["get", "storageclass", CLASS]);
     // As written (a Filesystem class): Filesystem PVs over the devices, for the kubelet to format.
@@ -160,7 +136,7 @@ async fn the_reference_eks_values_run_as_written_with_loop_devices_for_nvme_disk
         .map(|d| d.2.clone())
         .expect("the claim's PV is one of node-1's devices");
     assert!(
-        blkid_type(&device).is_some(),
+        fs_signature(&device).is_some(),
         "the kubelet formatted {device}"
     );
     delete_pod(&c, &ns, "fs-writer").await;
@@ -186,7 +162,7 @@ async fn the_reference_eks_values_run_as_written_with_loop_devices_for_nvme_disk
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
     assert_eq!(
-        blkid_type(&device),
+        fs_signature(&device),
         None,
         "{device} wiped with no signature left:\n{}",
         c.container_logs(NAMESPACE, RELEASE)
@@ -198,7 +174,7 @@ async fn the_reference_eks_values_run_as_written_with_loop_devices_for_nvme_disk
     values["classes"][0]["volumeMode"] = json!("Block");
     let block = c.run_dir().join("eks-nvme-ssd-block.yaml");
     fs::write(&block, serde_yaml_ng::to_string(&values).expect("yaml")).expect("written");
-    helm(&c, "upgrade", &ours, &block);
+    helm_with_files(&c, "upgrade", &[&ours, &block]);
     wait_agents_ready(&c).await;
     // The Filesystem PVs are withdrawn and the devices published again as Block PVs.
     let deadline = Instant::now() + POD_TIMEOUT;

@@ -66,6 +66,16 @@ pub fn run(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The filesystem type libblkid finds on `device`, probed directly (past any cache); `None` when there is none.
+pub fn fs_signature(device: &str) -> Option<String> {
+    let out = std::process::Command::new("blkid")
+        .args(["-p", "-o", "value", "-s", "TYPE", device])
+        .output()
+        .expect("missing prerequisite: blkid");
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!text.is_empty()).then_some(text)
+}
+
 /// Formats `target` (a device or an image file) with `fs` ("ext4", "xfs", ...), with `label` if given.
 pub fn mkfs(fs: &str, target: &str, label: Option<&str>) {
     // NB: mkfs.xfs forces with -f, the mke2fs family with -F.
