@@ -71,6 +71,9 @@ pub const ANN_RECOVERY: &str = "localpv.io/recovery";
 pub const ANN_DRAIN: &str = "localpv.io/drain";
 /// The value of [`ANN_DRAIN`] that stands for an explicit `--force`: the drain needs no opt-in (guards still hold).
 pub const DRAIN_FORCE: &str = "force";
+/// Annotation on the chart's ValidatingAdmissionPolicy: the version of its rules (`plan::narrow::RULES_VERSION`),
+/// which an agent checks before it narrows its PV watch to its own PVs.
+pub const ANN_POLICY_RULES: &str = "localpv.io/policy-rules";
 /// Kubernetes' non-graceful node shutdown taint: the node is known to be down.
 pub const TAINT_OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 /// StorageClass annotation overriding the extender's global score strategy for claims of that class.

@@ -32,6 +32,7 @@ mod decide;
 pub mod identity;
 pub mod incremental;
 pub mod lost;
+pub mod narrow;
 pub mod owners;
 pub mod pv;
 pub mod state;

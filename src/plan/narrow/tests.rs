@@ -1,0 +1,196 @@
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use rstest::rstest;
+use serde_json::json;
+
+use super::*;
+
+const NAME: &str = "localpv-discovery-dirs";
+
+fn policy() -> PolicySeen {
+    PolicySeen {
+        uid: "p-1".into(),
+        generation: 1,
+        failure_policy: Some("Fail".into()),
+        matches_pv_writes: true,
+        rules: Some(RULES_VERSION.into()),
+        dirs: Some(r#"[["/mnt/disks/",""],["/mnt/fast/","zone In a|"]]"#.into()),
+    }
+}
+
+fn binding() -> BindingSeen {
+    BindingSeen {
+        uid: "b-1".into(),
+        generation: 1,
+        policy_name: NAME.into(),
+        validation_actions: vec!["Deny".into()],
+        narrowed: false,
+    }
+}
+
+fn dirs() -> Vec<PathBuf> {
+    vec![PathBuf::from("/mnt/disks"), PathBuf::from("/mnt/fast/")]
+}
+
+fn fingerprint() -> Fingerprint {
+    Fingerprint {
+        policy_uid: "p-1".into(),
+        policy_generation: 1,
+        binding_uid: "b-1".into(),
+        binding_generation: 1,
+    }
+}
+
+#[test]
+fn the_policy_as_the_chart_renders_it_is_in_force() {
+    let got = in_force(NAME, Some(&policy()), Some(&binding()), &dirs());
+    assert_eq!(got, InForce::Yes(fingerprint()));
+}
+
+#[rstest]
+#[case::no_policy(None, Some(binding()), "does not exist")]
+#[case::no_binding(Some(policy()), None, "Binding does not exist")]
+#[case::ignore(Some(PolicySeen { failure_policy: Some("Ignore".into()), ..policy() }), Some(binding()), "failurePolicy")]
+#[case::not_pv_writes(Some(PolicySeen { matches_pv_writes: false, ..policy() }), Some(binding()), "every create and update")]
+#[case::old_rules(Some(PolicySeen { rules: Some("1".into()), ..policy() }), Some(binding()), "version 1")]
+#[case::no_rules(Some(PolicySeen { rules: None, ..policy() }), Some(binding()), "version none")]
+#[case::other_policy(Some(policy()), Some(BindingSeen { policy_name: "other".into(), ..binding() }), "names policy other")]
+#[case::warn_only(Some(policy()), Some(BindingSeen { validation_actions: vec!["Warn".into(), "Audit".into()], ..binding() }), "does not Deny")]
+#[case::param_ref(Some(policy()), Some(BindingSeen { narrowed: true, ..binding() }), "paramRef")]
+#[case::no_dirs(Some(PolicySeen { dirs: None, ..policy() }), Some(binding()), "dirs variable")]
+#[case::dirs_not_json(Some(PolicySeen { dirs: Some("variables.x".into()), ..policy() }), Some(binding()), "dirs variable")]
+#[case::a_dir_left_out(Some(PolicySeen { dirs: Some(r#"[["/mnt/disks/",""]]"#.into()), ..policy() }), Some(binding()), "/mnt/fast")]
+#[case::a_sibling_is_not_cover(Some(PolicySeen { dirs: Some(r#"[["/mnt/disk",""],["/mnt/fast/",""]]"#.into()), ..policy() }), Some(binding()), "/mnt/disks")]
+fn a_policy_that_could_let_a_pv_through_is_not_in_force(
+    #[case] p: Option<PolicySeen>,
+    #[case] b: Option<BindingSeen>,
+    #[case] why: &str,
+) {
+    match in_force(NAME, p.as_ref(), b.as_ref(), &dirs()) {
+        InForce::No(message) => {
+            assert!(message.contains(why), "{message:?} should say {why:?}");
+            assert!(message.contains(NAME), "{message:?} names the policy");
+        }
+        other => panic!("expected not in force ({why}), got {other:?}"),
+    }
+}
+
+#[test]
+fn a_discovery_directory_inside_a_covered_one_is_covered() {
+    let p = PolicySeen {
+        dirs: Some(r#"[["/mnt/",""]]"#.into()),
+        ..policy()
+    };
+    let got = in_force(NAME, Some(&p), Some(&binding()), &dirs());
+    assert_eq!(got, InForce::Yes(fingerprint()));
+}
+
+fn pv(value: serde_json::Value) -> PersistentVolume {
+    serde_json::from_value(value).expect("a PV")
+}
+
+#[rstest]
+#[case::ours(json!({"metadata": {"name": "a", "labels": {"localpv.io/node": "node-1"}}, "spec": {"local": {"path": "/mnt/disks/vol1"}}}), false)]
+#[case::other_nodes_label(json!({"metadata": {"name": "a", "labels": {"localpv.io/node": "node-2"}}, "spec": {"local": {"path": "/srv/x"}}}), true)]
+#[case::unlabelled_at_a_disk(json!({"metadata": {"name": "a"}, "spec": {"local": {"path": "/mnt/disks/vol1"}}}), true)]
+#[case::unlabelled_host_path_above(json!({"metadata": {"name": "a"}, "spec": {"hostPath": {"path": "/mnt"}}}), true)]
+#[case::dot_spelling(json!({"metadata": {"name": "a"}, "spec": {"local": {"path": "/mnt/./disks//vol1/"}}}), true)]
+#[case::identity_elsewhere(json!({"metadata": {"name": "a", "annotations": {"localpv.io/fs-uuid": "u"}}, "spec": {"csi": {"driver": "d", "volumeHandle": "h"}}}), true)]
+#[case::elsewhere(json!({"metadata": {"name": "a"}, "spec": {"local": {"path": "/var/openebs/local/pvc-1"}}}), false)]
+#[case::sibling(json!({"metadata": {"name": "a"}, "spec": {"local": {"path": "/mnt/disks2/vol1"}}}), false)]
+#[case::not_local(json!({"metadata": {"name": "a", "annotations": {"pv.kubernetes.io/provisioned-by": "x"}}, "spec": {"nfs": {"server": "s", "path": "/mnt/disks"}}}), false)]
+fn only_a_pv_the_narrow_watch_would_miss_and_that_may_reach_a_disk_blocks(
+    #[case] value: serde_json::Value,
+    #[case] want: bool,
+) {
+    assert_eq!(blocks(&pv(value), "node-1", &dirs()), want);
+}
+
+#[test]
+fn a_wide_agent_narrows_only_after_one_fingerprint_held_for_the_settle_time_with_no_blocker() {
+    let t0 = Instant::now();
+    let mut n = Narrowing::resume(None, &InForce::Yes(fingerprint()));
+    assert_eq!(n.mode(), &Mode::Wide, "no record: wide");
+    assert_eq!(
+        n.look(InForce::Yes(fingerprint()), t0, 0),
+        Step::CheckIn(SETTLE)
+    );
+    let half = t0 + SETTLE / 2;
+    assert_eq!(
+        n.look(InForce::Yes(fingerprint()), half, 0),
+        Step::CheckIn(SETTLE / 2)
+    );
+    // Another fingerprint (edited meanwhile) starts the wait again.
+    let edited = Fingerprint {
+        policy_generation: 2,
+        ..fingerprint()
+    };
+    let t1 = t0 + SETTLE;
+    assert_eq!(
+        n.look(InForce::Yes(edited.clone()), t1, 0),
+        Step::CheckIn(SETTLE)
+    );
+    // A blocker keeps it wide.
+    let t2 = t1 + SETTLE;
+    assert_eq!(
+        n.look(InForce::Yes(edited.clone()), t2, 1),
+        Step::CheckIn(CHECK_EVERY)
+    );
+    assert!(!n.is_narrow());
+    // Gone: the wait starts again from nothing.
+    let gone = InForce::No("gone".into());
+    assert_eq!(n.look(gone, t2, 0), Step::CheckIn(CHECK_EVERY));
+    assert_eq!(
+        n.look(InForce::Yes(edited.clone()), t2, 0),
+        Step::CheckIn(SETTLE)
+    );
+    let t3 = t2 + SETTLE;
+    assert_eq!(
+        n.look(InForce::Yes(edited.clone()), t3, 0),
+        Step::Narrow(edited.clone())
+    );
+    assert_eq!(n.mode(), &Mode::Narrow(edited));
+}
+
+#[rstest]
+#[case::same(InForce::Yes(fingerprint()), true)]
+#[case::edited(InForce::Yes(Fingerprint { policy_generation: 2, ..fingerprint() }), false)]
+#[case::made_again(InForce::Yes(Fingerprint { binding_uid: "b-2".into(), ..fingerprint() }), false)]
+#[case::gone(InForce::No("admission policy x: gone".into()), false)]
+fn a_narrow_agent_keeps_its_watch_only_while_the_fingerprint_it_narrowed_on_is_in_force(
+    #[case] seen: InForce,
+    #[case] keep: bool,
+) {
+    let mut n = Narrowing::resume(Some(&fingerprint()), &InForce::Yes(fingerprint()));
+    assert!(
+        n.is_narrow(),
+        "a record equal to what is in force resumes narrow"
+    );
+    let step = n.verify(seen);
+    assert_eq!(step == Step::Keep, keep, "{step:?}");
+    assert_eq!(n.is_narrow(), keep);
+    if !keep {
+        assert!(matches!(step, Step::Widen(_)));
+        // Wide again: it must see one fingerprint for the settle time before narrowing again.
+        let t = Instant::now();
+        assert_eq!(
+            n.look(InForce::Yes(fingerprint()), t, 0),
+            Step::CheckIn(SETTLE)
+        );
+    }
+}
+
+#[rstest]
+#[case::none(None, InForce::Yes(fingerprint()))]
+#[case::changed(Some(Fingerprint { policy_uid: "p-0".into(), ..fingerprint() }), InForce::Yes(fingerprint()))]
+#[case::gone(Some(fingerprint()), InForce::No("gone".into()))]
+fn an_agent_starts_wide_unless_its_record_is_what_is_in_force(
+    #[case] recorded: Option<Fingerprint>,
+    #[case] now: InForce,
+) {
+    let n = Narrowing::resume(recorded.as_ref(), &now);
+    assert_eq!(n.mode(), &Mode::Wide);
+    let _ = Duration::ZERO;
+}
