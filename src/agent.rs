@@ -16,6 +16,8 @@
 #![cfg_attr(not(feature = "node"), allow(unused_imports, dead_code))]
 
 #[cfg(feature = "node")]
+mod admission;
+#[cfg(feature = "node")]
 mod exec;
 #[cfg(feature = "node")]
 mod health;
@@ -84,6 +86,10 @@ pub struct Options {
     /// Consecutive failed wipes after which a disk's LocalDisk turns `Failing`.
     #[arg(long, env = "LOCALPV_WIPE_FAILING_AFTER", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub wipe_failing_after: u32,
+    /// The chart's ValidatingAdmissionPolicy (and binding) of this name: while it is in force, watch only this
+    /// node's PVs instead of every PV of the cluster (docs/architecture.md, "Foreign PVs and fleet cost").
+    #[arg(long, env = "LOCALPV_ADMISSION_POLICY")]
+    pub admission_policy: Option<String>,
 }
 
 /// The label selector scoping a watch to this node's objects (LocalDisks carry the node label).

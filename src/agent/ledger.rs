@@ -388,7 +388,7 @@ impl LedgerFile {
 
 /// Replaces `path` with `bytes` atomically: a temp file beside it, synced, renamed over it. The caller syncs the
 /// directory.
-fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(super) fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");
     let tmp = path.with_file_name(name);
@@ -399,7 +399,7 @@ fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Makes the directory's entries (a rename, a new file) durable.
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
+pub(super) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     fs::File::open(dir)?.sync_all()
 }
 

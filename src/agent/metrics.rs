@@ -94,6 +94,7 @@ pub struct Metrics {
     pub wipe_entries: Counter,
     pub capacity: Family<CapacityLabels, Gauge>,
     pub disks_health: Family<HealthLabels, Gauge>,
+    pub pv_watch_narrow: Gauge,
 }
 
 const API_VERBS: [ApiVerb; 4] = [
@@ -125,6 +126,7 @@ impl Metrics {
             wipe_entries: Counter::default(),
             capacity: Family::default(),
             disks_health: Family::default(),
+            pv_watch_narrow: Gauge::default(),
         };
         m.zero_label_sets();
         let r = reg.sub_registry_with_prefix("localpv_node");
@@ -188,6 +190,11 @@ impl Metrics {
             "disks_health",
             "Found disks by health state (Healthy, Degraded, Failed), as last looked at",
             m.disks_health.clone(),
+        );
+        r.register(
+            "pv_watch_narrow",
+            "1 while the agent watches only its own node's PVs (the chart's admission policy in force), 0 while it watches every PV",
+            m.pv_watch_narrow.clone(),
         );
         r.register(
             "pv_capacity_bytes",

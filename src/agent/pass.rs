@@ -19,6 +19,7 @@ use tokio::sync::{Notify, mpsc, watch as tokio_watch};
 use tracing::{debug, error, info, warn};
 
 mod record;
+mod scope;
 #[cfg(test)]
 mod tests;
 mod wipes;
@@ -125,6 +126,8 @@ pub struct Agent {
     /// The Node's resourceVersion the startup taint was removed from: no second patch until the watch shows the
     /// Node as it is now.
     untainted_from: Option<String>,
+    /// The admission policy that lets the PV watch narrow to this node's PVs (`--admission-policy`).
+    admission: Option<super::admission::Guard>,
 }
 
 /// The planner's `existing` PVs, picked from the PV index at one generation.
@@ -205,6 +208,7 @@ impl Agent {
             compare_whole: false,
             published_all: false,
             untainted_from: None,
+            admission: None,
             done_tx,
             done_rx,
             last_config_error: None,
@@ -212,6 +216,7 @@ impl Agent {
     }
 
     pub async fn run(mut self, mut shutdown: tokio_watch::Receiver<bool>) {
+        self.start_scope().await;
         if !self.start(&mut shutdown).await {
             return self.book.close();
         }
@@ -478,8 +483,10 @@ impl Agent {
         let classes = self.class_facts();
         let view = self.s.pvs.view();
         let existing = self.existing(&view.pvs);
-        // The whole index (every PV that can reach this node) stands in for the list of every PV once it is complete.
-        let mut cluster = view.complete.then_some(view.pvs.pvs);
+        // The whole index (every PV that can reach this node) stands in for the list of every PV once it is complete;
+        // a narrow one only once the admission policy is checked, which only a plan that would write asks for.
+        let index = view.pvs.pvs;
+        let mut cluster = (view.complete && !view.narrow).then(|| index.clone());
         if self.book.missing() && !self.settle_missing_ledger(&node, &found, &existing).await {
             return Some(FIRST_BACKOFF);
         }
@@ -491,7 +498,14 @@ impl Agent {
         };
         let mut plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
         let mut retry = false;
-        if plan.needs_cluster_list && cluster.is_none() && view.overdue {
+        if plan.needs_cluster_list && cluster.is_none() && view.complete && view.narrow {
+            // NB: planned again on the narrow index once the policy is confirmed; widened otherwise (the wide list's
+            // sync wakes the loop, which plans then).
+            if self.narrow_still_safe().await {
+                cluster = Some(index.clone());
+                plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
+            }
+        } else if plan.needs_cluster_list && cluster.is_none() && view.overdue {
             // NB: planned again on a list taken just now; the actions of the plan without it are dropped.
             match self.list_all_pvs().await {
                 Ok(all) => {
@@ -578,6 +592,10 @@ impl Agent {
         self.published_all |= !(retry || again || unconfirmed || held_back)
             && plan::taint::all_published(&found, &existing, &plan.unpublished);
         let untaint_again = self.published_all && self.remove_startup_taint().await;
+        if view.complete && !view.narrow {
+            self.maybe_narrow(&index).await;
+        }
+        drop(index);
         let inventory_after = if again {
             None
         } else {
@@ -605,12 +623,14 @@ impl Agent {
             .min();
         let progress = (!self.running.is_empty()).then_some(PROGRESS_EVERY);
         self.s.metrics.set_health(&self.health.counts());
+        let scope_after = self.admission.as_ref().and_then(|g| g.wait(now));
         [
             plan.requeue_after,
             Some(self.health.wait(Instant::now())),
             inventory_after,
             backoff,
             progress,
+            scope_after,
             (retry || unconfirmed || untaint_again).then_some(FIRST_BACKOFF),
             again.then_some(Duration::ZERO),
         ]

@@ -51,6 +51,9 @@ pub struct PvIndex {
     /// Kept beside the store; NB: taken before the store's lock wherever both are held.
     book: Mutex<Book>,
     node: watch::Sender<Option<NodeFacts>>,
+    /// The watch's scope, set by the agent before the first list: only this node's labelled PVs (`true`, while the
+    /// chart's admission policy is in force: `plan::narrow`) or every PV.
+    narrow: watch::Sender<Option<bool>>,
     /// The last [`View::pvs`] with the store's generation it shows: a pass with no PV changed since shares it
     /// instead of copying thousands of pointers. NB: taken after the book's lock, before the store's.
     last: Mutex<Option<Snapshot>>,
@@ -65,8 +68,8 @@ pub struct Snapshot {
 
 #[derive(Default)]
 struct Book {
-    /// The node facts the stored PVs were filtered with.
-    filtered_for: Option<NodeFacts>,
+    /// The node facts the stored PVs were filtered with, and whether they were listed narrow.
+    filtered_for: Option<(NodeFacts, bool)>,
     /// UIDs of PVs the agent created that the watch has not shown yet, with when they were created.
     awaited: HashMap<String, Instant>,
     /// PVs looked at since start (kept or not), for the log.
@@ -77,8 +80,12 @@ struct Book {
 pub struct View {
     /// Shared with the store: a pass copies pointers, not PVs (and none when nothing changed since the last view).
     pub pvs: Snapshot,
-    /// The index may stand in for a fresh list of every PV (see the module doc).
+    /// The index shows every PV its watch selects, filtered for the current node facts (see the module doc); it
+    /// stands in for a fresh list of every PV when it is not `narrow`.
     pub complete: bool,
+    /// The watch selects only this node's labelled PVs: it stands in for the list of every PV only while the
+    /// admission policy it narrowed on is in force, which the agent checks first (`plan::narrow`).
+    pub narrow: bool,
     /// A PV the agent created has been missing for longer than [`AWAIT_LIMIT`]: list every PV instead.
     pub overdue: bool,
 }
@@ -89,6 +96,7 @@ impl PvIndex {
             pvs: Store::new(),
             book: Mutex::new(Book::default()),
             node: watch::Sender::new(None),
+            narrow: watch::Sender::new(None),
             last: Mutex::new(None),
         })
     }
@@ -108,12 +116,24 @@ impl PvIndex {
         });
     }
 
+    /// Sets the watch's scope (see [`PvIndex::narrow`]); a change lists again.
+    pub fn set_narrow(&self, narrow: bool) {
+        self.narrow.send_if_modified(|old| {
+            let same = *old == Some(narrow);
+            *old = Some(narrow);
+            !same
+        });
+    }
+
     pub fn view(&self) -> View {
         let b = self.book();
         let node = self.node.borrow();
+        let narrow = *self.narrow.borrow();
+        let listed_for = node.clone().zip(narrow);
         // NB: `saw` removes an awaited UID as soon as the watch shows it, so what is left is still missing.
         View {
-            complete: self.pvs.synced() && b.filtered_for == *node && b.awaited.is_empty(),
+            complete: self.pvs.synced() && b.filtered_for == listed_for && b.awaited.is_empty(),
+            narrow: narrow == Some(true),
             pvs: self.snapshot(),
             overdue: b.awaited.values().any(|at| at.elapsed() > AWAIT_LIMIT),
         }
@@ -161,8 +181,8 @@ impl PvIndex {
         self.book.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The watch, filtered for `node`, showed something (the store has applied it already).
-    fn saw(&self, node: &NodeFacts, seen: Seen) {
+    /// The watch, filtered for `node` (narrow or not), showed something (the store has applied it already).
+    fn saw(&self, node: &NodeFacts, narrow: bool, seen: Seen) {
         let mut b = self.book();
         match seen {
             Seen::Relisted { .. } => b.seen += 1,
@@ -173,12 +193,17 @@ impl PvIndex {
                 }
             }
             Seen::Listed => {
-                b.filtered_for = Some(node.clone());
+                b.filtered_for = Some((node.clone(), narrow));
                 let shown: Vec<String> = self
                     .pvs
                     .read(|items| items.values().filter_map(|pv| pv.uid()).collect());
                 b.awaited.retain(|uid, _| !shown.contains(uid));
-                info!(seen = b.seen, kept = self.pvs.len(), "PV index synced");
+                info!(
+                    seen = b.seen,
+                    kept = self.pvs.len(),
+                    narrow,
+                    "PV index synced"
+                );
             }
         }
     }
@@ -187,11 +212,12 @@ impl PvIndex {
     fn reader(
         &self,
         node: NodeFacts,
+        narrow: bool,
     ) -> Reader<impl Fn(Text<PersistentVolume>) -> Kept, impl Fn(Seen)> {
         let filter = node.clone();
         Reader {
             convert: move |text| keep(&filter, &text),
-            observe: move |seen| self.saw(&node, seen),
+            observe: move |seen| self.saw(&node, narrow, seen),
         }
     }
 }
@@ -268,7 +294,7 @@ impl PvIndex {
             &self.pvs,
             "PersistentVolume",
             event,
-            &self.reader(node.clone()),
+            &self.reader(node.clone(), false),
         )
     }
 }
@@ -290,34 +316,50 @@ fn reaches(node: &NodeFacts, pv: &PersistentVolume) -> bool {
 /// (~0.4 s); 2,000 holds ~4 MB of a page's text at once and lists 10,000 PVs in ~0.25 s.
 const PAGE: u32 = 2000;
 
-/// The watch of every PV: pages of [`PAGE`].
-fn every_pv() -> kube::runtime::watcher::Config {
-    super::watched().page_size(PAGE)
+/// The watch of every PV (`narrow` false) or of this node's labelled PVs: pages of [`PAGE`].
+fn scope(node: &str, narrow: bool) -> kube::runtime::watcher::Config {
+    let config = if narrow {
+        super::own_pvs_like(node)
+    } else {
+        super::watched()
+    };
+    config.page_size(PAGE)
 }
 
-/// Watches every PV into `index` until shutdown, notifying the watcher's `changed` when the index changes. Waits
-/// for the node facts first, and lists again whenever they change.
+/// Watches every PV (or this node's, see [`PvIndex::set_narrow`]) into `index` until shutdown, notifying the
+/// watcher's `changed` when the index changes. Waits for the node facts and the scope first, and lists again
+/// whenever either changes.
 pub async fn run(watcher: &Watcher, index: Arc<PvIndex>) {
     let mut node_rx = index.node.subscribe();
+    let mut narrow_rx = index.narrow.subscribe();
     let mut shutdown = watcher.shutdown();
     loop {
-        let node = loop {
-            if let Some(node) = node_rx.borrow_and_update().clone() {
-                break node;
+        let (node, narrow) = loop {
+            let node = node_rx.borrow_and_update().clone();
+            let narrow = *narrow_rx.borrow_and_update();
+            if let Some(both) = node.zip(narrow) {
+                break both;
             }
             tokio::select! {
                 r = node_rx.changed() => if r.is_err() { return },
+                r = narrow_rx.changed() => if r.is_err() { return },
                 _ = shutdown.changed() => return,
             }
         };
         index.pvs.restart();
-        tracing::debug!("PV index: listing every PV");
-        // NB: the watch returns only at shutdown; a change of the node drops it and starts a filtered one anew.
+        tracing::debug!(narrow, "PV index: listing");
+        let config = scope(&node.name, narrow);
+        // NB: the watch returns only at shutdown; a change of the node or scope drops it and starts anew.
         tokio::select! {
-            _ = watcher.run_text(every_pv(), index.pvs.clone(), index.reader(node)) => return,
+            _ = watcher.run_text(config, index.pvs.clone(), index.reader(node, narrow)) => return,
             r = node_rx.changed() => {
                 if r.is_err() { return }
-                info!("node labels changed; listing every PV again");
+                info!("node labels changed; listing the PVs again");
+            }
+            r = narrow_rx.changed() => {
+                if r.is_err() { return }
+                let narrow = *narrow_rx.borrow();
+                info!(narrow, "PV watch scope changed; listing the PVs again");
             }
         }
     }
@@ -367,6 +409,7 @@ mod tests {
     fn synced() -> Arc<PvIndex> {
         let index = PvIndex::new();
         index.set_node(&node());
+        index.set_narrow(false);
         index.apply(&node(), Event::Init);
         index.apply(&node(), Event::InitDone);
         index
@@ -479,6 +522,7 @@ mod tests {
     fn the_index_is_complete_only_once_synced_with_every_own_create_shown() {
         let index = PvIndex::new();
         index.set_node(&node());
+        index.set_narrow(false);
         assert!(!index.view().complete);
         index.apply(&node(), Event::Init);
         index.apply(&node(), Event::InitDone);
@@ -512,6 +556,7 @@ mod tests {
     fn a_pv_that_stops_reaching_this_node_leaves_the_index() {
         let index = PvIndex::new();
         index.set_node(&node());
+        index.set_narrow(false);
         let labelled = pv("p", json!({NODE_LABEL: "n1"}));
         assert!(index.apply(&node(), Event::Apply(labelled)));
         let moved = pv("p", json!({NODE_LABEL: "n2"}));

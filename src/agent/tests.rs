@@ -163,6 +163,7 @@ fn stores_with_taints(pvs: Vec<Value>, taints: Value) -> Stores {
     listed(&s.classes, vec![class]);
     listed(&s.disks, vec![]);
     s.pvs.set_node(&node_facts());
+    s.pvs.set_narrow(false);
     s.pvs.apply(&node_facts(), Event::Init);
     for pv in pvs {
         s.pvs.apply(&node_facts(), Event::InitApply(text(pv)));
@@ -231,6 +232,7 @@ fn start(
         config_poll: Duration::from_secs(3600),
         http: Default::default(),
         wipe_failing_after: 3,
+        admission_policy: None,
     };
     let agent = Agent::new(Setup {
         node: NODE.into(),

@@ -45,6 +45,9 @@ pub enum Reason {
     /// No ledger file although PVs of the node exist: disks without a PV are treated as of unknown state.
     LedgerMissing,
     InventoryUnavailable,
+    /// The chart's admission policy is no longer in force as the agent narrowed its PV watch on: it watches every
+    /// PV again.
+    AdmissionPolicyNotInForce,
     // Written by the extender's leader: on pending pods and on claims of a deleted node.
     NoLocalVolume,
     NodeDeleted,
@@ -60,7 +63,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for tests and documentation checks.
-    pub const ALL: [Reason; 27] = [
+    pub const ALL: [Reason; 28] = [
         Reason::DiskMissing,
         Reason::DiskReturned,
         Reason::DiskIdentityChanged,
@@ -83,6 +86,7 @@ impl Reason {
         Reason::ConfigRejected,
         Reason::LedgerMissing,
         Reason::InventoryUnavailable,
+        Reason::AdmissionPolicyNotInForce,
         Reason::NoLocalVolume,
         Reason::NodeDeleted,
         Reason::ReplicaRecovered,
@@ -115,6 +119,7 @@ impl Reason {
             Reason::ConfigRejected => "ConfigRejected",
             Reason::LedgerMissing => "LedgerMissing",
             Reason::InventoryUnavailable => "InventoryUnavailable",
+            Reason::AdmissionPolicyNotInForce => "AdmissionPolicyNotInForce",
             Reason::NoLocalVolume => "NoLocalVolume",
             Reason::NodeDeleted => "NodeDeleted",
             Reason::ReplicaRecovered => "ReplicaRecovered",

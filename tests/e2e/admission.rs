@@ -403,13 +403,17 @@ async fn the_policy_refuses_foreign_pvs_and_admits_the_agents_own() {
         )
         .await
         .expect("the agent creates its PV");
-    let relabel = Patch::Merge(json!({"metadata": {"annotations": {"localpv.io/test": "x"}}}));
-    for (who, client, name) in [
-        ("agent node-1", &d.node1, "own"),
-        ("admin", &d.admin, "made-before"),
+    // NB: keys of ours only from the agent of the PV's node (a narrow agent's watch depends on it); others from
+    // anyone.
+    let ours = Patch::Merge(json!({"metadata": {"annotations": {"localpv.io/test": "x"}}}));
+    let theirs = Patch::Merge(json!({"metadata": {"annotations": {"example.com/note": "x"}}}));
+    for (who, client, name, patch) in [
+        ("agent node-1", &d.node1, "own", &ours),
+        ("admin", &d.admin, "own", &theirs),
+        ("admin", &d.admin, "made-before", &theirs),
     ] {
         Api::<PersistentVolume>::all(client.clone())
-            .patch(name, &PatchParams::default(), &relabel)
+            .patch(name, &PatchParams::default(), patch)
             .await
             .unwrap_or_else(|e| panic!("{who} patches {name}: {e}"));
     }
@@ -515,5 +519,184 @@ async fn the_agent_runs_a_claim_lifetime_under_the_policy_with_its_pod_bound_tok
         "the policy refused the agent:\n{}",
         agent.log()
     );
+    agent.process.take();
+}
+
+/// The agent's `localpv_node_pv_watch_narrow` gauge (`None` while it does not answer).
+fn narrow_gauge(agent: &Agent) -> Option<f64> {
+    let (_, text) = agent.get("/metrics")?;
+    Some(crate::support::metric_sum(
+        &text,
+        "localpv_node_pv_watch_narrow",
+        &[],
+    ))
+}
+
+async fn wait_narrow(agent: &Agent, want: f64, what: &str) {
+    eventually(what, Duration::from_secs(60), || async {
+        match narrow_gauge(agent) {
+            Some(v) if v == want => Ok(()),
+            other => Err(format!("localpv_node_pv_watch_narrow = {other:?}")),
+        }
+    })
+    .await;
+}
+
+/// Issue 34: the agent given the policy's name watches only its own node's PVs once the policy has held (and at
+/// once after a restart under the same policy); the policy refuses what such a watch would miss (our annotations
+/// set, our node label changed); and when the policy is gone and a forged PV reaches a Released disk, the agent
+/// checks the policy before the wipe, watches every PV again, and does not wipe while the forged PV exists.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_narrow_agent_checks_the_policy_before_a_wipe_and_widens_once_it_is_gone() {
+    let cp = ControlPlane::start(Options {
+        controller_manager: true,
+        ..Options::default()
+    })
+    .await;
+    install_crd(&cp).await;
+    let mut agent = Agent::new(&cp, "node-1", "local-storage");
+    agent
+        .extra_args
+        .push(format!("--admission-policy={POLICY}"));
+    let values = format!(
+        "classes:\n  - name: local-storage\n    hostDir: {}\n",
+        agent.disks_dir.display()
+    );
+    let dir = agent.disks_dir.display().to_string();
+    let d = Door::open_on(cp, &[], &values, &dir).await;
+    agent.set_kubeconfig(&d.kubeconfigs[0]);
+    let vol1 = agent.disk("vol1");
+    let _m = Mount::tmpfs(&vol1, "64M", d.cp.reaper());
+    agent.start(&d.cp);
+    agent.wait_ready().await;
+    let ours = pv_at(
+        &d.admin,
+        "node-1",
+        &vol1,
+        "Available",
+        Duration::from_secs(60),
+    )
+    .await;
+    wait_narrow(
+        &agent,
+        1.0,
+        "the agent narrows its PV watch under the policy",
+    )
+    .await;
+    let pvs: Api<PersistentVolume> = Api::all(d.admin.clone());
+    let name = ours.metadata.name.clone().expect("named");
+
+    // What a narrow watch would miss is refused: our identity annotation set on another PV, our label removed
+    // from (or changed on) ours, by anyone but this node's agent.
+    let mut elsewhere = pv(
+        "elsewhere",
+        "local",
+        "/srv/data",
+        None,
+        json!([on("node-1")]),
+    );
+    let annotated = elsewhere.metadata.annotations.get_or_insert_default();
+    annotated.insert("localpv.io/fs-uuid".into(), "0000-1111".into());
+    refused(
+        "admin",
+        &d.admin,
+        &elsewhere,
+        "may set localpv.io/ annotations",
+    )
+    .await;
+    for (who, client) in [("admin", &d.admin), ("the agent of node-2", &d.node2)] {
+        for label in [Value::Null, json!("node-2")] {
+            let patch = json!({"metadata": {"labels": {"localpv.io/node": label}}});
+            let got = Api::<PersistentVolume>::all(client.clone())
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            match got {
+                // NB: the first rule that fails speaks (for our PV, the path rule).
+                Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(POLICY) => {}
+                other => panic!(
+                    "{who}: changing our node label to {label} should be refused, got {other:?}"
+                ),
+            }
+        }
+    }
+
+    // A restart under the same policy narrows at once, from its record.
+    agent.process.take();
+    agent.start(&d.cp);
+    agent.wait_ready().await;
+    wait_narrow(&agent, 1.0, "the restarted agent is narrow").await;
+    assert!(
+        agent
+            .log()
+            .contains("admission policy in force as recorded"),
+        "{}",
+        agent.log()
+    );
+
+    // A claim lifetime on the narrow watch: the policy checked before the wipe and the new PV, both done.
+    let app = d.cp.namespace("app").await;
+    let claims = Api::<PersistentVolumeClaim>::namespaced(d.admin.clone(), &app);
+    claim_pv(&d.admin, &app, "first", &ours, "local-storage", "10Mi").await;
+    fs::write(vol1.join("first.txt"), "tenant data").expect("written");
+    claims
+        .delete("first", &DeleteParams::default())
+        .await
+        .expect("claim deleted");
+    fresh_pv_at(&d.admin, &vol1, &ours, Duration::from_secs(60)).await;
+    assert!(!vol1.join("first.txt").exists(), "the disk was wiped");
+    let ours = pv_at(
+        &d.admin,
+        "node-1",
+        &vol1,
+        "Available",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(narrow_gauge(&agent), Some(1.0), "still narrow");
+    let name = ours.metadata.name.clone().expect("named");
+
+    claim_pv(&d.admin, &app, "data", &ours, "local-storage", "10Mi").await;
+    fs::write(vol1.join("secret.txt"), "tenant data").expect("written");
+
+    // The policy goes; a copy of our PV (no label: the narrow watch cannot see it) is stored.
+    d.cp.kubectl(&["delete", "validatingadmissionpolicybinding", POLICY]);
+    d.wait_enforced(false).await;
+    let mut copy = ours.clone();
+    copy.metadata = kube::api::ObjectMeta {
+        name: Some("forged-copy".into()),
+        ..Default::default()
+    };
+    copy.spec.as_mut().expect("a spec").claim_ref = None;
+    copy.status = None;
+    pvs.create(&PostParams::default(), &copy)
+        .await
+        .expect("a forged PV is stored once the binding is gone");
+
+    Api::<PersistentVolumeClaim>::namespaced(d.admin.clone(), &app)
+        .delete("data", &DeleteParams::default())
+        .await
+        .expect("claim deleted");
+    crate::node_agent::wait_event(
+        &d.admin,
+        "node-1",
+        "AdmissionPolicyNotInForce",
+        Duration::from_secs(60),
+    )
+    .await;
+    wait_narrow(&agent, 0.0, "the agent widens its PV watch").await;
+    crate::node_agent::wait_event(&d.admin, &name, "WipeRefused", Duration::from_secs(60)).await;
+    assert!(
+        vol1.join("secret.txt").exists(),
+        "the disk was not wiped while the forged PV reaches it"
+    );
+    let now = pvs.get(&name).await.expect("our PV is there");
+    assert_eq!(phase(&now), "Released");
+
+    // The forged PV gone, the wide agent wipes and publishes again.
+    pvs.delete("forged-copy", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    fresh_pv_at(&d.admin, &vol1, &ours, Duration::from_secs(60)).await;
+    assert!(!vol1.join("secret.txt").exists(), "the disk was wiped");
     agent.process.take();
 }

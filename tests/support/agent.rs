@@ -22,6 +22,8 @@ pub struct Agent {
     kubeconfig: PathBuf,
     log_dir: PathBuf,
     pub process: Option<Component>,
+    /// Flags added to every start (e.g. `--admission-policy=...`).
+    pub extra_args: Vec<String>,
 }
 
 /// The localpv binary cargo built for this test run.
@@ -64,6 +66,7 @@ impl Agent {
             kubeconfig,
             log_dir: cp.log_dir(),
             process: None,
+            extra_args: Vec::new(),
         }
     }
 
@@ -73,7 +76,7 @@ impl Agent {
     }
 
     pub fn start(&mut self, cp: &ControlPlane) {
-        let args = vec![
+        let mut args = vec![
             "node".to_string(),
             format!("--config={}", self.config.display()),
             format!("--node-name={}", self.node),
@@ -81,6 +84,7 @@ impl Agent {
             format!("--state-dir={}", self.state_dir.display()),
             "--config-poll=500ms".to_string(),
         ];
+        args.extend(self.extra_args.iter().cloned());
         let env = [
             ("KUBECONFIG", self.kubeconfig.to_str().expect("utf-8 path")),
             ("RUST_LOG", "info,localpv=debug"),
@@ -110,6 +114,7 @@ impl Agent {
             kubeconfig: self.kubeconfig.clone(),
             log_dir: self.log_dir.clone(),
             process: None,
+            extra_args: self.extra_args.clone(),
         }
     }
 

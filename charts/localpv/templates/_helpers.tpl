@@ -267,6 +267,14 @@ are the class's `selector` terms, each spelled "key op v1,v2;...|field op v1;...
 policy spells a PV's node affinity terms: the agent's PVs carry them after the node's own term. `node.hostDirs`
 entries have none (with `existingConfigMap` the chart cannot see a class's selector).
 */}}
+{{- /* The admission policy's name when the chart renders it (admission-policy.yaml), else empty. */}}
+{{- define "localpv.admissionPolicyName" -}}
+{{- $dirs := include "localpv.policyDirs" . | fromJsonArray -}}
+{{- if and .Values.node.enabled .Values.admissionPolicy.enabled $dirs (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- printf "%s-discovery-dirs" (include "localpv.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "localpv.policyDirs" -}}
 {{- $dirs := list -}}
 {{- if not .Values.existingConfigMap -}}

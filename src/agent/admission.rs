@@ -1,0 +1,263 @@
+//! The chart's admission policy as the agent reads it, to narrow its PV watch while the policy is in force: reads,
+//! the record in the state directory, and the steps of the pure `plan::narrow` applied to the PV index.
+//!
+//! Costs nothing in steady state: two GETs at start, two after [`narrow::SETTLE`] while wide, and two before a
+//! pass that would wipe or publish while narrow (a pass with nothing to write asks none).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchResources, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use kube::api::ObjectMeta;
+use kube::{Api, Client};
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::contract::ANN_POLICY_RULES;
+use crate::plan::narrow::{
+    self, BindingSeen, Fingerprint, InForce, Mode, Narrowing, PolicySeen, Step,
+};
+
+/// The record of the fingerprint the agent narrowed on, in its state directory: a restart under the same policy
+/// narrows at once, without listing every PV of the cluster.
+const RECORD: &str = "pv-watch.json";
+
+#[derive(Serialize, Deserialize)]
+struct Record {
+    policy: String,
+    fingerprint: Fingerprint,
+}
+
+pub struct Guard {
+    client: Client,
+    name: String,
+    record: PathBuf,
+    narrowing: Narrowing,
+    /// While wide: when to look at the policy again (`None`: at the first pass with a complete index).
+    next_look: Option<Instant>,
+}
+
+impl Guard {
+    /// The guard for the policy named `name`, starting narrow when the record in `state_dir` is what is in force
+    /// now (checked against the agent's discovery directories `dirs`), wide otherwise.
+    pub async fn start(client: Client, name: String, state_dir: &Path, dirs: &[PathBuf]) -> Guard {
+        let record = state_dir.join(RECORD);
+        let recorded = read_record(&record, &name);
+        let mut guard = Guard {
+            client,
+            name,
+            record,
+            narrowing: Narrowing::resume(None, &InForce::No(String::new())),
+            next_look: None,
+        };
+        if recorded.is_some() {
+            let now = guard.read(dirs).await;
+            guard.narrowing = Narrowing::resume(recorded.as_ref(), &now);
+            match (&now, guard.narrowing.is_narrow()) {
+                (_, true) => {
+                    info!(policy = %guard.name, "admission policy in force as recorded: watching only this node's PVs")
+                }
+                (InForce::No(why), false) => info!(%why, "watching every PV"),
+                (InForce::Yes(_), false) => {
+                    info!(policy = %guard.name, "admission policy changed since it was recorded: watching every PV")
+                }
+            }
+            if !guard.narrowing.is_narrow() {
+                guard.forget();
+            }
+        }
+        guard
+    }
+
+    pub fn is_narrow(&self) -> bool {
+        self.narrowing.is_narrow()
+    }
+
+    /// While wide, with the index complete: looks at the policy when due; `blockers` counts the index's PVs a
+    /// narrow watch would miss (`narrow::blocks`). True when the watch may narrow now.
+    pub async fn look_if_due(
+        &mut self,
+        dirs: &[PathBuf],
+        blockers: impl FnOnce() -> usize,
+    ) -> bool {
+        if self.is_narrow() || self.next_look.is_some_and(|at| Instant::now() < at) {
+            return false;
+        }
+        let seen = self.read(dirs).await;
+        let step = self.narrowing.look(seen, Instant::now(), blockers());
+        self.next_look = None;
+        match step {
+            Step::CheckIn(after) => {
+                self.next_look = Some(Instant::now() + after);
+                false
+            }
+            Step::Narrow(fingerprint) => {
+                self.remember(&fingerprint);
+                info!(policy = %self.name, "admission policy in force: watching only this node's PVs");
+                true
+            }
+            Step::Widen(_) | Step::Keep => false,
+        }
+    }
+
+    /// While narrow, before a wipe or a new PV: `Ok` when the policy the agent narrowed on is still in force;
+    /// otherwise the watch goes wide (the record is forgotten) and the reason is returned.
+    pub async fn verify(&mut self, dirs: &[PathBuf]) -> Result<(), String> {
+        let seen = self.read(dirs).await;
+        match self.narrowing.verify(seen) {
+            Step::Keep => Ok(()),
+            Step::Widen(why) => {
+                warn!(%why, "admission policy not in force as narrowed on: watching every PV again");
+                self.forget();
+                self.next_look = None;
+                Err(why)
+            }
+            other => Err(format!("unexpected step {other:?}")),
+        }
+    }
+
+    /// How long until the guard wants to look again (wide only).
+    pub fn wait(&self, now: Instant) -> Option<Duration> {
+        match self.narrowing.mode() {
+            Mode::Wide => self.next_look.map(|at| at.saturating_duration_since(now)),
+            Mode::Narrow(_) => None,
+        }
+    }
+
+    async fn read(&self, dirs: &[PathBuf]) -> InForce {
+        let policies: Api<ValidatingAdmissionPolicy> = Api::all(self.client.clone());
+        let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(self.client.clone());
+        let (policy, binding) =
+            tokio::join!(policies.get_opt(&self.name), bindings.get_opt(&self.name));
+        let (policy, binding) = match (policy, binding) {
+            (Ok(p), Ok(b)) => (p, b),
+            (Err(e), _) | (_, Err(e)) => {
+                return InForce::No(format!(
+                    "admission policy {}: failed to read it: {e}",
+                    self.name
+                ));
+            }
+        };
+        let policy = policy.map(|p| policy_seen(&p));
+        let binding = binding.map(|b| binding_seen(&b));
+        narrow::in_force(&self.name, policy.as_ref(), binding.as_ref(), dirs)
+    }
+
+    fn remember(&self, fingerprint: &Fingerprint) {
+        let record = Record {
+            policy: self.name.clone(),
+            fingerprint: fingerprint.clone(),
+        };
+        let bytes = serde_json::to_vec(&record).expect("a record always serialises");
+        let dir = self.record.parent().unwrap_or(Path::new("."));
+        let written = super::ledger::replace(&self.record, &bytes)
+            .and_then(|()| super::ledger::sync_dir(dir));
+        if let Err(error) = written {
+            // NB: only costs a list of every PV at the next start.
+            warn!(%error, path = %self.record.display(), "failed to record the admission policy narrowed on");
+        }
+    }
+
+    fn forget(&self) {
+        match std::fs::remove_file(&self.record) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                warn!(%error, path = %self.record.display(), "failed to remove the admission policy record")
+            }
+        }
+    }
+}
+
+fn read_record(path: &Path, name: &str) -> Option<Fingerprint> {
+    let bytes = std::fs::read(path).ok()?;
+    match serde_json::from_slice::<Record>(&bytes) {
+        Ok(r) if r.policy == name => Some(r.fingerprint),
+        Ok(_) => None,
+        Err(error) => {
+            warn!(%error, path = %path.display(), "unreadable admission policy record; watching every PV");
+            None
+        }
+    }
+}
+
+fn ids(meta: &ObjectMeta) -> (String, i64) {
+    (
+        meta.uid.clone().unwrap_or_default(),
+        meta.generation.unwrap_or_default(),
+    )
+}
+
+fn policy_seen(p: &ValidatingAdmissionPolicy) -> PolicySeen {
+    let (uid, generation) = ids(&p.metadata);
+    let spec = p.spec.as_ref();
+    let dirs = spec
+        .and_then(|s| s.variables.as_ref())
+        .and_then(|vs| vs.iter().find(|v| v.name == "dirs"))
+        .map(|v| v.expression.clone());
+    PolicySeen {
+        uid,
+        generation,
+        failure_policy: spec.and_then(|s| s.failure_policy.clone()),
+        matches_pv_writes: spec
+            .and_then(|s| s.match_constraints.as_ref())
+            .is_some_and(matches_pv_writes),
+        rules: p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANN_POLICY_RULES))
+            .cloned(),
+        dirs,
+    }
+}
+
+/// Some rule matches CREATE and UPDATE of every PersistentVolume, and nothing is excluded or selected away.
+fn matches_pv_writes(m: &MatchResources) -> bool {
+    let any = |list: &Option<Vec<String>>, want: &str| {
+        list.as_ref()
+            .is_some_and(|l| l.iter().any(|x| x == want || x == "*"))
+    };
+    let excluded = m
+        .exclude_resource_rules
+        .as_ref()
+        .is_some_and(|r| !r.is_empty());
+    let selected = m
+        .object_selector
+        .as_ref()
+        .is_some_and(|s| s != &Default::default());
+    let rule = m.resource_rules.as_ref().is_some_and(|rules| {
+        rules.iter().any(|r| {
+            any(&r.api_groups, "")
+                && any(&r.resources, "persistentvolumes")
+                && any(&r.operations, "CREATE")
+                && any(&r.operations, "UPDATE")
+                && r.resource_names.as_ref().is_none_or(Vec::is_empty)
+        })
+    });
+    rule && !excluded && !selected
+}
+
+fn binding_seen(b: &ValidatingAdmissionPolicyBinding) -> BindingSeen {
+    let (uid, generation) = ids(&b.metadata);
+    let spec = &b.spec;
+    let narrowed = spec.param_ref.is_some()
+        || spec.match_resources.as_ref().is_some_and(|m| {
+            m.resource_rules.as_ref().is_some_and(|r| !r.is_empty())
+                || m.exclude_resource_rules
+                    .as_ref()
+                    .is_some_and(|r| !r.is_empty())
+                || m.object_selector
+                    .as_ref()
+                    .is_some_and(|s| s != &Default::default())
+        });
+    BindingSeen {
+        uid,
+        generation,
+        policy_name: spec.policy_name.clone(),
+        validation_actions: spec.validation_actions.clone(),
+        narrowed,
+    }
+}
