@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -176,17 +176,7 @@ impl Door {
         let mut kubeconfigs = Vec::new();
         let mut clients = Vec::new();
         for n in ["node-1", "node-2"] {
-            let pod: Pod = obj(json!({"metadata": {"name": format!("agent-{n}")}, "spec": {
-                "nodeName": n, "serviceAccountName": AGENT_SA,
-                "containers": [{"name": "agent", "image": "localpv"}]}}));
-            let pod = Api::<Pod>::namespaced(admin.clone(), NAMESPACE)
-                .create(&PostParams::default(), &pod)
-                .await
-                .expect("agent pod created");
-            let uid = pod.metadata.uid.expect("a created pod has a UID");
-            let kc =
-                sa::pod_token_kubeconfig(&cp, NAMESPACE, AGENT_SA, &format!("agent-{n}"), &uid)
-                    .await;
+            let kc = crate::packaging::node_token(&cp, n).await;
             clients.push(client_for(&kc).await);
             kubeconfigs.push(kc);
         }

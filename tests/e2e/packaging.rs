@@ -582,6 +582,29 @@ pub(crate) fn agent_args(cp: &ControlPlane, node: &str, port: u16) -> (Vec<Strin
     (args, disks)
 }
 
+/// A kubeconfig for the node agent's ServiceAccount with a token bound to a pod on `node` (the pod is created, never
+/// run), as the kubelet gives the DaemonSet's pod.
+pub(crate) async fn node_token(cp: &ControlPlane, node: &str) -> PathBuf {
+    let pod: k8s_openapi::api::core::v1::Pod = obj(
+        json!({"metadata": {"name": format!("agent-{node}")}, "spec": {
+        "nodeName": node, "serviceAccountName": "localpv-node",
+        "containers": [{"name": "agent", "image": "localpv"}]}}),
+    );
+    let pod = Api::namespaced(cp.client(), NAMESPACE)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("agent pod created");
+    let uid = pod.metadata.uid.expect("a created pod has a UID");
+    sa::pod_token_kubeconfig(
+        cp,
+        NAMESPACE,
+        "localpv-node",
+        &format!("agent-{node}"),
+        &uid,
+    )
+    .await
+}
+
 /// A plane with the PV binder and a scheduler that calls an extender (nodeCacheCapable) at a free loopback port,
 /// where the test starts one; and that port.
 pub(crate) async fn plane_calling_an_extender() -> (ControlPlane, u16) {
@@ -664,19 +687,21 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
     let rendered = cp.dir.join("defaults.yaml");
     fs::write(&rendered, render("localpv", &[])).expect("written");
     apply(&cp, &rendered);
-    let node_kc = sa::token_kubeconfig(&cp, NAMESPACE, "localpv-node").await;
     let ext_kc = sa::token_kubeconfig(&cp, NAMESPACE, "localpv-extender").await;
     let app_ns = cp.namespace("app").await;
     for n in ["node-1", "node-2"] {
         create_node(&client, n, &[]).await;
     }
 
-    // Publish: two agents under the node agent's ServiceAccount, the extender under its own.
+    // Publish: two agents under the node agent's ServiceAccount, each with a token bound to a pod on its node as
+    // the kubelet gives it, and the flag the chart passes; the extender under its own.
     let mut agents = Vec::new();
     let mut mounts = Vec::new();
     for n in ["node-1", "node-2"] {
         let port = free_port();
-        let (args, disks) = agent_args(&cp, n, port);
+        let (mut args, disks) = agent_args(&cp, n, port);
+        args.push("--admission-policy=localpv-discovery-dirs".into());
+        let node_kc = node_token(&cp, n).await;
         mounts.push(Mount::tmpfs(&disks.join("vol1"), "1G", cp.reaper()));
         agents.push((
             spawn(&cp, &format!("localpv-node-{n}"), &args, &node_kc),

@@ -311,6 +311,7 @@ impl Bed {
         };
         let pvs = PvIndex::new();
         pvs.set_node(&node_facts);
+        pvs.set_narrow(false);
         pvs.apply(&node_facts, Event::Init);
         pvs.apply(&node_facts, Event::InitDone);
         let disks = Store::<LocalDisk>::new();
