@@ -6,6 +6,7 @@ use rstest::rstest;
 use serde_json::json;
 
 use super::*;
+use crate::contract::ANN_FS_UUID;
 
 const NAME: &str = "localpv-discovery-dirs";
 
@@ -92,12 +93,12 @@ fn pv(value: serde_json::Value) -> PersistentVolume {
 }
 
 #[rstest]
-#[case::ours(json!({"metadata": {"name": "a", "labels": {"localpv.io/node": "node-1"}}, "spec": {"local": {"path": "/mnt/disks/vol1"}}}), false)]
-#[case::other_nodes_label(json!({"metadata": {"name": "a", "labels": {"localpv.io/node": "node-2"}}, "spec": {"local": {"path": "/srv/x"}}}), true)]
+#[case::ours(json!({"metadata": {"name": "a", "labels": {NODE_LABEL: "node-1"}}, "spec": {"local": {"path": "/mnt/disks/vol1"}}}), false)]
+#[case::other_nodes_label(json!({"metadata": {"name": "a", "labels": {NODE_LABEL: "node-2"}}, "spec": {"local": {"path": "/srv/x"}}}), true)]
 #[case::unlabelled_at_a_disk(json!({"metadata": {"name": "a"}, "spec": {"local": {"path": "/mnt/disks/vol1"}}}), true)]
 #[case::unlabelled_host_path_above(json!({"metadata": {"name": "a"}, "spec": {"hostPath": {"path": "/mnt"}}}), true)]
 #[case::dot_spelling(json!({"metadata": {"name": "a"}, "spec": {"local": {"path": "/mnt/./disks//vol1/"}}}), true)]
-#[case::identity_elsewhere(json!({"metadata": {"name": "a", "annotations": {"localpv.io/fs-uuid": "u"}}, "spec": {"csi": {"driver": "d", "volumeHandle": "h"}}}), true)]
+#[case::identity_elsewhere(json!({"metadata": {"name": "a", "annotations": {ANN_FS_UUID: "u"}}, "spec": {"csi": {"driver": "d", "volumeHandle": "h"}}}), true)]
 #[case::elsewhere(json!({"metadata": {"name": "a"}, "spec": {"local": {"path": "/var/openebs/local/pvc-1"}}}), false)]
 #[case::sibling(json!({"metadata": {"name": "a"}, "spec": {"local": {"path": "/mnt/disks2/vol1"}}}), false)]
 #[case::not_local(json!({"metadata": {"name": "a", "annotations": {"pv.kubernetes.io/provisioned-by": "x"}}, "spec": {"nfs": {"server": "s", "path": "/mnt/disks"}}}), false)]
