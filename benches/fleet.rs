@@ -49,6 +49,10 @@ use support::nodes::create_node;
 use support::proc::Component;
 
 const CLASS: &str = "local-storage";
+/// The chart's admission policy (release `localpv`) the narrow fleet runs under.
+const POLICY: &str = "localpv-discovery-dirs";
+/// The namespace the chart's node RBAC is rendered into for the narrow fleet.
+const NAMESPACE: &str = "localpv-system";
 /// How the reference provisioner finds its configuration, whatever its flags say.
 const LSP_CONFIG: &str = "/etc/provisioner/config";
 
@@ -66,13 +70,18 @@ struct Sizes {
     baseline: u64,
     every: u64,
     batch: usize,
+    /// PVs of nodes that run no agent, made before the fleet starts.
+    foreign: usize,
+    /// Foreign PVs created (and as many deleted) per second during the churn phase, and for how long.
+    churn_rate: usize,
+    churn: u64,
     kinds: Vec<Kind>,
 }
 
 impl Sizes {
     fn from_env() -> Sizes {
-        let kinds =
-            std::env::var("LOCALPV_FLEET_KINDS").unwrap_or_else(|_| "localpv,reference".into());
+        let kinds = std::env::var("LOCALPV_FLEET_KINDS")
+            .unwrap_or_else(|_| "localpv,localpv-narrow,reference".into());
         Sizes {
             nodes: env("LOCALPV_FLEET_NODES", 200).max(1),
             disks: env("LOCALPV_FLEET_DISKS", 3).max(1),
@@ -80,10 +89,14 @@ impl Sizes {
             baseline: env("LOCALPV_FLEET_BASELINE_SECS", 60) as u64,
             every: env("LOCALPV_FLEET_SAMPLE_SECS", 10).max(1) as u64,
             batch: env("LOCALPV_FLEET_BATCH", 10).max(1),
+            foreign: env("LOCALPV_FLEET_FOREIGN_PVS", 20_000),
+            churn_rate: env("LOCALPV_FLEET_CHURN_RATE", 20),
+            churn: env("LOCALPV_FLEET_CHURN_SECS", 60) as u64,
             kinds: kinds
                 .split(',')
                 .map(|k| match k.trim() {
                     "localpv" => Kind::Localpv,
+                    "localpv-narrow" => Kind::Narrow,
                     "reference" => Kind::Reference,
                     other => panic!("LOCALPV_FLEET_KINDS: unknown kind {other:?}"),
                 })
@@ -94,8 +107,17 @@ impl Sizes {
     fn describe(&self) -> String {
         format!(
             "LOCALPV_FLEET_NODES={} LOCALPV_FLEET_DISKS={} LOCALPV_FLEET_STEADY_SECS={} LOCALPV_FLEET_BASELINE_SECS={} \
-             LOCALPV_FLEET_SAMPLE_SECS={} LOCALPV_FLEET_BATCH={}",
-            self.nodes, self.disks, self.steady, self.baseline, self.every, self.batch
+             LOCALPV_FLEET_SAMPLE_SECS={} LOCALPV_FLEET_BATCH={} LOCALPV_FLEET_FOREIGN_PVS={} \
+             LOCALPV_FLEET_CHURN_RATE={} LOCALPV_FLEET_CHURN_SECS={}",
+            self.nodes,
+            self.disks,
+            self.steady,
+            self.baseline,
+            self.every,
+            self.batch,
+            self.foreign,
+            self.churn_rate,
+            self.churn
         )
     }
 }
@@ -103,6 +125,8 @@ impl Sizes {
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 enum Kind {
     Localpv,
+    /// localpv with the chart's admission policy in force: each agent watches only its own node's PVs.
+    Narrow,
     Reference,
 }
 
@@ -110,12 +134,14 @@ impl Kind {
     fn key(self) -> &'static str {
         match self {
             Kind::Localpv => "localpv",
+            Kind::Narrow => "localpv-narrow",
             Kind::Reference => "reference",
         }
     }
     fn title(self) -> &'static str {
         match self {
-            Kind::Localpv => "localpv",
+            Kind::Localpv => "localpv (watch of every PV)",
+            Kind::Narrow => "localpv (admission policy, own PVs)",
             Kind::Reference => "reference (10 s discovery)",
         }
     }
@@ -137,6 +163,12 @@ fn median(samples: &[f64]) -> f64 {
     } else {
         common::figures::median(samples)
     }
+}
+
+/// Bytes per second as "median (min-max)" KiB/s.
+fn kib(samples: &[f64]) -> String {
+    let k: Vec<f64> = samples.iter().map(|b| b / 1024.0).collect();
+    cell(&k, 0)
 }
 
 /// "median (min-max)" with `digits` decimals.
@@ -169,6 +201,8 @@ struct Sample {
     requests: BTreeMap<String, f64>,
     /// Watches open now (apiserver_longrunning_requests, verb WATCH).
     watches: f64,
+    /// Bytes sent so far: responses (apiserver_response_sizes) and watch events (apiserver_watch_events_sizes).
+    bytes: f64,
 }
 
 /// The value of label `name` in a Prometheus sample line's label set.
@@ -178,10 +212,11 @@ fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
     Some(&rest[..rest.find('"')?])
 }
 
-/// (requests by verb, open watches) from the API server's metrics text.
-fn parse_metrics(text: &str) -> (BTreeMap<String, f64>, f64) {
+/// (requests by verb, open watches, bytes sent) from the API server's metrics text.
+fn parse_metrics(text: &str) -> (BTreeMap<String, f64>, f64, f64) {
     let mut requests = BTreeMap::new();
     let mut watches = 0.0;
+    let mut bytes = 0.0;
     for line in text.lines() {
         let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
@@ -198,9 +233,13 @@ fn parse_metrics(text: &str) -> (BTreeMap<String, f64>, f64) {
             *requests.entry(verb.to_lowercase()).or_insert(0.0) += value;
         } else if name == "apiserver_longrunning_requests" && verb == "WATCH" {
             watches += value;
+        } else if name == "apiserver_response_sizes_sum"
+            || name == "apiserver_watch_events_sizes_sum"
+        {
+            bytes += value;
         }
     }
-    (requests, watches)
+    (requests, watches, bytes)
 }
 
 impl Probe {
@@ -227,7 +266,7 @@ impl Probe {
             .request_text(req)
             .await
             .expect("kube-apiserver serves /metrics to the admin");
-        let (requests, watches) = parse_metrics(&text);
+        let (requests, watches, bytes) = parse_metrics(&text);
         Sample {
             at: Instant::now(),
             api_cpu: cpu_seconds(self.apiserver),
@@ -235,6 +274,7 @@ impl Probe {
             api_rss: rss_mib(self.apiserver),
             requests,
             watches,
+            bytes,
         }
     }
 
@@ -259,6 +299,8 @@ struct Phase {
     rps: Vec<f64>,
     rps_by_verb: BTreeMap<String, Vec<f64>>,
     watches: Vec<f64>,
+    /// Bytes sent per second, per interval.
+    bytes: Vec<f64>,
     secs: f64,
 }
 
@@ -274,6 +316,7 @@ impl Phase {
             }
             p.secs += dt;
             p.api_cpu.push((b.api_cpu - a.api_cpu) / dt);
+            p.bytes.push((b.bytes - a.bytes).max(0.0) / dt);
             p.etcd_cpu.push((b.etcd_cpu - a.etcd_cpu) / dt);
             let mut total = 0.0;
             for verb in &verbs {
@@ -352,17 +395,15 @@ fn node_name(i: usize) -> String {
 }
 
 impl Fleet {
-    /// Prepares (mounts disks, writes configurations) without starting anything.
-    fn prepare(kind: Kind, cp: &ControlPlane, sizes: &Sizes, kubeconfig: &Path) -> Fleet {
-        let lsp = match kind {
-            Kind::Reference => Some(lsp_binary()),
-            Kind::Localpv => None,
-        };
+    /// Prepares (mounts disks, writes configurations) without starting anything; member `i` runs with
+    /// `kubeconfigs[i]`.
+    fn prepare(kind: Kind, cp: &ControlPlane, sizes: &Sizes, kubeconfigs: &[PathBuf]) -> Fleet {
+        let lsp = (kind == Kind::Reference).then(lsp_binary);
         let etc = (kind == Kind::Reference).then(|| lsp_etc(cp));
         let mut mounts = Vec::new();
         let mut members = Vec::new();
         let mut taken = Ports::default();
-        for i in 0..sizes.nodes {
+        for (i, kubeconfig) in kubeconfigs.iter().enumerate().take(sizes.nodes) {
             let node = node_name(i);
             let root = cp.dir.join("fleet").join(&node);
             let disks = root.join("disks");
@@ -380,17 +421,20 @@ impl Fleet {
             let port = taken.next();
             let kubeconfig = kubeconfig.display().to_string();
             let (program, args, env) = match kind {
-                Kind::Localpv => {
+                Kind::Localpv | Kind::Narrow => {
                     let config = root.join("config.yaml");
                     let text = format!("storageClassMap:\n{}", indent(&class));
                     std::fs::write(&config, text).expect("agent config written");
-                    let args = vec![
+                    let mut args = vec![
                         "node".to_string(),
                         format!("--config={}", config.display()),
                         format!("--node-name={node}"),
                         format!("--listen=127.0.0.1:{port}"),
                         format!("--state-dir={}", root.join("state").display()),
                     ];
+                    if kind == Kind::Narrow {
+                        args.push(format!("--admission-policy={POLICY}"));
+                    }
                     let env = vec![
                         ("KUBECONFIG".to_string(), kubeconfig),
                         ("RUST_LOG".to_string(), "info".to_string()),
@@ -453,7 +497,7 @@ impl Fleet {
     /// another process (free ports are only free when asked for) gets a new one and starts again.
     async fn wait_ready(&mut self, i: usize, cp: &ControlPlane) {
         let path = match self.kind {
-            Kind::Localpv => "/readyz",
+            Kind::Localpv | Kind::Narrow => "/readyz",
             Kind::Reference => "/metrics",
         };
         let deadline = Instant::now() + Duration::from_secs(180);
@@ -590,6 +634,7 @@ struct Outcome {
     kind: Kind,
     baseline: Phase,
     steady: Phase,
+    churn: Phase,
     restart: Phase,
     publish_secs: f64,
     restart_secs: f64,
@@ -627,6 +672,173 @@ async fn wait_pvs(client: &kube::Client, want: usize, what: &str) {
     }
 }
 
+/// A local PV of a node that runs no agent (made by another provisioner, say): what a large cluster holds
+/// besides the fleet's own PVs. `set` names the batch (`ghost`, `churn`).
+fn foreign_pv(set: &str, i: usize) -> PersistentVolume {
+    let node = format!("{set}-node-{:04}", i % 1000);
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("{set}-pv-{i:06}"), "labels": {"app.kubernetes.io/managed-by": "other"},
+                     "annotations": {"pv.kubernetes.io/provisioned-by": "other-provisioner",
+                                     "example.com/disk": format!("nvme-{i}-serial-0123456789abcdef")}},
+        "spec": {"capacity": {"storage": "100Gi"}, "volumeMode": "Filesystem", "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "other",
+                 "local": {"path": format!("/mnt/other/vol{i}")},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}},
+    }))
+    .expect("foreign PV literal")
+}
+
+async fn create_foreign(client: &kube::Client, set: &str, range: std::ops::Range<usize>) {
+    let api: Api<PersistentVolume> = Api::all(client.clone());
+    futures::stream::iter(range)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &foreign_pv(set, i))
+                    .await
+                    .expect("foreign PV created")
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+/// Creates `rate` foreign PVs a second and deletes those of the second before, for `secs`.
+async fn churn(client: &kube::Client, rate: usize, secs: u64) {
+    let api: Api<PersistentVolume> = Api::all(client.clone());
+    let start = Instant::now();
+    let mut second = 0;
+    while start.elapsed() < Duration::from_secs(secs) {
+        let tick = Instant::now();
+        create_foreign(client, "churn", second * rate..(second + 1) * rate).await;
+        if second > 0 {
+            futures::stream::iter((second - 1) * rate..second * rate)
+                .map(|i| {
+                    let api = api.clone();
+                    async move {
+                        let name = format!("churn-pv-{i:06}");
+                        api.delete(&name, &Default::default())
+                            .await
+                            .expect("churn PV deleted")
+                    }
+                })
+                .buffer_unordered(32)
+                .collect::<Vec<_>>()
+                .await;
+        }
+        second += 1;
+        tokio::time::sleep(Duration::from_secs(1).saturating_sub(tick.elapsed())).await;
+    }
+}
+
+/// The chart's admission policy (covering every fleet node's discovery directory) and node RBAC, applied; and
+/// one kubeconfig per node for the node agent's ServiceAccount with a token bound to a pod on that node (the pods
+/// are created, never run), as the DaemonSet's pods get them.
+async fn install_policy(cp: &ControlPlane, nodes: usize) -> Vec<PathBuf> {
+    let bin = PathBuf::from(
+        std::env::var("LOCALPV_K8S_BIN_DIR").expect("LOCALPV_K8S_BIN_DIR (bench/fleet.sh sets it)"),
+    );
+    let classes = json!([{"name": CLASS, "hostDir": cp.dir.join("fleet").display().to_string()}]);
+    let out = std::process::Command::new(bin.join("helm"))
+        .args([
+            "template",
+            "localpv",
+            "charts/localpv",
+            "--namespace",
+            NAMESPACE,
+        ])
+        .arg(format!("--set-json=classes={classes}"))
+        .args(["--show-only", "templates/admission-policy.yaml"])
+        .args(["--show-only", "templates/node-rbac.yaml"])
+        .output()
+        .expect("helm runs");
+    assert!(out.status.success(), "helm template failed: {out:?}");
+    let rendered = cp.dir.join("policy.yaml");
+    std::fs::write(&rendered, &out.stdout).expect("written");
+    cp.kubectl(&["create", "namespace", NAMESPACE]);
+    cp.kubectl(&["apply", "-f", rendered.to_str().expect("utf-8")]);
+    let client = cp.client();
+    futures::stream::iter(0..nodes)
+        .map(|i| {
+            let client = client.clone();
+            async move {
+                let node = node_name(i);
+                let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+                    "metadata": {"name": format!("agent-{node}")},
+                    "spec": {"nodeName": node, "serviceAccountName": "localpv-node",
+                             "containers": [{"name": "agent", "image": "localpv"}]}}))
+                .expect("pod literal");
+                let pod = Api::namespaced(client, NAMESPACE)
+                    .create(&PostParams::default(), &pod)
+                    .await
+                    .expect("agent pod created");
+                let uid = pod.metadata.uid.expect("a created pod has a UID");
+                support::sa::pod_token_kubeconfig(
+                    cp,
+                    NAMESPACE,
+                    "localpv-node",
+                    &format!("agent-{node}"),
+                    &uid,
+                )
+                .await
+            }
+        })
+        .buffered(16)
+        .collect()
+        .await
+}
+
+/// Waits until every agent of the fleet watches only its own PVs.
+async fn wait_narrow(fleet: &Fleet) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let wide: Vec<&str> = fleet
+            .members
+            .iter()
+            .filter(|m| {
+                let text = http_get(m.port, "/metrics")
+                    .map(|(_, t)| t)
+                    .unwrap_or_default();
+                !text.lines().any(|l| l == "localpv_node_pv_watch_narrow 1")
+            })
+            .map(|m| m.node.as_str())
+            .collect();
+        if wide.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "agents still wide after 300 s: {wide:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Samples the probe every `every` seconds while `work` runs.
+async fn sampled<F: std::future::Future<Output = ()>>(
+    probe: &Arc<Probe>,
+    every: u64,
+    work: F,
+) -> Phase {
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (probe, done) = (probe.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut out = vec![probe.sample().await];
+            while !done.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_secs(every)).await;
+                out.push(probe.sample().await);
+            }
+            out
+        })
+    };
+    work.await;
+    done.store(true, Ordering::Relaxed);
+    Phase::of(&sampler.await.expect("sampler task"))
+}
+
 async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
     eprintln!("== {}: control plane, {} Nodes", kind.key(), sizes.nodes);
     // kube-controller-manager too, as in any cluster: its PV binder is what makes a new PV Available.
@@ -654,19 +866,39 @@ async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
         .buffer_unordered(16)
         .collect::<Vec<_>>()
         .await;
+    eprintln!(
+        "== {}: {} PVs of nodes without an agent",
+        kind.key(),
+        sizes.foreign
+    );
+    create_foreign(&client, "ghost", 0..sizes.foreign).await;
+    // One identity for the whole fleet, as a DaemonSet's pods share one ServiceAccount (pod-bound tokens under
+    // the policy, which checks the node each token is bound to).
+    let kubeconfigs = if kind == Kind::Narrow {
+        install_policy(&cp, sizes.nodes).await
+    } else {
+        let kubeconfig = cp.kubeconfig_for("fleet", "localpv-fleet", &["system:masters"]);
+        vec![kubeconfig; sizes.nodes]
+    };
     let probe = Probe::find(&cp);
     eprintln!("== {}: baseline {} s", kind.key(), sizes.baseline);
     let baseline = Phase::of(&probe.window(sizes.baseline, sizes.every).await);
 
-    // One identity for the whole fleet, as a DaemonSet's pods share one ServiceAccount.
-    let kubeconfig = cp.kubeconfig_for("fleet", "localpv-fleet", &["system:masters"]);
-    let mut fleet = Fleet::prepare(kind, &cp, sizes, &kubeconfig);
+    let mut fleet = Fleet::prepare(kind, &cp, sizes, &kubeconfigs);
     let want = sizes.nodes * sizes.disks;
     eprintln!("== {}: starting {} agents", kind.key(), sizes.nodes);
     let start = Instant::now();
     fleet.start(&cp, sizes.batch).await;
     wait_pvs(&client, want, "after start").await;
     let publish_secs = start.elapsed().as_secs_f64();
+    if kind == Kind::Narrow {
+        wait_narrow(&fleet).await;
+        eprintln!(
+            "== {}: every agent narrow after {:.0} s",
+            kind.key(),
+            start.elapsed().as_secs_f64()
+        );
+    }
     // Let start-up work (first full passes, inventory writes) finish before steady state.
     tokio::time::sleep(Duration::from_secs(30)).await;
     let before = pv_names(&client).await;
@@ -675,32 +907,35 @@ async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
     let steady = Phase::of(&probe.window(sizes.steady, sizes.every).await);
     let agents_rss = fleet.pids().into_iter().map(rss_mib).sum::<f64>();
 
-    eprintln!("== {}: rolling restart", kind.key());
     let probe = Arc::new(probe);
-    let done = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (probe, done, every) = (probe.clone(), done.clone(), sizes.every);
-        tokio::spawn(async move {
-            let mut out = vec![probe.sample().await];
-            while !done.load(Ordering::Relaxed) {
-                tokio::time::sleep(Duration::from_secs(every)).await;
-                out.push(probe.sample().await);
-            }
-            out
-        })
-    };
+    eprintln!(
+        "== {}: churn {} s, {} foreign PVs/s",
+        kind.key(),
+        sizes.churn,
+        sizes.churn_rate
+    );
+    let churned = sampled(
+        &probe,
+        sizes.every,
+        churn(&client, sizes.churn_rate, sizes.churn),
+    )
+    .await;
+
+    eprintln!("== {}: rolling restart", kind.key());
     let start = Instant::now();
-    fleet.rolling_restart(&cp).await;
+    let restart = sampled(&probe, sizes.every, fleet.rolling_restart(&cp)).await;
     let restart_secs = start.elapsed().as_secs_f64();
-    done.store(true, Ordering::Relaxed);
-    let restart = Phase::of(&sampler.await.expect("sampler task"));
     tokio::time::sleep(Duration::from_secs(2 * sizes.every)).await;
     let after = pv_names(&client).await;
+    // NB: the churn's own PVs (the last second's are left) are not the restart's doing.
     let pvs_changed = before
         .iter()
         .filter(|(name, phase)| after.get(*name) != Some(phase))
         .count()
-        + after.keys().filter(|n| !before.contains_key(*n)).count();
+        + after
+            .keys()
+            .filter(|n| !before.contains_key(*n) && !n.starts_with("churn-"))
+            .count();
     fleet.stop();
     drop(fleet);
     drop(cp);
@@ -708,6 +943,7 @@ async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
         kind,
         baseline,
         steady,
+        churn: churned,
         restart,
         publish_secs,
         restart_secs,
@@ -745,12 +981,28 @@ fn emit(o: &Outcome, nodes: usize) {
         "req/s",
         &o.baseline.rps,
     );
-    for (phase, p) in [("steady", &o.steady), ("restart", &o.restart)] {
-        let what = if phase == "steady" {
-            "steady state"
-        } else {
-            "rolling restart"
+    for (phase, p) in [
+        ("steady", &o.steady),
+        ("churn", &o.churn),
+        ("restart", &o.restart),
+    ] {
+        let what = match phase {
+            "steady" => "steady state",
+            "churn" => "foreign PV churn",
+            _ => "rolling restart",
         };
+        figure(
+            &format!("fleet.{k}.{phase}.bytes"),
+            &format!("API server bytes sent/s, {nodes} {t} agents, {what}"),
+            "B/s",
+            &p.bytes,
+        );
+        figure(
+            &format!("fleet.{k}.per1000.{phase}.bytes"),
+            &format!("API server bytes sent/s added per 1,000 {t} agents, {what}"),
+            "B/s",
+            &[per_1000(&p.bytes, &o.baseline.bytes, nodes)],
+        );
         figure(
             &format!("fleet.{k}.{phase}.apiserver_cpu"),
             &format!("API server CPU, {nodes} {t} agents, {what}"),
@@ -860,8 +1112,24 @@ fn report(outcomes: &[Outcome], sizes: &Sizes) {
             Box::new(|o| (cell(&o.baseline.api_cpu, 3), cell(&o.steady.api_cpu, 3))),
         ),
         (
+            "API server CPU, foreign PV churn (cores)",
+            Box::new(|o| ("".into(), cell(&o.churn.api_cpu, 3))),
+        ),
+        (
             "API server CPU, rolling restart (cores)",
             Box::new(|o| ("".into(), cell(&o.restart.api_cpu, 3))),
+        ),
+        (
+            "bytes sent/s, steady (KiB/s)",
+            Box::new(|o| (kib(&o.baseline.bytes), kib(&o.steady.bytes))),
+        ),
+        (
+            "bytes sent/s, foreign PV churn (KiB/s)",
+            Box::new(|o| ("".into(), kib(&o.churn.bytes))),
+        ),
+        (
+            "bytes sent/s, rolling restart (KiB/s)",
+            Box::new(|o| ("".into(), kib(&o.restart.bytes))),
         ),
         (
             "etcd CPU, steady (cores)",
@@ -953,6 +1221,24 @@ fn report(outcomes: &[Outcome], sizes: &Sizes) {
         (
             "requests/s, rolling restart",
             Box::new(move |o| format!("{:.2}", per_1000(&o.restart.rps, &o.baseline.rps, n))),
+        ),
+        (
+            "bytes sent, foreign PV churn (KiB/s)",
+            Box::new(move |o| {
+                format!(
+                    "{:.0}",
+                    per_1000(&o.churn.bytes, &o.baseline.bytes, n) / 1024.0
+                )
+            }),
+        ),
+        (
+            "bytes sent, rolling restart (KiB/s)",
+            Box::new(move |o| {
+                format!(
+                    "{:.0}",
+                    per_1000(&o.restart.bytes, &o.baseline.bytes, n) / 1024.0
+                )
+            }),
         ),
     ];
     for (name, f) in &per {
