@@ -310,3 +310,63 @@ async fn health_of(
     };
     Ok(vols.iter().map(health).collect())
 }
+
+/// The device under a Bound PV gone for good (issue 37, point 1): the loop device under its mounted ext4 detached
+/// (the kernel keeps it until the unmount) and its backing file deleted (the data goes with that unmount). The PV
+/// and its claim are told `DiskDegraded` at the next look and `DiskFailed` once gone past `diskGoneGracePeriod`, the
+/// LocalDisk says `Failed` (`DeviceGone`), and the PV stays Bound: nothing is deleted or wiped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_device_gone_under_a_bound_pv_is_degraded_at_once_and_failed_past_the_grace() {
+    let (cp, ns, mut agent) = one_class_plane("gone").await;
+    let client = cp.client();
+    let reaper = cp.reaper();
+    let config = std::fs::read_to_string(&agent.config).expect("agent config");
+    let config = format!("{config}diskHealthCheckPeriod: 1s\ndiskGoneGracePeriod: 6s\n");
+    std::fs::write(&agent.config, config).expect("agent config written");
+    let vol = agent.disk("vol1");
+    let backing = cp.dir.join("hosts/node-1/vol1.img");
+    let mut device = LoopDevice::new(&backing, 320, Some("ext4"), reaper);
+    let mount = Mount::device(&device.device, &vol, reaper);
+    agent.start(&cp);
+    agent.wait_ready().await;
+    let pv = pv_at(
+        &client,
+        "node-1",
+        &vol,
+        "Available",
+        Duration::from_secs(60),
+    )
+    .await;
+    claim_pv(&client, &ns, "data", &pv, CLASS, "1Mi").await;
+
+    run("losetup", &["-d", &device.device]);
+    // NB: detached already; the unmount below frees it (autoclear), and the number may then be someone else's.
+    device.device.clear();
+    std::fs::remove_file(&backing).expect("backing file removed");
+
+    let degraded = wait_event(&client, name(&pv), "DiskDegraded", Duration::from_secs(30)).await;
+    assert!(degraded.contains("gone"), "{degraded}");
+    let failed = wait_event(&client, name(&pv), "DiskFailed", Duration::from_secs(30)).await;
+    assert!(failed.contains("gone"), "{failed}");
+    wait_event(&client, "data", "DiskFailed", Duration::from_secs(30)).await;
+    let disk = Api::<LocalDisk>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("LocalDisks")
+        .items
+        .into_iter()
+        .find(|d| d.spec.path == vol.display().to_string())
+        .expect("the disk's LocalDisk");
+    let status = disk.status.expect("a status");
+    assert_eq!(status.health.as_deref(), Some("Failed"));
+    let healthy = status.conditions.iter().find(|c| c.type_ == "Healthy");
+    assert_eq!(healthy.map(|c| c.reason.as_str()), Some("DeviceGone"));
+    let now = pvs_of(&client, "node-1").await;
+    let bound = now.get(&vol.display().to_string()).expect("the PV stays");
+    assert_eq!(
+        (phase(bound), &bound.metadata.uid),
+        ("Bound".into(), &pv.metadata.uid)
+    );
+    agent.process.take();
+    drop(mount);
+}
