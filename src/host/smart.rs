@@ -203,24 +203,43 @@ mod tests {
     use super::*;
 
     /// A fake sysfs with an NVMe namespace and its partition, a multipath namespace, a loop device, an LV on the
-    /// NVMe partition, and a striped dm device over two devices.
+    /// NVMe partition, a striped dm device over two devices; a SATA disk (vendor "ATA", padded as the kernel pads
+    /// it), its partition and an LV on that, a SAS disk and a disk that shows no vendor.
     fn fake_sys() -> tempfile::TempDir {
         let root = tempfile::tempdir().expect("a temporary directory");
         let sys = root.path();
         let pci = sys.join("devices/pci0000:00/0000:00:1d.0/0000:3d:00.0/nvme/nvme0/nvme0n1");
         let multipath = sys.join("devices/virtual/nvme-subsystem/nvme-subsys1/nvme1n1");
         let virt = sys.join("devices/virtual/block");
+        let ata = "devices/pci0000:00/0000:00:17.0/ata1/host0/target0:0:0/0:0:0:0";
+        let sas =
+            "devices/pci0000:00/0000:02:00.0/host1/port-1:0/end_device-1:0/target1:0:0/1:0:0:0";
+        let (sda, sdb) = (
+            sys.join(ata).join("block/sda"),
+            sys.join(sas).join("block/sdb"),
+        );
         for dir in [
             pci.join("nvme0n1p2"),
             multipath.clone(),
             virt.join("loop3"),
             virt.join("dm-0/slaves"),
             virt.join("dm-1/slaves"),
+            virt.join("dm-2/slaves"),
+            virt.join("sdc"),
+            sda.join("sda1"),
+            sdb.clone(),
             sys.join("dev/block"),
         ] {
             fs::create_dir_all(dir).expect("a directory");
         }
-        fs::write(pci.join("nvme0n1p2/partition"), "2\n").expect("a file");
+        for (file, text) in [
+            (pci.join("nvme0n1p2/partition"), "2\n"),
+            (sda.join("sda1/partition"), "1\n"),
+            (sys.join(ata).join("vendor"), "ATA     \n"),
+            (sys.join(sas).join("vendor"), "SEAGATE \n"),
+        ] {
+            fs::write(file, text).expect("a file");
+        }
         let links = [
             (pci.clone(), "dev/block/259:0"),
             (pci.join("nvme0n1p2"), "dev/block/259:2"),
@@ -240,6 +259,14 @@ mod tests {
                 virt.join("loop3"),
                 "devices/virtual/block/dm-1/slaves/loop3",
             ),
+            (sda.clone(), "dev/block/8:0"),
+            (sda.join("sda1"), "dev/block/8:1"),
+            (sdb.clone(), "dev/block/8:16"),
+            (virt.join("sdc"), "dev/block/8:32"),
+            (virt.join("dm-2"), "dev/block/253:2"),
+            (sda.join("sda1"), "devices/virtual/block/dm-2/slaves/sda1"),
+            (sys.join(ata), &format!("{ata}/block/sda/device")),
+            (sys.join(sas), &format!("{sas}/block/sdb/device")),
         ];
         for (target, link) in links {
             symlink(target, sys.join(link)).expect("a symlink");
@@ -271,7 +298,7 @@ mod tests {
     #[test]
     fn a_loop_device_a_device_over_two_and_an_unknown_number_have_no_namespace() {
         let sys = fake_sys();
-        for dev in [DevId::new(7, 3), DevId::new(253, 1), DevId::new(8, 0)] {
+        for dev in [DevId::new(7, 3), DevId::new(253, 1), DevId::new(8, 48)] {
             assert_eq!(nvme_namespace(sys.path(), dev), None, "{dev}");
         }
     }
@@ -320,59 +347,11 @@ mod tests {
         );
         assert_eq!(again, None);
     }
-}
-
-#[cfg(test)]
-mod ata_tests {
-    use std::os::unix::fs::symlink;
-
-    use super::*;
-
-    /// A fake sysfs with a SATA disk (vendor "ATA", padded as the kernel pads it) and its partition, an LV on that
-    /// partition, a SAS disk and a disk that shows no vendor.
-    fn fake_sys() -> tempfile::TempDir {
-        let root = tempfile::tempdir().expect("a temporary directory");
-        let sys = root.path();
-        let host = sys.join("devices/pci0000:00/0000:00:17.0/ata1/host0/target0:0:0/0:0:0:0");
-        let sas = sys.join(
-            "devices/pci0000:00/0000:02:00.0/host1/port-1:0/end_device-1:0/target1:0:0/1:0:0:0",
-        );
-        let sda = host.join("block/sda");
-        let sdb = sas.join("block/sdb");
-        let sdc = sys.join("devices/virtual/block/sdc");
-        let lv = sys.join("devices/virtual/block/dm-0");
-        for dir in [
-            sda.join("sda1"),
-            sdb.clone(),
-            sdc.clone(),
-            lv.join("slaves"),
-            sys.join("dev/block"),
-        ] {
-            fs::create_dir_all(dir).expect("a directory");
-        }
-        fs::write(host.join("vendor"), "ATA     \n").expect("a file");
-        fs::write(sas.join("vendor"), "SEAGATE \n").expect("a file");
-        fs::write(sda.join("sda1/partition"), "1\n").expect("a file");
-        let links = [
-            (host.clone(), sda.join("device")),
-            (sas.clone(), sdb.join("device")),
-            (sda.clone(), sys.join("dev/block/8:0")),
-            (sda.join("sda1"), sys.join("dev/block/8:1")),
-            (sdb.clone(), sys.join("dev/block/8:16")),
-            (sdc.clone(), sys.join("dev/block/8:32")),
-            (lv.clone(), sys.join("dev/block/253:0")),
-            (sda.join("sda1"), lv.join("slaves/sda1")),
-        ];
-        for (target, link) in links {
-            symlink(target, link).expect("a symlink");
-        }
-        root
-    }
 
     #[test]
     fn an_ata_disk_its_partition_and_an_lv_on_it_resolve_to_the_drive() {
         let sys = fake_sys();
-        for dev in [DevId::new(8, 0), DevId::new(8, 1), DevId::new(253, 0)] {
+        for dev in [DevId::new(8, 0), DevId::new(8, 1), DevId::new(253, 2)] {
             assert_eq!(
                 drive(sys.path(), dev),
                 Some(Drive::Ata("sda".into())),
