@@ -144,6 +144,11 @@ async fn a_node_re_created_under_its_name_loses_its_replicas_volume_only_when_op
     assert!(done.contains("deleting claim"), "{done}");
     assert!(done.contains(&new_uid), "{done}");
     lost.wait_pod_gone("web-0").await;
+    let old = pvs.get(&lost_pv).await.expect("the old PV stays");
+    assert!(
+        old.metadata.deletion_timestamp.is_none(),
+        "the old PV is never deleted by recovery"
+    );
     passes().await;
     assert_eq!(
         kept.uid(&kept.pods(), "web-0").await,
