@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
-use crate::contract::{NODE_LABEL, Phase};
+use crate::contract::{ANN_NODE_UID, NODE_LABEL, Phase};
 use crate::plan::PvRef;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,6 +115,8 @@ pub struct Volume {
     pub deleting: bool,
     /// `spec.storageClassName`.
     pub class: Option<String>,
+    /// `localpv.io/node-uid`: the Node UID under which the agent last found its disk.
+    pub node_uid: Option<String>,
 }
 
 impl Volume {
@@ -140,6 +142,10 @@ impl Volume {
             }),
             deleting: meta.deletion_timestamp.is_some(),
             class: pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()),
+            node_uid: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANN_NODE_UID).cloned()),
         }
     }
 }

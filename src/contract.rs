@@ -58,6 +58,11 @@ pub const ANN_WIPE_PHASE: &str = "localpv.io/wipe-phase";
 /// PV annotation `<PV UID>/<claim UID or ->`: the lifetime a wipe phase belongs to. A phase recorded for any other
 /// PV object or any other claim is stale and ignored.
 pub const ANN_WIPE_LIFETIME: &str = "localpv.io/wipe-lifetime";
+/// PV annotation: the UID of the Node object whose agent made the PV or last found its disk at its path. Written
+/// at creation and again by the agent each time it finds the PV's own disk (same identity) under a Node of another
+/// UID; never for a disk that is missing or another disk. A Node of the PV's name whose UID is not this one is a
+/// new machine that has not found the disk (recovery's replaced-node signal, `crate::recovery`).
+pub const ANN_NODE_UID: &str = "localpv.io/node-uid";
 /// LocalDisk annotation set by `localpv disks cordon` (any value but `false`): the agent stops publishing the disk
 /// and withdraws its Available PV, until `localpv disks uncordon` removes it. Kept on the object, so it survives
 /// agent restarts.

@@ -95,7 +95,7 @@ pub async fn run<N: Send + Sync + 'static>(
     shutdown: tokio_watch::Receiver<bool>,
 ) {
     let signals = cfg.recovery.as_ref().map(|r| r.signals.clone());
-    let node_signals = signals.is_some_and(|s| s.out_of_service || s.not_ready_after.is_some());
+    let node_signals = signals.is_some_and(|s| s.reads_node_state());
     let st = Stores {
         nodes,
         pvs: Store::new(),
@@ -371,8 +371,7 @@ async fn recover_lost<N: Send + Sync + 'static>(
     // NB: copied every tick, so only what the pass reads: no node when no node signal is on, and only the disks
     // that are unhealthy or drained (a healthy cluster copies none).
     let signals = &settings.signals;
-    let any_signal =
-        signals.gone_after.is_some() || signals.out_of_service || signals.not_ready_after.is_some();
+    let any_signal = signals.any();
     let nodes: BTreeMap<String, NodeState> = match &st.node_states {
         _ if !any_signal => BTreeMap::new(),
         Some(states) => states.read(|items| {

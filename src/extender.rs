@@ -125,6 +125,10 @@ pub struct Options {
     /// With --recovery: a Node NotReady for this long counts as lost (off when unset).
     #[arg(long, env = "LOCALPV_RECOVER_NOT_READY_AFTER", value_parser = parse_duration)]
     pub recover_not_ready_after: Option<Duration>,
+    /// With --recovery: a Node re-created under the same name (a new UID) whose agent has not found a PV's disk
+    /// this long after the Node was created counts as lost for that PV (off when unset).
+    #[arg(long, env = "LOCALPV_RECOVER_REPLACED_NODES_AFTER", value_parser = parse_duration)]
+    pub recover_replaced_nodes_after: Option<Duration>,
     /// Namespace of the clean-up Lease (the chart passes its own namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
     pub lease_namespace: String,
@@ -158,6 +162,7 @@ fn recovery_settings(
                 .then_some(opts.node_cleanup_grace),
             out_of_service: opts.recover_out_of_service,
             not_ready_after: opts.recover_not_ready_after,
+            replaced_after: opts.recover_replaced_nodes_after,
         },
         interval: opts.recovery_interval,
         classes: Arc::new(classes),
@@ -193,6 +198,10 @@ impl Options {
                 "--recover-not-ready-after",
                 self.recover_not_ready_after.is_some(),
             ),
+            (
+                "--recover-replaced-nodes-after",
+                self.recover_replaced_nodes_after.is_some(),
+            ),
         ];
         if let Some((flag, _)) = signals.iter().find(|(_, on)| *on && !self.recovery) {
             return Err(format!("{flag} needs --recovery=true"));
@@ -200,6 +209,15 @@ impl Options {
         if self.recover_deleted_nodes && !self.node_cleanup {
             return Err(
                 "--recover-deleted-nodes needs --node-cleanup=true (it times how long a node is gone)".into(),
+            );
+        }
+        if self
+            .recover_replaced_nodes_after
+            .is_some_and(|d| d.is_zero())
+        {
+            return Err(
+                "--recover-replaced-nodes-after must be more than 0 (the agent needs time to find the disks)"
+                    .into(),
             );
         }
         if self.recovery_interval.is_zero() {
@@ -410,6 +428,14 @@ mod options_tests {
                 "--node-cleanup",
             ),
             (
+                vec!["--recover-replaced-nodes-after=10m"],
+                "--recover-replaced-nodes-after",
+            ),
+            (
+                vec!["--recovery=true", "--recover-replaced-nodes-after=0s"],
+                "--recover-replaced-nodes-after",
+            ),
+            (
                 vec!["--recovery=true", "--recovery-interval=0s"],
                 "--recovery-interval",
             ),
@@ -425,6 +451,7 @@ mod options_tests {
             "--recover-deleted-nodes=true",
             "--recover-out-of-service=true",
             "--recover-not-ready-after=10m",
+            "--recover-replaced-nodes-after=10m",
         ])
         .expect("parses");
         assert_eq!(all.check_recovery(), Ok(()));

@@ -22,7 +22,8 @@ enum Command {
     #[cfg(feature = "node")]
     Node(localpv::agent::Options),
     /// Serve the kube-scheduler extender: filter and score nodes by free matching local PVs.
-    Extender(localpv::extender::Options),
+    // NB: boxed: its flags outgrew the other variants (clippy's large_enum_variant).
+    Extender(Box<localpv::extender::Options>),
     /// Explain offline why a pod fits or not on each node of a dumped cluster.
     Explain(localpv::explain::Options),
     /// Print the LocalDisk CustomResourceDefinition as YAML.
@@ -124,7 +125,7 @@ fn main() -> ExitCode {
     match cli.command {
         #[cfg(feature = "node")]
         Command::Node(opts) => run_async(localpv::agent::run(opts)),
-        Command::Extender(opts) => run_async(localpv::extender::run(opts)),
+        Command::Extender(opts) => run_async(localpv::extender::run(*opts)),
         Command::Explain(opts) => run_explain(opts),
         Command::Crd => run_crd(),
         Command::Disks(opts) => run_disks(opts),

@@ -2,15 +2,17 @@
 //! extender's Lease holder gathers what it reads, calls [`lost`] and [`decide`], and carries out the answer.
 //!
 //! ```text
-//!  our PVs, LocalDisks (health, drain), Nodes (gone, out-of-service taint, NotReady) ──> lost ──> Lost volumes
+//!  our PVs, LocalDisks (health, drain), Nodes (gone, out-of-service, re-created, NotReady) ──> lost ──> Lost
 //!  per Lost volume: its claim, the StatefulSets and pods of its namespace (a Scene) ─┐
 //!  Policy (modes, node signals, interval) + Memory (in flight, last recovery) ───────┴─> decide ──> Decision
 //! ```
 //!
 //! A Bound PV is lost when its disk is `Failed` (the agent's health judgement, `crate::health`), when an operator
 //! drains its disk (`localpv disks drain`), or when its node is lost: deleted for longer than the clean-up grace,
-//! tainted `node.kubernetes.io/out-of-service` (Kubernetes' non-graceful shutdown signal), or NotReady for longer
-//! than a configured time; each node signal is its own opt-in. A lost volume is recovered by deleting its claim
+//! tainted `node.kubernetes.io/out-of-service` (Kubernetes' non-graceful shutdown signal), re-created under the
+//! same name (a new UID) and, for longer than a configured time, not finding the PV's disk (the agent moves the PV's
+//! `localpv.io/node-uid` to its Node's UID whenever it finds the PV's own disk), or NotReady for longer than a
+//! configured time; each node signal is its own opt-in. A lost volume is recovered by deleting its claim
 //! and the pod using it, so the StatefulSet makes a new claim that binds to a free disk elsewhere. Never by
 //! surprise:
 //!
@@ -98,6 +100,24 @@ pub struct NodeSignals {
     pub out_of_service: bool,
     /// A Node NotReady this long counts; `None`: NotReady does not count.
     pub not_ready_after: Option<Duration>,
+    /// A Node whose UID is not the one the PV's disk was last found under, created this long ago, counts; `None`:
+    /// re-created Nodes do not count.
+    pub replaced_after: Option<Duration>,
+}
+
+impl NodeSignals {
+    /// Whether any node signal is on (the shell then reads Nodes).
+    pub fn any(&self) -> bool {
+        self.gone_after.is_some()
+            || self.out_of_service
+            || self.not_ready_after.is_some()
+            || self.replaced_after.is_some()
+    }
+
+    /// Whether a signal needs each Node's state (taints, conditions, UID), not only its name.
+    pub fn reads_node_state(&self) -> bool {
+        self.out_of_service || self.not_ready_after.is_some() || self.replaced_after.is_some()
+    }
 }
 
 /// Why a Bound volume is lost.
@@ -124,6 +144,13 @@ pub enum Loss {
         node: String,
         since: SystemTime,
     },
+    /// The Node of the PV's name is another object (a new UID) that has not found the PV's disk.
+    NodeReplaced {
+        node: String,
+        /// The UID the PV's disk was last found under, and the Node's now.
+        was: String,
+        now: String,
+    },
 }
 
 impl Loss {
@@ -143,6 +170,9 @@ impl Loss {
             Loss::NodeOutOfService { node } => {
                 format!("node {node} is tainted {TAINT_OUT_OF_SERVICE} (shut down)")
             }
+            Loss::NodeReplaced { node, was, now } => format!(
+                "node {node} was re-created (UID {was} is now {now}: a new machine) and has not found the disk"
+            ),
             Loss::NodeNotReady { node, since } => {
                 let secs = since
                     .elapsed()
@@ -198,7 +228,7 @@ pub fn lost(s: &Sources<'_>) -> Vec<Lost> {
             continue;
         };
         let disk = telling.get(&(pv.name.as_str(), node.as_str())).copied();
-        let Some(loss) = disk.and_then(disk_loss).or_else(|| node_loss(node, s)) else {
+        let Some(loss) = disk.and_then(disk_loss).or_else(|| node_loss(pv, node, s)) else {
             continue;
         };
         out.push(Lost {
@@ -229,7 +259,7 @@ fn disk_loss(d: &Disk) -> Option<Loss> {
     })
 }
 
-fn node_loss(node: &str, s: &Sources<'_>) -> Option<Loss> {
+fn node_loss(pv: &Volume, node: &str, s: &Sources<'_>) -> Option<Loss> {
     let node_name = node.to_string();
     match s.nodes.get(node) {
         None => {
@@ -241,6 +271,11 @@ fn node_loss(node: &str, s: &Sources<'_>) -> Option<Loss> {
         Some(n) if n.out_of_service && s.signals.out_of_service => {
             Some(Loss::NodeOutOfService { node: node_name })
         }
+        Some(n) if replaced(pv, n, s) => Some(Loss::NodeReplaced {
+            node: node_name,
+            was: pv.node_uid.clone().unwrap_or_default(),
+            now: n.uid.clone(),
+        }),
         Some(n) => {
             let after = s.signals.not_ready_after?;
             let since = n.not_ready_since?;
@@ -251,6 +286,22 @@ fn node_loss(node: &str, s: &Sources<'_>) -> Option<Loss> {
             })
         }
     }
+}
+
+/// Whether the Node of `pv`'s name is another object than the one its disk was last found under, and has existed
+/// for the configured time without its agent finding the disk (which moves the PV's node UID to the Node's).
+/// NB: a PV that records no node UID (made before the agent recorded one, and whose disk no agent found since) or
+/// a Node whose UID or creation time is unknown never counts: only a proven change of object does. A Node that
+/// merely restarted keeps its UID; a Node object deleted and re-registered by the same machine gets a new UID, but
+/// its agent finds the disk and moves the PV's UID within seconds, well inside the time.
+fn replaced(pv: &Volume, n: &NodeState, s: &Sources<'_>) -> bool {
+    let (Some(after), Some(was), Some(created)) =
+        (s.signals.replaced_after, pv.node_uid.as_deref(), n.created)
+    else {
+        return false;
+    };
+    let age = s.now.duration_since(created).unwrap_or_default();
+    !was.is_empty() && !n.uid.is_empty() && was != n.uid && age >= after
 }
 
 /// A claim bound to one of our PVs whose disk is Degraded or Failed: its pods and its health status are told.

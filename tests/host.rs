@@ -8,6 +8,8 @@ mod device_dir;
 mod disks;
 #[path = "host/fixtures.rs"]
 mod fixtures;
+#[path = "host/gone.rs"]
+mod gone;
 #[path = "host/smart.rs"]
 mod smart;
 #[path = "host/volume_id.rs"]

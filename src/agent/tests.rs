@@ -19,7 +19,8 @@ use super::pass::{Agent, Setup};
 use super::pvindex::PvIndex;
 use super::{Options, http, metrics};
 use crate::contract::{
-    ANN_DEV_ID, ANN_DEVICE, ANN_FS_TYPE, ANN_FS_UUID, ANN_WIPE_PHASE, DevId, GROUP, NODE_LABEL,
+    ANN_DEV_ID, ANN_DEVICE, ANN_FS_TYPE, ANN_FS_UUID, ANN_NODE_UID, ANN_WIPE_PHASE, DevId, GROUP,
+    NODE_LABEL,
 };
 use crate::effects::scripted::{self, Seen, Step, Verifier, created};
 use crate::host::fake::FakeHost;
@@ -108,7 +109,7 @@ impl TestDisk {
     /// The annotations our PV for this disk records.
     fn identity_annotations(&self) -> Value {
         json!({ANN_DEV_ID: self.dev.to_string(), ANN_DEVICE: "/dev/test0", ANN_FS_TYPE: "ext4",
-               ANN_FS_UUID: "uuid-1", "pv.kubernetes.io/provisioned-by": "localpv-n1"})
+               ANN_FS_UUID: "uuid-1", ANN_NODE_UID: NODE_UID, "pv.kubernetes.io/provisioned-by": "localpv-n1"})
     }
 }
 

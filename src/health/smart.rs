@@ -1,17 +1,19 @@
 //! The device's own health logs, parsed (issue 37, point 1): the NVMe SMART / Health Information log page and the
 //! ATA SMART data and threshold sectors, as the device returns them, into [`Hardware`] for [`super::judge`]. Pure:
-//! the host reads the bytes (`sys::nvme_smart_log`), this module only reads them.
+//! the host reads the bytes (`sys::nvme_smart_log`, `sys::ata_smart_read`, `sys::ata_smart_return_status`), this
+//! module only reads them.
 //!
 //! ```text
 //!  NVMe Get Log Page 02h (512 bytes) ──> parse_nvme ──> NvmeHealth ──> .hardware() ─┐
 //!  ATA SMART READ DATA (512 bytes)   ──> parse_ata_attributes ─┐                    ├─> Hardware
 //!  ATA SMART READ THRESHOLDS         ──> parse_ata_thresholds ─┴─> ata_hardware ────┘
-//!  ATA SMART RETURN STATUS registers ──> ata_return_status ─────┘
+//!  ATA SMART RETURN STATUS sense ──> ata_registers ──> ata_return_status ─┘
 //! ```
 //!
 //! Layouts: NVM Express Base Specification, "SMART / Health Information (Log Identifier 02h)"; ATA/ATAPI-8 and the
 //! de-facto attribute table every ATA drive fills (30 entries of 12 bytes after a 2-byte revision), as smartmontools
-//! reads it. The host reads only NVMe so far; the ATA half is parsed and tested so a reader can be added.
+//! reads it; the ATA registers in sense data as T10 SAT returns them for ATA PASS-THROUGH with CK_COND (the
+//! layout Linux's libata writes in `ata_scsi_set_passthru_sense_fields`).
 
 use super::{Hardware, HardwareSource, Warning};
 
@@ -185,6 +187,54 @@ pub fn ata_return_status(lba_mid: u8, lba_high: u8) -> Option<bool> {
     match (lba_mid, lba_high) {
         (0x4F, 0xC2) => Some(false),
         (0xF4, 0x2C) => Some(true),
+        _ => None,
+    }
+}
+
+/// The ATA registers a SAT translator returns for an ATA PASS-THROUGH command, the ones SMART RETURN STATUS answers
+/// in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AtaRegisters {
+    pub error: u8,
+    pub status: u8,
+    pub lba_mid: u8,
+    pub lba_high: u8,
+}
+
+/// The ATA registers in `sense`: descriptor format (response code 72h/73h) with the ATA Status Return descriptor
+/// (code 09h, 12 bytes: LBA Mid (7:0) at 9, LBA High (7:0) at 11, STATUS at 13), or fixed format (70h/71h, the
+/// VALID bit allowed) with the additional sense code "ATA PASS-THROUGH INFORMATION AVAILABLE" (00h/1Dh: ERROR at
+/// 3, STATUS at 4, LBA (15:8) at 10, LBA (23:16) at 11). `None` for any other sense data (a drive that refused the
+/// command, a truncated buffer).
+pub fn ata_registers(sense: &[u8]) -> Option<AtaRegisters> {
+    match sense.first()? & 0x7F {
+        0x72 | 0x73 => {
+            let end = (8 + usize::from(*sense.get(7)?)).min(sense.len());
+            let mut at = 8;
+            while at + 2 <= end {
+                let (code, len) = (sense[at], usize::from(sense[at + 1]));
+                if code == 0x09 && len == 12 {
+                    let d = sense.get(at..at + 14)?;
+                    return Some(AtaRegisters {
+                        error: d[3],
+                        status: d[13],
+                        lba_mid: d[9],
+                        lba_high: d[11],
+                    });
+                }
+                at += 2 + len;
+            }
+            None
+        }
+        0x70 | 0x71 => {
+            let (asc, ascq) = (*sense.get(12)?, *sense.get(13)?);
+            ((asc, ascq) == (0x00, 0x1D)).then(|| AtaRegisters {
+                error: sense[3],
+                status: sense[4],
+                lba_mid: sense[10],
+                lba_high: sense[11],
+            })
+        }
         _ => None,
     }
 }

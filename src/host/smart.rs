@@ -1,16 +1,19 @@
-//! The device's own health log, read on the host (issue 37, point 1): which NVMe namespace a volume lives on
-//! (sysfs), one Get Log Page 02h on it (`sys::nvme_smart_log`), parsed by the pure `health::smart`.
+//! The device's own health log, read on the host (issue 37, point 1): which drive a volume lives on (sysfs), then
+//! for an NVMe namespace one Get Log Page 02h (`sys::nvme_smart_log`), for an ATA drive behind the kernel's SCSI
+//! translation SMART READ DATA, READ THRESHOLDS and RETURN STATUS through ATA PASS-THROUGH (16)
+//! (`sys::ata_smart_read`, `sys::ata_smart_return_status`), parsed by the pure `health::smart`.
 //!
 //! ```text
 //!  DevId M:m ──> /sys/dev/block/M:m ──> partition? its disk ──> dm/md with one slave? that slave (again)
-//!            ──> an NVMe namespace (nvme0n1) ──> HardwareBook: read it if its last reading is older than
-//!                SMART_LOG_PERIOD ──> Option<Hardware>
+//!            ──> an NVMe namespace (nvme0n1) or an ATA disk (sda, vendor "ATA") ──> HardwareBook: read it if its
+//!                last reading is older than SMART_LOG_PERIOD ──> Option<Hardware>
 //! ```
 //!
 //! Bounded: one read per namespace per `SMART_LOG_PERIOD` (10 minutes), however many disks live on it and however
 //! often the agent looks; between reads every look gets the last reading. Anything that prevents a reading (not
-//! NVMe, `ENOTTY`, `EINVAL`, no permission, a controller error) is "no hardware signal", never an error state.
-//! ATA and SCSI drives are not read yet (`health::smart` parses ATA SMART data; SG_IO is not wired).
+//! NVMe nor ATA, `ENOTTY`, `EINVAL`, no permission, a controller error) is "no hardware signal", never an error
+//! state. SCSI disks that are not ATA (SAS, most USB bridges, virtual disks) are sent nothing: their vendor is not
+//! "ATA", and an ATA command is not theirs to answer.
 
 use std::collections::HashMap;
 use std::fs;
@@ -30,10 +33,27 @@ pub const SMART_LOG_PERIOD: Duration = Duration::from_secs(600);
 /// How many stacked devices (dm on md on a partition...) are followed down to the disk.
 const MAX_DEPTH: usize = 4;
 
-/// The NVMe namespace block device (`nvme0n1`, as sysfs names it) holding block device `dev`: the device itself,
-/// the disk of a partition, or the one device under a dm or md device (a linear LV, a crypt mapping). `None` when
-/// it is not NVMe, is spread over several devices, or sysfs does not say.
-pub fn nvme_namespace(sys: &Path, dev: DevId) -> Option<String> {
+/// The drive whose health log tells about a block device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Drive {
+    /// An NVMe namespace (`nvme0n1`, as sysfs names it).
+    Nvme(String),
+    /// An ATA drive the kernel presents as a SCSI disk (`sda`; libata says vendor "ATA").
+    Ata(String),
+}
+
+impl Drive {
+    pub fn name(&self) -> &str {
+        match self {
+            Drive::Nvme(name) | Drive::Ata(name) => name,
+        }
+    }
+}
+
+/// The drive holding block device `dev`: the device itself, the disk of a partition, or the one device under a dm
+/// or md device (a linear LV, a crypt mapping). `None` when it is neither NVMe nor ATA, is spread over several
+/// devices, or sysfs does not say.
+pub fn drive(sys: &Path, dev: DevId) -> Option<Drive> {
     let mut node = fs::canonicalize(sys.join("dev/block").join(dev.to_string())).ok()?;
     for _ in 0..MAX_DEPTH {
         if node.join("partition").exists() {
@@ -43,12 +63,29 @@ pub fn nvme_namespace(sys: &Path, dev: DevId) -> Option<String> {
             .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
             .unwrap_or_default();
         match slaves.as_slice() {
-            [] => return is_nvme_namespace(&node).then(|| name_of(&node)).flatten(),
+            [] if is_nvme_namespace(&node) => return name_of(&node).map(Drive::Nvme),
+            [] if is_ata_disk(&node) => return name_of(&node).map(Drive::Ata),
+            [] => return None,
             [one] => node = fs::canonicalize(one).ok()?,
             _ => return None,
         }
     }
     None
+}
+
+/// The NVMe namespace holding block device `dev` (see [`drive`]).
+pub fn nvme_namespace(sys: &Path, dev: DevId) -> Option<String> {
+    match drive(sys, dev)? {
+        Drive::Nvme(name) => Some(name),
+        Drive::Ata(_) => None,
+    }
+}
+
+/// An `sd` disk whose SCSI device says vendor "ATA": what libata (and the translators that follow it) shows for an
+/// ATA drive, so ATA PASS-THROUGH reaches a drive that speaks ATA.
+fn is_ata_disk(node: &Path) -> bool {
+    let named = name_of(node).is_some_and(|n| n.starts_with("sd"));
+    named && fs::read_to_string(node.join("device/vendor")).is_ok_and(|v| v.trim() == "ATA")
 }
 
 fn name_of(node: &Path) -> Option<String> {
@@ -92,26 +129,71 @@ impl HardwareBook {
     }
 }
 
-/// The health log of the NVMe namespace holding `dev`, at most once per [`SMART_LOG_PERIOD`] per namespace.
+/// The health log of the drive holding `dev`, at most once per [`SMART_LOG_PERIOD`] per drive.
 pub fn hardware(sys: &Path, dev_dir: &Path, book: &HardwareBook, dev: DevId) -> Option<Hardware> {
-    let namespace = nvme_namespace(sys, dev)?;
-    let node = dev_dir.join(&namespace);
-    book.reading(&namespace, Instant::now(), SMART_LOG_PERIOD, || {
-        read_nvme(&node)
-    })
+    let drive = drive(sys, dev)?;
+    let node = dev_dir.join(drive.name());
+    book.reading(
+        drive.name(),
+        Instant::now(),
+        SMART_LOG_PERIOD,
+        || match drive {
+            Drive::Nvme(_) => read_nvme(&node),
+            Drive::Ata(_) => read_ata(&node),
+        },
+    )
+}
+
+fn open_read_only(node: &Path) -> nix::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{OFlag, open};
+    let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+    open(node, flags, nix::sys::stat::Mode::empty())
 }
 
 /// One Get Log Page 02h on `node`, opened read-only.
 fn read_nvme(node: &Path) -> Option<Hardware> {
-    use nix::fcntl::{OFlag, open};
-    let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
-    let page = open(node, flags, nix::sys::stat::Mode::empty())
+    let page = open_read_only(node)
         .and_then(crate::sys::nvme_smart_log)
         .map_err(|error| debug!(path = %node.display(), %error, "no NVMe health log"))
         .ok()?;
     crate::health::smart::parse_nvme(&page)
         .map(|h| h.hardware())
         .ok()
+}
+
+/// SMART READ DATA, READ THRESHOLDS and RETURN STATUS of the ATA drive at `node`, opened read-only. A drive that
+/// answers only some of them gives what it answered; none: no reading.
+fn read_ata(node: &Path) -> Option<Hardware> {
+    use crate::health::smart::{self, AtaRegisters};
+    use crate::sys::{AtaSmart, ata_smart_read, ata_smart_return_status};
+    let fd = open_read_only(node)
+        .map_err(|error| debug!(path = %node.display(), %error, "no ATA SMART data"))
+        .ok()?;
+    let sector = |what: AtaSmart| {
+        ata_smart_read(&fd, what)
+            .map_err(|error| debug!(path = %node.display(), ?what, %error, "no ATA SMART sector"))
+            .ok()
+    };
+    let attributes = sector(AtaSmart::ReadData).and_then(|s| smart::parse_ata_attributes(&s).ok());
+    let thresholds = sector(AtaSmart::ReadThresholds)
+        .and_then(|s| smart::parse_ata_thresholds(&s).ok())
+        .unwrap_or_default();
+    let failing = ata_smart_return_status(&fd)
+        .ok()
+        .and_then(|sense| smart::ata_registers(&sense))
+        .and_then(
+            |AtaRegisters {
+                 lba_mid, lba_high, ..
+             }| smart::ata_return_status(lba_mid, lba_high),
+        );
+    if attributes.is_none() && failing.is_none() {
+        return None;
+    }
+    Some(smart::ata_hardware(
+        &attributes.unwrap_or_default(),
+        &thresholds,
+        failing,
+    ))
 }
 
 #[cfg(test)]
@@ -121,24 +203,43 @@ mod tests {
     use super::*;
 
     /// A fake sysfs with an NVMe namespace and its partition, a multipath namespace, a loop device, an LV on the
-    /// NVMe partition, and a striped dm device over two devices.
+    /// NVMe partition, a striped dm device over two devices; a SATA disk (vendor "ATA", padded as the kernel pads
+    /// it), its partition and an LV on that, a SAS disk and a disk that shows no vendor.
     fn fake_sys() -> tempfile::TempDir {
         let root = tempfile::tempdir().expect("a temporary directory");
         let sys = root.path();
         let pci = sys.join("devices/pci0000:00/0000:00:1d.0/0000:3d:00.0/nvme/nvme0/nvme0n1");
         let multipath = sys.join("devices/virtual/nvme-subsystem/nvme-subsys1/nvme1n1");
         let virt = sys.join("devices/virtual/block");
+        let ata = "devices/pci0000:00/0000:00:17.0/ata1/host0/target0:0:0/0:0:0:0";
+        let sas =
+            "devices/pci0000:00/0000:02:00.0/host1/port-1:0/end_device-1:0/target1:0:0/1:0:0:0";
+        let (sda, sdb) = (
+            sys.join(ata).join("block/sda"),
+            sys.join(sas).join("block/sdb"),
+        );
         for dir in [
             pci.join("nvme0n1p2"),
             multipath.clone(),
             virt.join("loop3"),
             virt.join("dm-0/slaves"),
             virt.join("dm-1/slaves"),
+            virt.join("dm-2/slaves"),
+            virt.join("sdc"),
+            sda.join("sda1"),
+            sdb.clone(),
             sys.join("dev/block"),
         ] {
             fs::create_dir_all(dir).expect("a directory");
         }
-        fs::write(pci.join("nvme0n1p2/partition"), "2\n").expect("a file");
+        for (file, text) in [
+            (pci.join("nvme0n1p2/partition"), "2\n"),
+            (sda.join("sda1/partition"), "1\n"),
+            (sys.join(ata).join("vendor"), "ATA     \n"),
+            (sys.join(sas).join("vendor"), "SEAGATE \n"),
+        ] {
+            fs::write(file, text).expect("a file");
+        }
         let links = [
             (pci.clone(), "dev/block/259:0"),
             (pci.join("nvme0n1p2"), "dev/block/259:2"),
@@ -158,6 +259,14 @@ mod tests {
                 virt.join("loop3"),
                 "devices/virtual/block/dm-1/slaves/loop3",
             ),
+            (sda.clone(), "dev/block/8:0"),
+            (sda.join("sda1"), "dev/block/8:1"),
+            (sdb.clone(), "dev/block/8:16"),
+            (virt.join("sdc"), "dev/block/8:32"),
+            (virt.join("dm-2"), "dev/block/253:2"),
+            (sda.join("sda1"), "devices/virtual/block/dm-2/slaves/sda1"),
+            (sys.join(ata), &format!("{ata}/block/sda/device")),
+            (sys.join(sas), &format!("{sas}/block/sdb/device")),
         ];
         for (target, link) in links {
             symlink(target, sys.join(link)).expect("a symlink");
@@ -189,7 +298,7 @@ mod tests {
     #[test]
     fn a_loop_device_a_device_over_two_and_an_unknown_number_have_no_namespace() {
         let sys = fake_sys();
-        for dev in [DevId::new(7, 3), DevId::new(253, 1), DevId::new(8, 0)] {
+        for dev in [DevId::new(7, 3), DevId::new(253, 1), DevId::new(8, 48)] {
             assert_eq!(nvme_namespace(sys.path(), dev), None, "{dev}");
         }
     }
@@ -237,5 +346,31 @@ mod tests {
             || panic!("read again within the period"),
         );
         assert_eq!(again, None);
+    }
+
+    #[test]
+    fn an_ata_disk_its_partition_and_an_lv_on_it_resolve_to_the_drive() {
+        let sys = fake_sys();
+        for dev in [DevId::new(8, 0), DevId::new(8, 1), DevId::new(253, 2)] {
+            assert_eq!(
+                drive(sys.path(), dev),
+                Some(Drive::Ata("sda".into())),
+                "{dev}"
+            );
+            assert_eq!(nvme_namespace(sys.path(), dev), None, "{dev}");
+        }
+    }
+
+    #[test]
+    fn a_scsi_disk_that_is_not_ata_is_sent_nothing() {
+        let sys = fake_sys();
+        for dev in [DevId::new(8, 16), DevId::new(8, 32)] {
+            assert_eq!(drive(sys.path(), dev), None, "{dev}");
+            assert_eq!(
+                hardware(sys.path(), sys.path(), &HardwareBook::default(), dev),
+                None,
+                "{dev}"
+            );
+        }
     }
 }

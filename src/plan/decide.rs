@@ -13,7 +13,9 @@ use super::{
     Action, ClassFacts, EventType, HoldReason, Inputs, Plan, PvEvent, Reason, Unpublished,
     WipeOrder,
 };
-use crate::contract::{ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, NODE_LABEL, Phase, WipePhase};
+use crate::contract::{
+    ANN_NODE_UID, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, NODE_LABEL, Phase, WipePhase,
+};
 use crate::disk::{Disk, UnusableReason, VolumeMode};
 use crate::fasthash::FastMap;
 
@@ -207,7 +209,7 @@ impl<'a> Planner<'a> {
     }
 
     fn adopt(&mut self, pv: &PvView, disk: Option<&Disk>, class: &ClassFacts) {
-        let annotations = match disk {
+        let mut annotations = match disk {
             // NB: a disk that can carry the agent's volume id and has none (a tmpfs) is tagged now and its identity
             // recorded in the next pass (NotRecorded): recorded now, a device number alone would refuse every wipe.
             // A reference PV publishing a raw device as a Filesystem PV: recorded as the device it is.
@@ -226,6 +228,10 @@ impl<'a> Planner<'a> {
             Some(disk) if disk.mode == pv.mode => identity::annotations(disk),
             _ => BTreeMap::new(),
         };
+        // NB: the identity recorded now is the disk found here: the PV's disk is under this Node.
+        if !annotations.is_empty() && !self.inputs.node.uid.is_empty() {
+            annotations.insert(ANN_NODE_UID.to_string(), self.inputs.node.uid.clone());
+        }
         let patch = MetaPatch {
             uid: pv.pv_ref.uid.clone(),
             resource_version: Some(pv.pv_ref.resource_version.clone()),
@@ -383,11 +389,25 @@ impl<'a> Planner<'a> {
     }
 
     fn disk_present(&mut self, pv: &PvView, disk: &Disk, check: IdentityCheck, class: &ClassFacts) {
-        if check == IdentityCheck::NotRecorded {
+        let mut annotations = match check {
+            IdentityCheck::NotRecorded => identity::annotations(disk),
+            _ => BTreeMap::new(),
+        };
+        // NB: only the PV's own disk (same identity) moves the PV to this Node's UID: that is what tells recovery a
+        // re-created Node still holds the data (`crate::recovery`). A disk neither confirmed nor refuted moves
+        // nothing; a PV recording no identity gets its UID with its identity, in the same patch.
+        let node_uid = &self.inputs.node.uid;
+        if matches!(check, IdentityCheck::Same | IdentityCheck::NotRecorded)
+            && !node_uid.is_empty()
+            && pv.node_uid.as_ref() != Some(node_uid)
+        {
+            annotations.insert(ANN_NODE_UID.to_string(), node_uid.clone());
+        }
+        if !annotations.is_empty() {
             let patch = MetaPatch {
                 uid: pv.pv_ref.uid.clone(),
                 resource_version: None,
-                annotations: identity::annotations(disk),
+                annotations,
                 ..MetaPatch::default()
             };
             self.writes.push(Action::RecordIdentity {

@@ -18,7 +18,7 @@ use super::{
     StateChanges, StorageClassFacts,
 };
 use crate::config::{BlockWipe, ClassConfig, Config, FsWipe, WipeMethod};
-use crate::contract::{ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, KEY_PREFIX, NODE_LABEL};
+use crate::contract::{ANN_NODE_UID, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, KEY_PREFIX, NODE_LABEL};
 use crate::disk::{Discovery, Disk, DiskIdentity, VolumeMode};
 use crate::pvname;
 
@@ -132,6 +132,7 @@ impl Pv {
         let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
         annotations.retain(|k, _| !k.starts_with(KEY_PREFIX));
         annotations.extend(identity::annotations(disk));
+        annotations.insert(ANN_NODE_UID.into(), NODE_UID.into());
         let spec = self.spec();
         spec.local = Some(LocalVolumeSource {
             path: disk.host_path.display().to_string(),

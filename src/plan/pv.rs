@@ -15,7 +15,8 @@ use super::identity::{self, Recorded};
 use super::{NodeFacts, StorageClassFacts};
 use crate::config::{ClassConfig, Config};
 use crate::contract::{
-    ANN_MEDIUM, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, MEDIUM_DEVICE, NODE_LABEL, Phase, WipePhase,
+    ANN_MEDIUM, ANN_NODE_UID, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, MEDIUM_DEVICE, NODE_LABEL, Phase,
+    WipePhase,
 };
 use crate::disk::{Disk, VolumeMode};
 
@@ -75,6 +76,8 @@ pub struct PvView {
     pub claim: Option<(String, String)>,
     /// The wipe phase for this PV's current lifetime (stale phases read as `None`).
     pub wipe: WipePhase,
+    /// `localpv.io/node-uid`: the Node UID its disk was last found under.
+    pub node_uid: Option<String>,
 }
 
 impl PvView {
@@ -127,6 +130,7 @@ impl PvView {
                 .as_ref()
                 .and_then(|c| Some((c.namespace.clone()?, c.name.clone()?))),
             wipe,
+            node_uid: annotations.get(ANN_NODE_UID).cloned(),
         })
     }
 
@@ -254,6 +258,9 @@ impl NewPv<'_> {
             ANN_PROVISIONED_BY.to_string(),
             provisioner_name(&self.node.name),
         );
+        if !self.node.uid.is_empty() {
+            annotations.insert(ANN_NODE_UID.to_string(), self.node.uid.clone());
+        }
         let capacity = if self.config.capacity_rounding {
             round_capacity(disk.capacity_bytes)
         } else {

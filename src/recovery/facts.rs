@@ -77,6 +77,10 @@ pub struct NodeState {
     pub out_of_service: bool,
     /// When its Ready condition last turned False or Unknown, while it is not Ready.
     pub not_ready_since: Option<SystemTime>,
+    /// The object's UID: a new one under the same name is a re-created Node.
+    pub uid: String,
+    /// `metadata.creationTimestamp`.
+    pub created: Option<SystemTime>,
 }
 
 impl NodeState {
@@ -98,6 +102,12 @@ impl NodeState {
         NodeState {
             out_of_service,
             not_ready_since,
+            uid: node.metadata.uid.clone().unwrap_or_default(),
+            created: node
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| SystemTime::from(t.0)),
         }
     }
 }

@@ -22,6 +22,7 @@ fn volume(name: &str, node: &str, phase: Phase, claim: Option<&str>) -> Arc<Volu
         }),
         deleting: false,
         class: Some("fast".into()),
+        node_uid: Some(format!("uid-{node}")),
     })
 }
 
@@ -34,6 +35,15 @@ fn disk(name: &str, node: &str, pv: &str, health: Option<State>) -> Disk {
         health_reason: health.map(|_| "FilesystemShutDown".into()),
         health_message: health.map(|_| "xfs shut down".into()),
         drain: None,
+    }
+}
+
+/// A Node as it was when its PVs were made: its UID is the one they record, created long before the tests' times.
+fn node_state(name: &str) -> NodeState {
+    NodeState {
+        uid: format!("uid-{name}"),
+        created: Some(SystemTime::UNIX_EPOCH),
+        ..NodeState::default()
     }
 }
 
@@ -57,13 +67,10 @@ impl World {
                 disk("node-1-a", "node-1", "pv-a", None),
                 disk("node-2-b", "node-2", "pv-b", None),
             ],
-            nodes: [
-                ("node-1", NodeState::default()),
-                ("node-2", NodeState::default()),
-            ]
-            .into_iter()
-            .map(|(n, s)| (n.to_string(), s))
-            .collect(),
+            nodes: ["node-1", "node-2"]
+                .into_iter()
+                .map(|n| (n.to_string(), node_state(n)))
+                .collect(),
             gone_since: BTreeMap::new(),
             signals: NodeSignals::default(),
         }
@@ -155,15 +162,18 @@ fn node_signals_count_only_when_each_is_opted_in() {
     let oos = NodeState {
         out_of_service: true,
         not_ready_since: Some(at(0)),
+        ..node_state("node-1")
     };
     let not_ready = NodeState {
         out_of_service: false,
         not_ready_since: Some(at(0)),
+        ..node_state("node-1")
     };
     let all = NodeSignals {
         gone_after: Some(Duration::from_secs(600)),
         out_of_service: true,
         not_ready_after: Some(Duration::from_secs(300)),
+        replaced_after: Some(Duration::from_secs(600)),
     };
     let cases = [
         Case {
@@ -196,14 +206,14 @@ fn node_signals_count_only_when_each_is_opted_in() {
         },
         Case {
             signals: all.clone(),
-            node1: NodeState::default(),
+            node1: node_state("node-1"),
             node2_gone_since: Some(0),
             now: 599,
             lost: &[],
         },
         Case {
             signals: all.clone(),
-            node1: NodeState::default(),
+            node1: node_state("node-1"),
             node2_gone_since: Some(0),
             now: 600,
             lost: &["pv-b"],
@@ -215,7 +225,7 @@ fn node_signals_count_only_when_each_is_opted_in() {
             },
             node1: NodeState {
                 out_of_service: true,
-                not_ready_since: None,
+                ..node_state("node-1")
             },
             node2_gone_since: None,
             now: 10_000,
@@ -233,6 +243,72 @@ fn node_signals_count_only_when_each_is_opted_in() {
         let got: Vec<String> = w.lost(at(c.now)).into_iter().map(|(pv, _)| pv).collect();
         assert_eq!(got, c.lost, "case {i}");
     }
+}
+
+#[rstest::rstest]
+#[case::a_restart_keeps_the_uid("uid-node-1", Some("uid-node-1"), Some(0), 10_000, false)]
+#[case::a_new_uid_past_the_time("uid-node-1b", Some("uid-node-1"), Some(0), 600, true)]
+#[case::a_new_uid_within_the_time("uid-node-1b", Some("uid-node-1"), Some(0), 599, false)]
+#[case::the_agent_found_the_disk_since("uid-node-1b", Some("uid-node-1b"), Some(0), 10_000, false)]
+#[case::the_pv_records_no_uid("uid-node-1b", None, Some(0), 10_000, false)]
+#[case::the_pv_records_an_empty_uid("uid-node-1b", Some(""), Some(0), 10_000, false)]
+#[case::the_node_uid_is_unknown("", Some("uid-node-1"), Some(0), 10_000, false)]
+#[case::the_node_creation_is_unknown("uid-node-1b", Some("uid-node-1"), None, 10_000, false)]
+#[case::a_creation_in_the_future("uid-node-1b", Some("uid-node-1"), Some(20_000), 10_000, false)]
+fn a_re_created_node_loses_a_pv_only_under_a_new_uid_that_has_not_found_its_disk_for_the_time(
+    #[case] node_uid: &str,
+    #[case] pv_node_uid: Option<&str>,
+    #[case] created: Option<u64>,
+    #[case] now: u64,
+    #[case] want: bool,
+) {
+    let mut w = World::new();
+    w.signals.replaced_after = Some(Duration::from_secs(600));
+    w.nodes.insert(
+        "node-1".into(),
+        NodeState {
+            uid: node_uid.into(),
+            created: created.map(at),
+            ..NodeState::default()
+        },
+    );
+    Arc::make_mut(&mut w.pvs[0]).node_uid = pv_node_uid.map(String::from);
+    let got = w.lost(at(now));
+    let expected = want.then(|| {
+        let loss = Loss::NodeReplaced {
+            node: "node-1".into(),
+            was: "uid-node-1".into(),
+            now: node_uid.into(),
+        };
+        ("pv-a".to_string(), loss)
+    });
+    assert_eq!(got, expected.into_iter().collect::<Vec<_>>());
+}
+
+#[test]
+fn a_re_created_node_counts_only_when_opted_in_and_a_deleted_node_is_not_a_re_created_one() {
+    let mut w = World::new();
+    let replaced = NodeState {
+        uid: "uid-node-1b".into(),
+        created: Some(at(0)),
+        ..NodeState::default()
+    };
+    w.nodes.insert("node-1".into(), replaced);
+    w.signals = NodeSignals {
+        gone_after: Some(Duration::from_secs(1)),
+        out_of_service: true,
+        not_ready_after: Some(Duration::from_secs(1)),
+        replaced_after: None,
+    };
+    assert_eq!(w.lost(at(100_000)), vec![], "every other signal on");
+    w.signals = NodeSignals {
+        replaced_after: Some(Duration::from_secs(1)),
+        ..NodeSignals::default()
+    };
+    w.nodes.remove("node-2");
+    w.gone_since.insert("node-2".into(), at(0));
+    let lost: Vec<String> = w.lost(at(100_000)).into_iter().map(|(pv, _)| pv).collect();
+    assert_eq!(lost, ["pv-a"], "node-2 deleted: not a re-created node");
 }
 
 fn lost_a() -> Lost {

@@ -20,6 +20,17 @@ fn name(pv: &PersistentVolume) -> &str {
     pv.metadata.name.as_deref().expect("name")
 }
 
+/// Appends `lines` (configuration keys) to the agent's configuration, before it starts.
+fn configure(agent: &crate::support::agent::Agent, lines: &str) {
+    let config = std::fs::read_to_string(&agent.config).expect("agent config");
+    std::fs::write(&agent.config, format!("{config}{lines}")).expect("agent config written");
+}
+
+/// node-1's PV for `vol`, once Available.
+async fn available(client: &kube::Client, vol: &std::path::Path) -> PersistentVolume {
+    pv_at(client, "node-1", vol, "Available", Duration::from_secs(60)).await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_disk_that_fails_is_withdrawn_and_its_tenant_told() {
     let (cp, ns, mut agent) = one_class_plane("failure").await;
@@ -27,12 +38,7 @@ async fn a_disk_that_fails_is_withdrawn_and_its_tenant_told() {
     let reaper = cp.reaper();
     let hosts = cp.dir.join("hosts/node-1");
     // Looked at every second, so the bounded waits below stay short.
-    let config = std::fs::read_to_string(&agent.config).unwrap();
-    std::fs::write(
-        &agent.config,
-        format!("{config}diskHealthCheckPeriod: 1s\n"),
-    )
-    .unwrap();
+    configure(&agent, "diskHealthCheckPeriod: 1s\n");
     let mut loops = Vec::new();
     let mut mounts = Vec::new();
     let mut vols = Vec::new();
@@ -52,7 +58,7 @@ async fn a_disk_that_fails_is_withdrawn_and_its_tenant_told() {
     agent.wait_ready().await;
     let mut pvs = Vec::new();
     for vol in &vols {
-        pvs.push(pv_at(&client, "node-1", vol, "Available", Duration::from_secs(60)).await);
+        pvs.push(available(&client, vol).await);
     }
     claim_pv(&client, &ns, "data", &pvs[1], CLASS, "1Mi").await;
 
@@ -145,14 +151,7 @@ async fn a_cordoned_disk_is_withdrawn_until_uncordoned_across_a_restart() {
     let _m = Mount::tmpfs(&vol, "16M", cp.reaper());
     agent.start(&cp);
     agent.wait_ready().await;
-    let pv = pv_at(
-        &client,
-        "node-1",
-        &vol,
-        "Available",
-        Duration::from_secs(60),
-    )
-    .await;
+    let pv = available(&client, &vol).await;
     let kubeconfig = cp.kubeconfig_for("operator", "operator", &["system:masters"]);
     let cli = |verb: &str| {
         let out = std::process::Command::new(crate::support::agent::localpv_bin())
@@ -230,12 +229,7 @@ async fn a_disk_whose_writes_fail_is_marked_unhealthy_and_withdrawn() {
     let (cp, _ns, mut agent) = one_class_plane("failure-eio").await;
     let client = cp.client();
     let reaper = cp.reaper();
-    let config = std::fs::read_to_string(&agent.config).unwrap();
-    std::fs::write(
-        &agent.config,
-        format!("{config}diskHealthCheckPeriod: 1s\n"),
-    )
-    .unwrap();
+    configure(&agent, "diskHealthCheckPeriod: 1s\n");
     let disk = FaultyDisk::new(&cp.dir.join("hosts/node-1/faulty"), 64, "ext4", reaper);
     let sick = agent.disk("sick");
     let _sick = disk.mount_at(&sick, reaper);
@@ -243,22 +237,8 @@ async fn a_disk_whose_writes_fail_is_marked_unhealthy_and_withdrawn() {
     let _well = Mount::tmpfs(&well, "16M", reaper);
     agent.start(&cp);
     agent.wait_ready().await;
-    let pv = pv_at(
-        &client,
-        "node-1",
-        &sick,
-        "Available",
-        Duration::from_secs(60),
-    )
-    .await;
-    let neighbour = pv_at(
-        &client,
-        "node-1",
-        &well,
-        "Available",
-        Duration::from_secs(60),
-    )
-    .await;
+    let pv = available(&client, &sick).await;
+    let neighbour = available(&client, &well).await;
 
     disk.set(Mode::FailWrites);
     let mut file = std::fs::File::create(sick.join("tenant.txt")).expect("create");
@@ -309,4 +289,58 @@ async fn health_of(
             .and_then(|d| d.status.as_ref()?.health.clone())
     };
     Ok(vols.iter().map(health).collect())
+}
+
+/// The device under a Bound PV gone for good (issue 37, point 1): the loop device under its mounted ext4 detached
+/// (the kernel keeps it until the unmount) and its backing file deleted (the data goes with that unmount). The PV
+/// and its claim are told `DiskDegraded` at the next look and `DiskFailed` once gone past `diskGoneGracePeriod`, the
+/// LocalDisk says `Failed` (`DeviceGone`), and the PV stays Bound: nothing is deleted or wiped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_device_gone_under_a_bound_pv_is_degraded_at_once_and_failed_past_the_grace() {
+    let (cp, ns, mut agent) = one_class_plane("gone").await;
+    let client = cp.client();
+    let reaper = cp.reaper();
+    configure(
+        &agent,
+        "diskHealthCheckPeriod: 1s\ndiskGoneGracePeriod: 6s\n",
+    );
+    let vol = agent.disk("vol1");
+    let backing = cp.dir.join("hosts/node-1/vol1.img");
+    let mut device = LoopDevice::new(&backing, 320, Some("ext4"), reaper);
+    let mount = Mount::device(&device.device, &vol, reaper);
+    agent.start(&cp);
+    agent.wait_ready().await;
+    let pv = available(&client, &vol).await;
+    claim_pv(&client, &ns, "data", &pv, CLASS, "1Mi").await;
+
+    run("losetup", &["-d", &device.device]);
+    // NB: detached already; the unmount below frees it (autoclear), and the number may then be someone else's.
+    device.device.clear();
+    std::fs::remove_file(&backing).expect("backing file removed");
+
+    let degraded = wait_event(&client, name(&pv), "DiskDegraded", Duration::from_secs(30)).await;
+    assert!(degraded.contains("gone"), "{degraded}");
+    let failed = wait_event(&client, name(&pv), "DiskFailed", Duration::from_secs(30)).await;
+    assert!(failed.contains("gone"), "{failed}");
+    wait_event(&client, "data", "DiskFailed", Duration::from_secs(30)).await;
+    let disk = Api::<LocalDisk>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("LocalDisks")
+        .items
+        .into_iter()
+        .find(|d| d.spec.path == vol.display().to_string())
+        .expect("the disk's LocalDisk");
+    let status = disk.status.expect("a status");
+    assert_eq!(status.health.as_deref(), Some("Failed"));
+    let healthy = status.conditions.iter().find(|c| c.type_ == "Healthy");
+    assert_eq!(healthy.map(|c| c.reason.as_str()), Some("DeviceGone"));
+    let now = pvs_of(&client, "node-1").await;
+    let bound = now.get(&vol.display().to_string()).expect("the PV stays");
+    assert_eq!(
+        (phase(bound), &bound.metadata.uid),
+        ("Bound".into(), &pv.metadata.uid)
+    );
+    agent.process.take();
+    drop(mount);
 }

@@ -35,4 +35,5 @@ mod node_agent;
 mod packaging;
 mod reclaim;
 mod recovery;
+mod recovery_replaced;
 mod walkthrough;

@@ -220,13 +220,22 @@ fn chart_refuses_values_outside_its_schema() {
     }
 }
 
-/// Recovery values a careless operator might give are refused, naming the key: a malformed duration, and deleted
-/// nodes as a signal without the clean-up that times their absence (the extender would refuse to start).
+/// Recovery values a careless operator might give are refused, naming the key: a malformed duration, deleted nodes
+/// as a signal without the clean-up that times their absence, and a zero time for re-created nodes (the extender
+/// would refuse to start).
 #[test]
 fn chart_refuses_recovery_values_that_would_break_or_do_nothing_naming_the_key() {
     for (set, key) in [
         ("extender.recovery.interval=5 minutes", "interval"),
         ("extender.recovery.notReadyAfter=soon", "notReadyAfter"),
+        (
+            "extender.recovery.replacedNodesAfter=soon",
+            "replacedNodesAfter",
+        ),
+        (
+            "extender.recovery.enabled=true,extender.recovery.replacedNodesAfter=0s",
+            "replacedNodesAfter",
+        ),
         (
             "extender.recovery.enabled=true,extender.recovery.deletedNodes=true,extender.nodeCleanup.enabled=false",
             "deletedNodes",

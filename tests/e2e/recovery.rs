@@ -23,29 +23,29 @@ use crate::support::eventually;
 use crate::support::nodes::create_node;
 use crate::support::proc::Component;
 
-const CLASS: &str = "local-recovery";
-const WAIT: Duration = Duration::from_secs(60);
+pub(crate) const CLASS: &str = "local-recovery";
+pub(crate) const WAIT: Duration = Duration::from_secs(60);
 
-struct Scene {
-    client: kube::Client,
-    ns: String,
+pub(crate) struct Scene {
+    pub(crate) client: kube::Client,
+    pub(crate) ns: String,
 }
 
 impl Scene {
-    fn pvcs(&self) -> Api<PersistentVolumeClaim> {
+    pub(crate) fn pvcs(&self) -> Api<PersistentVolumeClaim> {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    fn pods(&self) -> Api<Pod> {
+    pub(crate) fn pods(&self) -> Api<Pod> {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    fn sets(&self) -> Api<StatefulSet> {
+    pub(crate) fn sets(&self) -> Api<StatefulSet> {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
     /// PV `pv` on `node`, pre-bound to claim `claim` of this namespace, its LocalDisk `disk` naming it.
-    async fn volume(&self, pv: &str, node: &str, claim: Option<&str>, disk: &str) {
+    pub(crate) async fn volume(&self, pv: &str, node: &str, claim: Option<&str>, disk: &str) {
         let mut v = json!({
             "metadata": {"name": pv, "labels": {"localpv.io/node": node}},
             "spec": {
@@ -80,7 +80,7 @@ impl Scene {
 
     /// What the StatefulSet controller and the kubelet would do for replica `i`: its claim (bound to `pv`) and a
     /// Ready pod using it, controlled by the set.
-    async fn replica(&self, i: u32, pv: &str) {
+    pub(crate) async fn replica(&self, i: u32, pv: &str) {
         let claim = format!("data-web-{i}");
         let c: PersistentVolumeClaim = obj(json!({"metadata": {"name": claim}, "spec": {
             "accessModes": ["ReadWriteOnce"], "storageClassName": CLASS, "volumeName": pv,
@@ -146,7 +146,7 @@ impl Scene {
             .expect("annotated");
     }
 
-    async fn uid<K>(&self, api: &Api<K>, name: &str) -> Option<String>
+    pub(crate) async fn uid<K>(&self, api: &Api<K>, name: &str) -> Option<String>
     where
         K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
@@ -155,7 +155,7 @@ impl Scene {
     }
 
     /// Waits for an Event `reason` on `name` in this namespace whose note contains `text`; returns the note.
-    async fn note(&self, name: &str, reason: &str, text: &str) -> String {
+    pub(crate) async fn note(&self, name: &str, reason: &str, text: &str) -> String {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
         let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
         eventually(
@@ -179,7 +179,7 @@ impl Scene {
     }
 
     /// Waits until pod `name` is gone.
-    async fn wait_pod_gone(&self, name: &str) {
+    pub(crate) async fn wait_pod_gone(&self, name: &str) {
         eventually(&format!("{}/{name} deleted", self.ns), WAIT, || async {
             match self.uid(&self.pods(), name).await {
                 None => Ok(()),
@@ -190,7 +190,7 @@ impl Scene {
     }
 
     /// No recovery Event at all in this namespace.
-    async fn assert_no_recovery_events(&self, what: &str) {
+    pub(crate) async fn assert_no_recovery_events(&self, what: &str) {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
         let told = events
             .list(&ListParams::default())
@@ -242,7 +242,12 @@ impl Scene {
     }
 }
 
-async fn statefulset(client: &kube::Client, ns: &str, replicas: u32, annotation: Option<&str>) {
+pub(crate) async fn statefulset(
+    client: &kube::Client,
+    ns: &str,
+    replicas: u32,
+    annotation: Option<&str>,
+) {
     let mut s = json!({
         "metadata": {"name": "web"},
         "spec": {"replicas": replicas, "serviceName": "web", "podManagementPolicy": "Parallel",
@@ -279,13 +284,13 @@ async fn single_replica(cp: &ControlPlane, node: &str, prefix: &str, disk: &str)
 }
 
 /// Lets the leader make at least two passes (a tick is 5 s).
-async fn passes() {
+pub(crate) async fn passes() {
     tokio::time::sleep(Duration::from_secs(11)).await;
 }
 
 /// A control plane with the CRD and the class, recovery's class annotation `class_ask`; the API server serves the
 /// claims' `status.healthStatus` (feature gate `CSIVolumeHealth`, alpha in 1.37).
-async fn plane(class_ask: Option<&str>) -> ControlPlane {
+pub(crate) async fn plane(class_ask: Option<&str>) -> ControlPlane {
     let cp = ControlPlane::start(Options {
         controller_manager: true,
         api_feature_gates: vec!["CSIVolumeHealth=true".into()],
@@ -306,7 +311,7 @@ async fn plane(class_ask: Option<&str>) -> ControlPlane {
 }
 
 /// The extender with `args` beyond the listen address and the Lease.
-fn extender(cp: &ControlPlane, args: &[&str]) -> Component {
+pub(crate) fn extender(cp: &ControlPlane, args: &[&str]) -> Component {
     let port = free_port();
     let mut all: Vec<String> = vec![
         "extender".into(),

@@ -1,5 +1,6 @@
-//! The device health log reader on a real loop device (issue 37, point 1): this machine has no NVMe device, so
-//! what is checked is that a disk that is not NVMe gives no hardware signal, and no error or sign of failing.
+//! The device health log readers on a real loop device (issue 37, point 1): this machine has no NVMe or ATA device,
+//! so what is checked is that a disk that is neither gives no hardware signal, no error or sign of failing, and that
+//! the kernel refuses both kinds of command cleanly.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -8,7 +9,8 @@ use localpv::discover::discover;
 use localpv::host::Host;
 use localpv::host::health::HealthProbe;
 use localpv::host::linux::LinuxHost;
-use localpv::host::smart::{HardwareBook, hardware, nvme_namespace};
+use localpv::host::smart::{HardwareBook, drive, hardware, nvme_namespace};
+use localpv::sys::AtaSmart;
 
 use crate::fixtures::Scene;
 
@@ -55,5 +57,18 @@ fn a_loop_device_has_no_hardware_health_log_and_no_sign() {
     assert!(
         refused.is_err(),
         "a loop device answered an NVMe command: {refused:?}"
+    );
+
+    // Nor is it an ATA drive: no drive to read, and ATA PASS-THROUGH sent anyway is refused (no SCSI generic
+    // interface), an error and no sector or verdict.
+    assert_eq!(drive("/sys".as_ref(), dev), None);
+    for what in [AtaSmart::ReadData, AtaSmart::ReadThresholds] {
+        let refused = localpv::sys::ata_smart_read(&file, what);
+        assert!(refused.is_err(), "a loop device answered {what:?}");
+    }
+    let refused = localpv::sys::ata_smart_return_status(&file);
+    assert!(
+        refused.is_err(),
+        "a loop device answered SMART RETURN STATUS: {refused:?}"
     );
 }

@@ -394,3 +394,83 @@ fn the_return_status_registers_say_pass_fail_or_nothing() {
     assert_eq!(ata_return_status(0xF4, 0x2C), Some(true));
     assert_eq!(ata_return_status(0, 0), None);
 }
+
+/// Each sense buffer of a kernel log ("Descriptor sense data with sense descriptors (in hex):" and its hex lines).
+fn logged_sense(text: &str) -> Vec<Vec<u8>> {
+    let mut buffers: Vec<Vec<u8>> = Vec::new();
+    for line in text.lines() {
+        let rest = line.split_once("] ").map_or(line, |(_, r)| r);
+        if rest.starts_with("Descriptor sense data") {
+            buffers.push(Vec::new());
+            continue;
+        }
+        let bytes: Option<Vec<u8>> = rest
+            .split_whitespace()
+            .map(|b| {
+                (b.len() == 2)
+                    .then(|| u8::from_str_radix(b, 16).ok())
+                    .flatten()
+            })
+            .collect();
+        if let (Some(bytes), Some(last)) = (bytes.filter(|b| !b.is_empty()), buffers.last_mut()) {
+            last.extend(bytes);
+        }
+    }
+    buffers
+}
+
+#[test]
+fn the_recorded_return_status_sense_says_passing_and_another_commands_says_nothing() {
+    let logged = logged_sense(&fixture("ata-sat-sense.dmesg.txt"));
+    assert_eq!(logged.len(), 2, "{logged:x?}");
+    let passing = ata_registers(&logged[0]).expect("an ATA Status Return descriptor");
+    assert_eq!(
+        passing,
+        AtaRegisters {
+            error: 0,
+            status: 0x50,
+            lba_mid: 0x4F,
+            lba_high: 0xC2
+        }
+    );
+    assert_eq!(
+        ata_return_status(passing.lba_mid, passing.lba_high),
+        Some(false)
+    );
+    let other = ata_registers(&logged[1]).expect("an ATA Status Return descriptor");
+    assert_eq!(ata_return_status(other.lba_mid, other.lba_high), None);
+}
+
+#[test]
+fn a_failing_verdict_reads_in_both_sense_formats_and_other_sense_data_is_no_verdict() {
+    let logged = logged_sense(&fixture("ata-sat-sense.dmesg.txt"));
+    let mut failing = logged[0].clone();
+    (failing[17], failing[19]) = (0xF4, 0x2C);
+    let verdict =
+        |sense: &[u8]| ata_registers(sense).and_then(|r| ata_return_status(r.lba_mid, r.lba_high));
+    assert_eq!(verdict(&failing), Some(true), "descriptor format");
+    // Fixed format, as libata writes it: VALID set, RECOVERED ERROR, 00h/1Dh, ERROR 3, STATUS 4, LBA 9-11.
+    let mut fixed = [0u8; 18];
+    fixed[0] = 0xF0;
+    fixed[2] = 0x01;
+    fixed[7] = 10;
+    fixed[4] = 0x50;
+    (fixed[9], fixed[10], fixed[11]) = (0, 0xF4, 0x2C);
+    fixed[13] = 0x1D;
+    assert_eq!(verdict(&fixed), Some(true), "fixed format");
+    (fixed[10], fixed[11]) = (0x4F, 0xC2);
+    assert_eq!(verdict(&fixed), Some(false), "fixed format, passing");
+    // A SAS drive refusing the command: ILLEGAL REQUEST, INVALID COMMAND OPERATION CODE (20h/00h), whatever its
+    // command-specific bytes hold.
+    let mut refused = fixed;
+    (refused[2], refused[12], refused[13]) = (0x05, 0x20, 0x00);
+    assert_eq!(ata_registers(&refused), None);
+    for cut in 0..logged[0].len() {
+        assert_eq!(ata_registers(&logged[0][..cut]), None, "cut at {cut}");
+    }
+    assert_eq!(ata_registers(&[]), None);
+    // A descriptor list whose lengths run past the buffer.
+    let mut runaway = logged[0].clone();
+    (runaway[7], runaway[9]) = (0xFF, 0xFF);
+    assert_eq!(ata_registers(&runaway), None);
+}

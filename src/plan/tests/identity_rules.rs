@@ -2,6 +2,7 @@
 //! with the agent's volume id before they are published.
 
 use super::*;
+use crate::contract::ANN_NODE_UID;
 use crate::disk::DiskIdentity;
 
 /// A tmpfs: no UUID, no device, an anonymous device number.
@@ -229,4 +230,72 @@ fn an_adopted_tmpfs_is_tagged_and_records_its_volume_id_so_it_is_wiped_once_rele
     world.existing[0].status.get_or_insert_default().phase = Some("Released".into());
     let order = only_wipe(&world.plan());
     assert_eq!(order.expected.volume_id.as_deref(), Some("vid-vol1"));
+}
+
+/// A Bound PV of vol1 whose disk was last found under another Node object (the node was re-created).
+fn found_under(node_uid: Option<&str>) -> PersistentVolume {
+    let mut pv = Pv::test().bound().build();
+    let annotations = pv.metadata.annotations.get_or_insert_with(Default::default);
+    annotations.remove(ANN_NODE_UID);
+    if let Some(uid) = node_uid {
+        annotations.insert(ANN_NODE_UID.into(), uid.into());
+    }
+    pv
+}
+
+fn node_uid_patches(plan: &Plan) -> Vec<Option<String>> {
+    let patches = plan.actions.iter().filter_map(|a| match a {
+        Action::RecordIdentity { patch, .. } | Action::AdoptPv { patch, .. } => Some(patch),
+        _ => None,
+    });
+    patches
+        .map(|p| p.annotations.get(ANN_NODE_UID).cloned())
+        .collect()
+}
+
+#[test]
+fn a_new_pv_records_the_uid_of_the_node_it_was_made_on() {
+    let plan = World::new(vec![disk("vol1")], vec![]).plan();
+    let created: Vec<_> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreatePv(pv) => pv.metadata.annotations.as_ref()?.get(ANN_NODE_UID).cloned(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created, [NODE_UID]);
+}
+
+#[rstest::rstest]
+#[case::another_node_object(Some("old-node-uid"))]
+#[case::recorded_before_the_agent_recorded_one(None)]
+fn the_pvs_own_disk_found_under_a_re_created_node_moves_the_pv_to_its_uid_once(
+    #[case] recorded: Option<&str>,
+) {
+    let mut world = World::new(vec![disk("vol1")], vec![found_under(recorded)]);
+    let plans = world.settle();
+    assert_eq!(node_uid_patches(&plans[0]), [Some(NODE_UID.to_string())]);
+    let later: Vec<_> = plans[1..].iter().flat_map(node_uid_patches).collect();
+    assert_eq!(later, Vec::<Option<String>>::new(), "once");
+    let annotations = world.existing[0].metadata.annotations.as_ref();
+    assert_eq!(
+        annotations
+            .and_then(|a| a.get(ANN_NODE_UID))
+            .map(String::as_str),
+        Some(NODE_UID)
+    );
+}
+
+#[test]
+fn another_disk_or_no_disk_at_the_path_never_moves_the_pv_to_the_new_node() {
+    let mut other = disk("vol1");
+    other.identity.fs_uuid = Some("uuid-of-a-new-disk".into());
+    for (what, disks) in [("another disk", vec![other]), ("no disk", vec![])] {
+        let plan = World::new(disks, vec![found_under(Some("old-node-uid"))]).plan();
+        let moved = node_uid_patches(&plan).into_iter().flatten().count();
+        assert_eq!(moved, 0, "{what}: {:?}", summary(&plan));
+    }
+    let plan = World::new(vec![disk("vol1")], vec![found_under(Some(NODE_UID))]).plan();
+    assert!(node_uid_patches(&plan).is_empty(), "already this node's");
 }

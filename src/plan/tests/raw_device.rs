@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::config::{BlockWipe, WipeMethod};
-use crate::contract::{ANN_FS_UUID, ANN_MEDIUM, ANN_SERIAL, DevId, MEDIUM_DEVICE};
+use crate::contract::{ANN_FS_UUID, ANN_MEDIUM, ANN_NODE_UID, ANN_SERIAL, DevId, MEDIUM_DEVICE};
 use crate::disk::DiskIdentity;
 
 /// An NVMe device linked into the Filesystem class's directory, with serial `serial` and no filesystem.
@@ -33,6 +33,7 @@ fn device_pv(pv: Pv, d: &Disk) -> PersistentVolume {
     let annotations = pv.metadata.annotations.get_or_insert_with(Default::default);
     annotations.retain(|k, _| k == super::ANN_PROVISIONED_BY);
     annotations.extend(identity::annotations_as(d, VolumeMode::Filesystem));
+    annotations.insert(ANN_NODE_UID.into(), super::NODE_UID.into());
     let spec = pv.spec.as_mut().expect("spec");
     spec.volume_mode = Some("Filesystem".into());
     pv
