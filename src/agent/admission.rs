@@ -30,6 +30,12 @@ struct Record {
     fingerprint: Fingerprint,
 }
 
+/// The agent's discovery directories, as its PVs spell their paths, and whether a class has `selector` terms.
+pub struct Dirs {
+    pub paths: Vec<PathBuf>,
+    pub shared: bool,
+}
+
 pub struct Guard {
     client: Client,
     name: String,
@@ -42,7 +48,7 @@ pub struct Guard {
 impl Guard {
     /// The guard for the policy named `name`, starting narrow when the record in `state_dir` is what is in force
     /// now (checked against the agent's discovery directories `dirs`), wide otherwise.
-    pub async fn start(client: Client, name: String, state_dir: &Path, dirs: &[PathBuf]) -> Guard {
+    pub async fn start(client: Client, name: String, state_dir: &Path, dirs: &Dirs) -> Guard {
         let record = state_dir.join(RECORD);
         let recorded = read_record(&record, &name);
         let mut guard = Guard {
@@ -77,11 +83,7 @@ impl Guard {
 
     /// While wide, with the index complete: looks at the policy when due; `blockers` counts the index's PVs a
     /// narrow watch would miss (`narrow::blocks`). True when the watch may narrow now.
-    pub async fn look_if_due(
-        &mut self,
-        dirs: &[PathBuf],
-        blockers: impl FnOnce() -> usize,
-    ) -> bool {
+    pub async fn look_if_due(&mut self, dirs: &Dirs, blockers: impl FnOnce() -> usize) -> bool {
         if self.is_narrow() || self.next_look.is_some_and(|at| Instant::now() < at) {
             return false;
         }
@@ -104,7 +106,7 @@ impl Guard {
 
     /// While narrow, before a wipe or a new PV: `Ok` when the policy the agent narrowed on is still in force;
     /// otherwise the watch goes wide (the record is forgotten) and the reason is returned.
-    pub async fn verify(&mut self, dirs: &[PathBuf]) -> Result<(), String> {
+    pub async fn verify(&mut self, dirs: &Dirs) -> Result<(), String> {
         let seen = self.read(dirs).await;
         match self.narrowing.verify(seen) {
             Step::Keep => Ok(()),
@@ -126,7 +128,7 @@ impl Guard {
         }
     }
 
-    async fn read(&self, dirs: &[PathBuf]) -> InForce {
+    async fn read(&self, dirs: &Dirs) -> InForce {
         let policies: Api<ValidatingAdmissionPolicy> = Api::all(self.client.clone());
         let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(self.client.clone());
         let (policy, binding) =
@@ -142,7 +144,13 @@ impl Guard {
         };
         let policy = policy.map(|p| policy_seen(&p));
         let binding = binding.map(|b| binding_seen(&b));
-        narrow::in_force(&self.name, policy.as_ref(), binding.as_ref(), dirs)
+        narrow::in_force(
+            &self.name,
+            policy.as_ref(),
+            binding.as_ref(),
+            &dirs.paths,
+            dirs.shared,
+        )
     }
 
     fn remember(&self, fingerprint: &Fingerprint) {

@@ -84,12 +84,19 @@ pub enum InForce {
 }
 
 /// Whether `policy` and `binding` (read by name `name`) refuse every PV that could reach one of `dirs` (the
-/// agent's discovery directories, as PV paths spell them) unless this node's agent made it.
+/// agent's discovery directories, as PV paths spell them) unless this node's agent made it. `shared`: a class of
+/// this agent has `selector` terms.
+///
+/// A class with `selector` terms (storage reachable from several nodes) makes PVs that other nodes can mount: a PV
+/// that node-1's agent made, labelled for node-1, reaches the same storage at the same path on node-2, and only a
+/// watch of every PV shows it to node-2's agent. Such a class, in the policy's directories or in the agent's own
+/// configuration, keeps the watch wide.
 pub fn in_force(
     name: &str,
     policy: Option<&PolicySeen>,
     binding: Option<&BindingSeen>,
     dirs: &[PathBuf],
+    shared: bool,
 ) -> InForce {
     let no = |why: String| InForce::No(format!("admission policy {name}: {why}"));
     let Some(p) = policy else {
@@ -119,19 +126,30 @@ pub fn in_force(
     if b.narrowed {
         return no("the binding has a paramRef or matchResources".into());
     }
-    let keys = match p
+    let Some(Ok(listed)) = p
         .dirs
         .as_deref()
         .map(serde_json::from_str::<Vec<Vec<String>>>)
-    {
-        Some(Ok(dirs)) => dirs
-            .into_iter()
-            .filter_map(|d| d.into_iter().next())
-            // NB: the chart spells every key with a final `/`; any other is not a directory key of ours.
-            .filter(|k| k.ends_with('/'))
-            .collect::<Vec<_>>(),
-        _ => return no("its dirs variable is missing or not a list".into()),
+    else {
+        return no("its dirs variable is missing or not a list".into());
     };
+    if shared
+        || listed
+            .iter()
+            .any(|d| d.get(1).is_some_and(|t| !t.is_empty()))
+    {
+        return no(
+            "a class has selector terms: other nodes' PVs can reach this node's disks, which only a watch of \
+             every PV shows"
+                .into(),
+        );
+    }
+    let keys: Vec<String> = listed
+        .into_iter()
+        .filter_map(|d| d.into_iter().next())
+        // NB: the chart spells every key with a final `/`; any other is not a directory key of ours.
+        .filter(|k| k.ends_with('/'))
+        .collect();
     for dir in dirs {
         let key = dir_key(dir);
         if !keys.iter().any(|k| key.starts_with(k.as_str())) {

@@ -2,26 +2,24 @@
 //! narrowed when the policy has held, checked before a pass that would wipe or publish on a narrow watch, and
 //! widened (with an Event on the Node) when the policy is no longer the one narrowed on.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::runtime::events::EventType as KubeEventType;
 
 use super::Agent;
-use crate::agent::admission::Guard;
+use crate::agent::admission::{Dirs, Guard};
 use crate::effects::Reason;
 use crate::plan::narrow;
 
 impl Agent {
     /// The agent's discovery directories, as its PVs spell their paths.
-    fn discovery_dirs(&self) -> Vec<PathBuf> {
-        self.s
-            .config
-            .classes
-            .iter()
-            .map(|c| c.host_dir.clone())
-            .collect()
+    fn discovery_dirs(&self) -> Dirs {
+        let classes = &self.s.config.classes;
+        Dirs {
+            paths: classes.iter().map(|c| c.host_dir.clone()).collect(),
+            shared: classes.iter().any(|c| !c.selector.is_empty()),
+        }
     }
 
     /// Before the first list: narrow at once when the recorded policy is still in force, else every PV.
@@ -81,7 +79,7 @@ impl Agent {
         let blockers = || {
             index
                 .iter()
-                .filter(|pv| narrow::blocks(pv, &node, &dirs))
+                .filter(|pv| narrow::blocks(pv, &node, &dirs.paths))
                 .count()
         };
         if guard.look_if_due(&dirs, blockers).await {

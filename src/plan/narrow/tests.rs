@@ -17,7 +17,7 @@ fn policy() -> PolicySeen {
         failure_policy: Some("Fail".into()),
         matches_pv_writes: true,
         rules: Some(RULES_VERSION.into()),
-        dirs: Some(r#"[["/mnt/disks/",""],["/mnt/fast/","zone In a|"]]"#.into()),
+        dirs: Some(r#"[["/mnt/disks/",""],["/mnt/fast/",""]]"#.into()),
     }
 }
 
@@ -46,7 +46,7 @@ fn fingerprint() -> Fingerprint {
 
 #[test]
 fn the_policy_as_the_chart_renders_it_is_in_force() {
-    let got = in_force(NAME, Some(&policy()), Some(&binding()), &dirs());
+    let got = in_force(NAME, Some(&policy()), Some(&binding()), &dirs(), false);
     assert_eq!(got, InForce::Yes(fingerprint()));
 }
 
@@ -63,13 +63,14 @@ fn the_policy_as_the_chart_renders_it_is_in_force() {
 #[case::no_dirs(Some(PolicySeen { dirs: None, ..policy() }), Some(binding()), "dirs variable")]
 #[case::dirs_not_json(Some(PolicySeen { dirs: Some("variables.x".into()), ..policy() }), Some(binding()), "dirs variable")]
 #[case::a_dir_left_out(Some(PolicySeen { dirs: Some(r#"[["/mnt/disks/",""]]"#.into()), ..policy() }), Some(binding()), "/mnt/fast")]
+#[case::selector_terms(Some(PolicySeen { dirs: Some(r#"[["/mnt/disks/",""],["/mnt/fast/","zone In a|"]]"#.into()), ..policy() }), Some(binding()), "selector terms")]
 #[case::a_sibling_is_not_cover(Some(PolicySeen { dirs: Some(r#"[["/mnt/disk",""],["/mnt/fast/",""]]"#.into()), ..policy() }), Some(binding()), "/mnt/disks")]
 fn a_policy_that_could_let_a_pv_through_is_not_in_force(
     #[case] p: Option<PolicySeen>,
     #[case] b: Option<BindingSeen>,
     #[case] why: &str,
 ) {
-    match in_force(NAME, p.as_ref(), b.as_ref(), &dirs()) {
+    match in_force(NAME, p.as_ref(), b.as_ref(), &dirs(), false) {
         InForce::No(message) => {
             assert!(message.contains(why), "{message:?} should say {why:?}");
             assert!(message.contains(NAME), "{message:?} names the policy");
@@ -79,12 +80,20 @@ fn a_policy_that_could_let_a_pv_through_is_not_in_force(
 }
 
 #[test]
+fn an_agent_whose_own_class_has_selector_terms_stays_wide() {
+    match in_force(NAME, Some(&policy()), Some(&binding()), &dirs(), true) {
+        InForce::No(why) => assert!(why.contains("selector terms"), "{why}"),
+        other => panic!("a shared class keeps the watch wide, got {other:?}"),
+    }
+}
+
+#[test]
 fn a_discovery_directory_inside_a_covered_one_is_covered() {
     let p = PolicySeen {
         dirs: Some(r#"[["/mnt/",""]]"#.into()),
         ..policy()
     };
-    let got = in_force(NAME, Some(&p), Some(&binding()), &dirs());
+    let got = in_force(NAME, Some(&p), Some(&binding()), &dirs(), false);
     assert_eq!(got, InForce::Yes(fingerprint()));
 }
 
