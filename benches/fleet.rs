@@ -872,6 +872,8 @@ async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
         sizes.foreign
     );
     create_foreign(&client, "ghost", 0..sizes.foreign).await;
+    // NB: the PV binder makes each of them Available (a status update each): done before the baseline.
+    wait_pvs(&client, sizes.foreign, "foreign PVs").await;
     // One identity for the whole fleet, as a DaemonSet's pods share one ServiceAccount (pod-bound tokens under
     // the policy, which checks the node each token is bound to).
     let kubeconfigs = if kind == Kind::Narrow {
@@ -885,7 +887,7 @@ async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
     let baseline = Phase::of(&probe.window(sizes.baseline, sizes.every).await);
 
     let mut fleet = Fleet::prepare(kind, &cp, sizes, &kubeconfigs);
-    let want = sizes.nodes * sizes.disks;
+    let want = sizes.foreign + sizes.nodes * sizes.disks;
     eprintln!("== {}: starting {} agents", kind.key(), sizes.nodes);
     let start = Instant::now();
     fleet.start(&cp, sizes.batch).await;
