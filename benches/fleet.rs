@@ -668,7 +668,8 @@ async fn wait_pvs(client: &kube::Client, want: usize, what: &str) {
             Instant::now() < deadline,
             "{what}: {available} of {want} PVs Available after 900 s"
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // NB: a list of every PV (tens of thousands) is work for the API server too: not too often.
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
 
