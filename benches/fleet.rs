@@ -963,6 +963,87 @@ fn per_1000(fleet: &[f64], baseline: &[f64], nodes: usize) -> f64 {
     (median(fleet) - median(baseline)) * 1000.0 / nodes as f64
 }
 
+/// What the rolling restart sent beyond the baseline, per agent restarted.
+fn restart_bytes_per_agent(o: &Outcome, nodes: usize) -> f64 {
+    let extra = (o.restart.bytes.iter().sum::<f64>() / o.restart.bytes.len().max(1) as f64
+        - median(&o.baseline.bytes))
+    .max(0.0);
+    extra * o.restart_secs / nodes as f64
+}
+
+/// A written model: the measured figures extrapolated to `NODES` nodes and `PVS` PVs, each by the quantity it
+/// grows with (see the printed assumptions).
+fn model(outcomes: &[Outcome], sizes: &Sizes) {
+    const NODES: f64 = 5000.0;
+    const PVS: f64 = 50_000.0;
+    let n = sizes.nodes as f64;
+    let pvs_run = (sizes.foreign + sizes.nodes * sizes.disks) as f64;
+    println!(
+        "\n#### Model: {NODES:.0} nodes and {PVS:.0} PVs, from the measured slopes\n\n\
+         Assumptions, each from what the code does: memory and steady CPU grow with the number of agents (each holds \
+         its watches; nothing is sent at rest). A restarted agent's first list is every PV of the cluster when it \
+         watches every PV (localpv wide, the reference provisioner's informer), so the bytes of a rolling restart \
+         grow with nodes x PVs; under the admission policy it is the agent's own PVs, so they grow with nodes only. \
+         During churn elsewhere the API server sends each PV event to every watch of every PV (nodes x events) and to \
+         no narrow agent. Measured here: {n:.0} agents, {pvs_run:.0} PVs, {} foreign PVs created and deleted per \
+         second.\n",
+        sizes.churn_rate
+    );
+    let mut header = "| measure |".to_string();
+    let mut rule = "| --- |".to_string();
+    for o in outcomes {
+        header += &format!(" {} |", o.kind.title());
+        rule += " --- |";
+    }
+    println!("{header}\n{rule}");
+    let scale = NODES / n;
+    type ModelRow<'a> = (&'a str, Box<dyn Fn(&Outcome) -> String + 'a>);
+    let rows: Vec<ModelRow> = vec![
+        (
+            "API server memory added (GiB)",
+            Box::new(|o| {
+                let mib = (median(&o.steady.api_rss) - median(&o.baseline.api_rss)) * scale;
+                format!("{:.1}", mib / 1024.0)
+            }),
+        ),
+        (
+            "API server CPU added, steady (cores)",
+            Box::new(|o| {
+                format!(
+                    "{:.3}",
+                    (median(&o.steady.api_cpu) - median(&o.baseline.api_cpu)) * scale
+                )
+            }),
+        ),
+        (
+            "bytes sent by one rolling restart of every agent (GiB)",
+            Box::new(|o| {
+                let per_agent = restart_bytes_per_agent(o, sizes.nodes);
+                let grows = if o.kind == Kind::Narrow {
+                    1.0
+                } else {
+                    PVS / pvs_run
+                };
+                format!("{:.1}", per_agent * grows * NODES / (1u64 << 30) as f64)
+            }),
+        ),
+        (
+            "bytes sent per second during the same churn (MiB/s)",
+            Box::new(|o| {
+                let extra = (median(&o.churn.bytes) - median(&o.baseline.bytes)).max(0.0);
+                format!("{:.1}", extra * scale / (1u64 << 20) as f64)
+            }),
+        ),
+    ];
+    for (name, f) in &rows {
+        let mut line = format!("| {name} |");
+        for o in outcomes {
+            line += &format!(" {} |", f(o));
+        }
+        println!("{line}");
+    }
+}
+
 fn emit(o: &Outcome, nodes: usize) {
     let k = o.kind.key();
     let t = o.kind.title();
@@ -1056,6 +1137,18 @@ fn emit(o: &Outcome, nodes: usize) {
         &format!("watches open at the API server, {nodes} {t} agents"),
         "count",
         &o.steady.watches,
+    );
+    figure(
+        &format!("fleet.{k}.watches_per_agent"),
+        &format!("watches each {t} agent holds at steady state"),
+        "count",
+        &[(median(&o.steady.watches) - median(&o.baseline.watches)) / nodes as f64],
+    );
+    figure(
+        &format!("fleet.{k}.restart_bytes_per_agent"),
+        &format!("bytes the API server sent per {t} agent restarted (rolling restart)"),
+        "B",
+        &[restart_bytes_per_agent(o, nodes)],
     );
     figure(
         &format!("fleet.{k}.per1000.apiserver_rss"),
@@ -1305,4 +1398,5 @@ async fn main() {
     }
     println!("sizes: {}\n", sizes.describe());
     report(&outcomes, &sizes);
+    model(&outcomes, &sizes);
 }
