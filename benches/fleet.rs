@@ -633,6 +633,8 @@ fn lsp_args(etc: &Path, config: &Path, lsp: &Path, port: u16) -> Vec<String> {
 struct Outcome {
     kind: Kind,
     baseline: Phase,
+    /// The churn with no agent running (what the churn itself costs).
+    churn_alone: Phase,
     steady: Phase,
     churn: Phase,
     restart: Phase,
@@ -707,19 +709,19 @@ async fn create_foreign(client: &kube::Client, set: &str, range: std::ops::Range
 }
 
 /// Creates `rate` foreign PVs a second and deletes those of the second before, for `secs`.
-async fn churn(client: &kube::Client, rate: usize, secs: u64) {
+async fn churn(client: &kube::Client, set: &str, rate: usize, secs: u64) {
     let api: Api<PersistentVolume> = Api::all(client.clone());
     let start = Instant::now();
     let mut second = 0;
     while start.elapsed() < Duration::from_secs(secs) {
         let tick = Instant::now();
-        create_foreign(client, "churn", second * rate..(second + 1) * rate).await;
+        create_foreign(client, set, second * rate..(second + 1) * rate).await;
         if second > 0 {
             futures::stream::iter((second - 1) * rate..second * rate)
                 .map(|i| {
                     let api = api.clone();
                     async move {
-                        let name = format!("churn-pv-{i:06}");
+                        let name = format!("{set}-pv-{i:06}");
                         api.delete(&name, &Default::default())
                             .await
                             .expect("churn PV deleted")
@@ -732,6 +734,21 @@ async fn churn(client: &kube::Client, rate: usize, secs: u64) {
         second += 1;
         tokio::time::sleep(Duration::from_secs(1).saturating_sub(tick.elapsed())).await;
     }
+    // NB: the last second's PVs go too, so counts of Available PVs stay the fleet's own.
+    let last = second.saturating_sub(1);
+    futures::stream::iter(last * rate..second * rate)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let name = format!("{set}-pv-{i:06}");
+                api.delete(&name, &Default::default())
+                    .await
+                    .expect("churn PV deleted")
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
 }
 
 /// The chart's admission policy (covering every fleet node's discovery directory) and node RBAC, applied; and
@@ -883,9 +900,16 @@ async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
         let kubeconfig = cp.kubeconfig_for("fleet", "localpv-fleet", &["system:masters"]);
         vec![kubeconfig; sizes.nodes]
     };
-    let probe = Probe::find(&cp);
+    let probe = Arc::new(Probe::find(&cp));
     eprintln!("== {}: baseline {} s", kind.key(), sizes.baseline);
     let baseline = Phase::of(&probe.window(sizes.baseline, sizes.every).await);
+    // The same churn with no agent yet: what the churn itself costs, which the fleet's figures leave out.
+    let churn_alone = sampled(
+        &probe,
+        sizes.every,
+        churn(&client, "churn-alone", sizes.churn_rate, sizes.churn),
+    )
+    .await;
 
     let mut fleet = Fleet::prepare(kind, &cp, sizes, &kubeconfigs);
     let want = sizes.foreign + sizes.nodes * sizes.disks;
@@ -910,7 +934,6 @@ async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
     let steady = Phase::of(&probe.window(sizes.steady, sizes.every).await);
     let agents_rss = fleet.pids().into_iter().map(rss_mib).sum::<f64>();
 
-    let probe = Arc::new(probe);
     eprintln!(
         "== {}: churn {} s, {} foreign PVs/s",
         kind.key(),
@@ -920,7 +943,7 @@ async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
     let churned = sampled(
         &probe,
         sizes.every,
-        churn(&client, sizes.churn_rate, sizes.churn),
+        churn(&client, "churn", sizes.churn_rate, sizes.churn),
     )
     .await;
 
@@ -945,6 +968,7 @@ async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
     Outcome {
         kind,
         baseline,
+        churn_alone,
         steady,
         churn: churned,
         restart,
@@ -1030,7 +1054,7 @@ fn model(outcomes: &[Outcome], sizes: &Sizes) {
         (
             "bytes sent per second during the same churn (MiB/s)",
             Box::new(|o| {
-                let extra = (median(&o.churn.bytes) - median(&o.baseline.bytes)).max(0.0);
+                let extra = (median(&o.churn.bytes) - median(&o.churn_alone.bytes)).max(0.0);
                 format!("{:.1}", extra * scale / (1u64 << 20) as f64)
             }),
         ),
@@ -1070,6 +1094,12 @@ fn emit(o: &Outcome, nodes: usize) {
         ("churn", &o.churn),
         ("restart", &o.restart),
     ] {
+        // NB: the churn's own cost (measured before the fleet started) is not the fleet's.
+        let base = if phase == "churn" {
+            &o.churn_alone
+        } else {
+            &o.baseline
+        };
         let what = match phase {
             "steady" => "steady state",
             "churn" => "foreign PV churn",
@@ -1085,7 +1115,7 @@ fn emit(o: &Outcome, nodes: usize) {
             &format!("fleet.{k}.per1000.{phase}.bytes"),
             &format!("API server bytes sent/s added per 1,000 {t} agents, {what}"),
             "B/s",
-            &[per_1000(&p.bytes, &o.baseline.bytes, nodes)],
+            &[per_1000(&p.bytes, &base.bytes, nodes)],
         );
         figure(
             &format!("fleet.{k}.{phase}.apiserver_cpu"),
@@ -1123,13 +1153,13 @@ fn emit(o: &Outcome, nodes: usize) {
             &format!("fleet.{k}.per1000.{phase}.apiserver_cpu"),
             &format!("API server CPU added per 1,000 {t} agents, {what}"),
             "cores",
-            &[per_1000(&p.api_cpu, &o.baseline.api_cpu, nodes)],
+            &[per_1000(&p.api_cpu, &base.api_cpu, nodes)],
         );
         figure(
             &format!("fleet.{k}.per1000.{phase}.rps"),
             &format!("API server requests/s added per 1,000 {t} agents, {what}"),
             "req/s",
-            &[per_1000(&p.rps, &o.baseline.rps, nodes)],
+            &[per_1000(&p.rps, &base.rps, nodes)],
         );
     }
     figure(
@@ -1209,7 +1239,7 @@ fn report(outcomes: &[Outcome], sizes: &Sizes) {
         ),
         (
             "API server CPU, foreign PV churn (cores)",
-            Box::new(|o| ("".into(), cell(&o.churn.api_cpu, 3))),
+            Box::new(|o| (cell(&o.churn_alone.api_cpu, 3), cell(&o.churn.api_cpu, 3))),
         ),
         (
             "API server CPU, rolling restart (cores)",
@@ -1221,7 +1251,7 @@ fn report(outcomes: &[Outcome], sizes: &Sizes) {
         ),
         (
             "bytes sent/s, foreign PV churn (KiB/s)",
-            Box::new(|o| ("".into(), kib(&o.churn.bytes))),
+            Box::new(|o| (kib(&o.churn_alone.bytes), kib(&o.churn.bytes))),
         ),
         (
             "bytes sent/s, rolling restart (KiB/s)",
@@ -1323,7 +1353,7 @@ fn report(outcomes: &[Outcome], sizes: &Sizes) {
             Box::new(move |o| {
                 format!(
                     "{:.0}",
-                    per_1000(&o.churn.bytes, &o.baseline.bytes, n) / 1024.0
+                    per_1000(&o.churn.bytes, &o.churn_alone.bytes, n) / 1024.0
                 )
             }),
         ),
