@@ -2,6 +2,12 @@
 # Builds the control-plane binaries the tests and the demo run (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl, kubelet for the real-node tier, helm) from the Go module proxy, at the versions pinned in scripts/versions.env.
 #
+# Usage: scripts/k8s-bins.sh [newest|oldest]
+#   newest (the default): K8S_VERSION and ETCD_VERSION, every binary above.
+#   oldest: K8S_OLDEST_VERSION and ETCD_OLDEST_VERSION for the end-to-end subset on the oldest supported
+#   Kubernetes; no kubelet (the real-node tier runs on the newest only); helm is the newest's (linked when that one
+#   is built, built here otherwise), since helm does not depend on the cluster's version.
+#
 # Output goes to a cache outside the repository: $LOCALPV_K8S_BIN_DIR when set, else
 # $HOME/.cache/localpv/k8s-<version>/bin. When every binary is already there for the pinned versions, nothing is
 # built. The last line printed is always the bin dir, so callers can do `bin=$(scripts/k8s-bins.sh | tail -n1)`.
@@ -11,17 +17,34 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
 
+log() { printf 'k8s-bins: %s\n' "$*" >&2; }
+
+newest_bin_dir=$HOME/.cache/localpv/k8s-$K8S_VERSION/bin
+case ${1:-newest} in
+  newest)
+    k8s_binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+    # NB: the recipe predates the oldest release; it keeps its text so existing caches stay current.
+    k8s_recipe="k8s=$K8S_VERSION kubelet"
+    ;;
+  oldest)
+    K8S_VERSION=$K8S_OLDEST_VERSION
+    ETCD_VERSION=$ETCD_OLDEST_VERSION
+    k8s_binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+    k8s_recipe="k8s=$K8S_VERSION"
+    ;;
+  *)
+    log "error: unknown release '$1' (expected newest or oldest)"
+    exit 2
+    ;;
+esac
+
 bin_dir=${LOCALPV_K8S_BIN_DIR:-$HOME/.cache/localpv/k8s-$K8S_VERSION/bin}
 work_dir=$(dirname "$bin_dir")/src
 # One stamp per build step, holding the recipe it was built from: changing how helm is built rebuilds helm only
 # (the Kubernetes binaries take about 8 minutes on a cold machine, helm about one).
-k8s_recipe="k8s=$K8S_VERSION kubelet"
 etcd_recipe="etcd=$ETCD_VERSION"
 # helm carries the Kubernetes version a released helm has (see build_helm).
 helm_recipe="helm=$HELM_VERSION ldflags=k8s-version"
-k8s_binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
-
-log() { printf 'k8s-bins: %s\n' "$*" >&2; }
 
 # step_current STEP RECIPE BINARY...: the step's stamp holds RECIPE and every binary is there.
 step_current() {
@@ -82,25 +105,17 @@ build_kubernetes() {
     for m in $staging; do echo "	$m => $m v0.$minor"; done
     echo ")"
   } >"$dir/go.mod"
-  cat >"$dir/tools.go" <<'EOF'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-	_ "k8s.io/kubernetes/cmd/kubelet"
-)
-EOF
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "${k8s_binaries[@]}"
+    printf ')\n'
+  } >"$dir/tools.go"
   (cd "$dir" && go mod tidy -e >/dev/null 2>&1 || true; cd "$dir" && go mod download)
   local ver="k8s.io/component-base/version"
   local ldflags="-s -w -X $ver.gitVersion=v$K8S_VERSION -X $ver.gitMajor=${K8S_VERSION%%.*}"
   ldflags+=" -X $ver.gitMinor=${minor%%.*} -X $ver.gitTreeState=clean -X $ver.buildDate=1970-01-01T00:00:00Z"
   ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION"
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
+  for b in "${k8s_binaries[@]}"; do
     timed "$b v$K8S_VERSION" \
       bash -c "cd '$dir' && go build -trimpath -tags tools -ldflags '$ldflags' -o '$bin_dir/$b.tmp' k8s.io/kubernetes/cmd/$b"
     mv "$bin_dir/$b.tmp" "$bin_dir/$b"
@@ -160,7 +175,12 @@ if [ $need_etcd = 1 ]; then
 fi
 if [ $need_helm = 1 ]; then
   rm -f "$bin_dir/.stamp-helm"
-  build_helm
+  if [ "$bin_dir" != "$newest_bin_dir" ] && (bin_dir=$newest_bin_dir && step_current helm "$helm_recipe" helm); then
+    log "linking helm from $newest_bin_dir"
+    ln -f "$newest_bin_dir/helm" "$bin_dir/helm" 2>/dev/null || cp "$newest_bin_dir/helm" "$bin_dir/helm"
+  else
+    build_helm
+  fi
   echo "$helm_recipe" >"$bin_dir/.stamp-helm"
 fi
 for b in "${k8s_binaries[@]}" etcd helm; do [ -x "$bin_dir/$b" ] || { log "error: $b was not built"; exit 1; }; done

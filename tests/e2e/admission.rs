@@ -267,7 +267,7 @@ async fn the_policy_refuses_foreign_pvs_and_admits_the_agents_own() {
     );
     let d = Door::open(std::slice::from_ref(&before)).await;
 
-    // What the 1.37 API server puts in the user of a pod-bound token: the pod's node.
+    // What the API server (1.30 and later) puts in the user of a pod-bound token: the pod's node.
     let review = Api::<SelfSubjectReview>::all(d.node1.clone())
         .create(&PostParams::default(), &SelfSubjectReview::default())
         .await

@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 
 use crate::node_agent::{obj, pvs_of, wait_pvs};
 use crate::support::agent::{http_get, localpv_bin, wait_answering};
-use crate::support::cluster::{ControlPlane, Extender, Options, bin_dir, free_port, pinned};
+use crate::support::cluster::{
+    ControlPlane, Extender, Options, bin_dir, free_port, kube_version, pinned,
+};
 use crate::support::disks::Mount;
 use crate::support::eventually;
 use crate::support::nodes::create_node;
@@ -67,14 +69,18 @@ pub(crate) fn run_ok(program: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// `helm template` of the chart in `NAMESPACE` with the given extra arguments.
+/// `helm template` of the chart in `NAMESPACE` for the plane under test, as `helm install` against it would
+/// render (`extra` may name another `--kube-version`: the last one wins).
 pub(crate) fn render(release: &str, extra: &[&str]) -> String {
+    let version = kube_version();
     let mut args = vec![
         "template",
         release,
         "charts/localpv",
         "--namespace",
         NAMESPACE,
+        "--kube-version",
+        &version,
     ];
     args.extend_from_slice(extra);
     run_ok(&tool("helm"), &args)
@@ -190,10 +196,7 @@ fn chart_defaults_name_what_the_release_publishes() {
     )
     .expect("values parse");
     assert_eq!(values["image"]["repository"], format!("{registry}/localpv"));
-    let chart: Value = serde_yaml_ng::from_str(
-        &fs::read_to_string(root().join("charts/localpv/Chart.yaml")).expect("Chart.yaml"),
-    )
-    .expect("Chart.yaml parses");
+    let chart = chart_yaml();
     let cargo = fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
     let version = cargo
         .lines()
@@ -202,6 +205,67 @@ fn chart_defaults_name_what_the_release_publishes() {
         .expect("Cargo.toml has a version");
     assert_eq!(chart["version"], version);
     assert_eq!(chart["appVersion"], version);
+}
+
+fn chart_yaml() -> Value {
+    serde_yaml_ng::from_str(
+        &fs::read_to_string(root().join("charts/localpv/Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("Chart.yaml parses")
+}
+
+/// Chart.yaml's kubeVersion is exactly the tested range: it starts at the minor of K8S_OLDEST_VERSION, the
+/// Kubernetes scripts/test.sh runs the end-to-end subset on. Below it helm refuses, naming kubeVersion. The
+/// README and docs/install.md's table say the same versions.
+#[test]
+fn chart_kube_version_starts_at_the_oldest_tested_kubernetes() {
+    let oldest = pinned("K8S_OLDEST_VERSION");
+    let mut parts = oldest
+        .split('.')
+        .map(|p| p.parse::<u32>().expect("a numeric version"));
+    let (major, minor) = (parts.next().expect("major"), parts.next().expect("minor"));
+    let range = format!(">={major}.{minor}.0-0");
+    assert_eq!(chart_yaml()["kubeVersion"], range.as_str());
+    let install = fs::read_to_string(root().join("docs/install.md")).expect("docs/install.md");
+    let readme = fs::read_to_string(root().join("README.md")).expect("README.md");
+    for row in [
+        format!(
+            "| {} (newest) | {} |",
+            pinned("K8S_VERSION"),
+            pinned("ETCD_VERSION")
+        ),
+        format!("| {oldest} (oldest) | {} |", pinned("ETCD_OLDEST_VERSION")),
+        format!("kubeVersion: \"{range}\""),
+    ] {
+        assert!(install.contains(&row), "docs/install.md states {row}");
+    }
+    for text in [
+        format!("kubeVersion: \"{range}\""),
+        oldest.clone(),
+        pinned("K8S_VERSION"),
+    ] {
+        assert!(readme.contains(&text), "README.md states {text}");
+    }
+    let template = |version: &str| {
+        run(
+            &tool("helm"),
+            &["template", "x", "charts/localpv", "--kube-version", version],
+        )
+    };
+    let below = template(&format!("{major}.{}.99", minor - 1));
+    let stderr = String::from_utf8_lossy(&below.stderr);
+    assert!(
+        !below.status.success() && stderr.contains("kubeVersion"),
+        "helm refuses a cluster below the tested range, naming kubeVersion: {stderr}"
+    );
+    for version in [format!("{major}.{minor}.0"), pinned("K8S_VERSION")] {
+        let out = template(&version);
+        assert!(
+            out.status.success(),
+            "{version} renders: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]
@@ -983,19 +1047,5 @@ fn second_scheduler_image_follows_the_clusters_version_unless_pinned() {
     assert_eq!(
         image(&["--set", "scheduler.image.tag=v1.34.9"]),
         "registry.k8s.io/kube-scheduler:v1.34.9"
-    );
-    let old = run(
-        &tool("helm"),
-        &[
-            "template",
-            "x",
-            "charts/localpv",
-            "--kube-version",
-            "1.24.9",
-        ],
-    );
-    assert!(
-        !old.status.success() && String::from_utf8_lossy(&old.stderr).contains("kubeVersion"),
-        "Chart.yaml's kubeVersion refuses clusters older than the APIs the chart uses"
     );
 }

@@ -44,6 +44,37 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
+/// The Kubernetes version of the control plane in `bin_dir` (e.g. `1.34.12`), as its kube-apiserver reports it:
+/// the tests run on whichever plane `LOCALPV_K8S_BIN_DIR` names (`scripts/test.sh` runs a subset on the oldest
+/// supported one), and a chart rendered for the plane must say the same version the API server does.
+pub fn kube_version() -> String {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION
+        .get_or_init(|| {
+            let program = bin_dir().join("kube-apiserver");
+            let out = std::process::Command::new(&program)
+                .arg("--version")
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+            // "Kubernetes v1.34.12"
+            let text = String::from_utf8_lossy(&out.stdout);
+            text.trim()
+                .strip_prefix("Kubernetes v")
+                .unwrap_or_else(|| panic!("{} --version printed {text:?}", program.display()))
+                .to_string()
+        })
+        .clone()
+}
+
+/// The minor of `kube_version()` (34 for 1.34.12), for what a release added or dropped.
+pub fn kube_minor() -> u32 {
+    kube_version()
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .expect("kube-apiserver reports major.minor.patch")
+}
+
 /// A version pinned in `scripts/versions.env`.
 pub fn pinned(key: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/versions.env");
@@ -204,6 +235,12 @@ pub struct ControlPlane {
 impl ControlPlane {
     pub async fn start(opts: Options) -> ControlPlane {
         let bin = bin_dir();
+        // Shown with a failing test's output: which Kubernetes it ran on.
+        println!(
+            "control plane: Kubernetes v{} ({})",
+            kube_version(),
+            bin.display()
+        );
         let dir =
             std::env::temp_dir().join(format!("localpv-cp-{}-{}", std::process::id(), unique()));
         fs::create_dir_all(&dir).expect("plane dir can be created");
