@@ -6,11 +6,13 @@
 set -euo pipefail
 
 # The end-to-end subset run again on the oldest supported Kubernetes (K8S_OLDEST_VERSION): the agent (publish, a
-# claim's lifetime with a wipe, under the chart's admission policy as that API server evaluates it), the extender
+# claim's lifetime with a wipe, under the chart's admission policy as that API server evaluates it, and the
+# narrow PV watch it allows, widened when the policy goes), the extender
 # called by that version's kube-scheduler (node names and whole nodes), delayed binding by that scheduler and PV
 # controller, and the chart (every rendering accepted by that API server; the documented helm install and the
 # scheduler configuration its NOTES print). About 2 minutes; the whole end-to-end tier took 8 (docs/testing.md).
 oldest_tests=(
+  admission::a_narrow_agent_checks_the_policy_before_a_wipe_and_widens_once_it_is_gone
   admission::the_agent_runs_a_claim_lifetime_under_the_policy_with_its_pod_bound_token
   admission::the_policy_refuses_foreign_pvs_and_admits_the_agents_own
   chart_scheduler::kube_scheduler_with_the_configuration_the_notes_print_calls_the_extender_over_tls
