@@ -327,26 +327,49 @@ def flat(small, large):
     return large - small <= max(2.0, 0.1 * small)
 
 
-FLEET_HEADLINES = (
-    "per1000.steady.apiserver_cpu",
-    "per1000.restart.apiserver_cpu",
-    "per1000.apiserver_rss",
-    "per1000.steady.rps",
-    "per1000.restart.rps",
+# Issue 34's targets, per 1,000 agents: (measure, what, the most localpv may add as a fraction of the reference's).
+FLEET_TARGETS = (
+    ("per1000.apiserver_rss", "API server memory added", 0.5, "<= 1/2 of the reference's"),
+    ("per1000.steady.apiserver_cpu", "API server CPU added, steady", 1.0, "<= the reference's"),
+    ("per1000.restart.apiserver_cpu", "API server CPU added, rolling restart", 0.5, "<= 1/2 of the reference's"),
+    ("per1000.restart.rps", "API server requests/s added, rolling restart", 0.5, "<= 1/2 of the reference's"),
 )
 
 
 def fleet_rows(s):
-    """Issue 18 point 2 (benches/fleet.rs, `fleet.<localpv|reference>.<measure>`): what the agents add to the API
-    server, extrapolated per 1,000 nodes, at steady state and during a rolling restart."""
+    """Issues 18 and 34 (benches/fleet.rs, `fleet.<localpv|localpv-narrow|reference>.<measure>`): what the agents add
+    to the API server per 1,000 nodes. The chart's default is the narrow watch (`localpv-narrow`, admission policy
+    in force); the wide watch (`localpv`) is what runs without the policy."""
     if not any(k.startswith("fleet.") for k in s.figures):
         return
-    for m in FLEET_HEADLINES:
-        ours, theirs = f"fleet.localpv.{m}", f"fleet.reference.{m}"
-        label = s.figures.get(ours, {}).get("label", m)
-        row18(s, f"fleet: {label}", "(no target)",
-              lambda k=ours: show(s.get(k)), lambda k=theirs: show(s.get(k)),
-              lambda o=ours, t=theirs: ratio_of(s.med(o), s.med(t), "of the reference's"), lambda: "-")
+    narrow = "localpv-narrow" if any(k.startswith("fleet.localpv-narrow.") for k in s.figures) else "localpv"
+    for m, what, most, target in FLEET_TARGETS:
+        ours, wide, theirs = f"fleet.{narrow}.{m}", f"fleet.localpv.{m}", f"fleet.reference.{m}"
+
+        def verdict(o=ours, t=theirs, most=most):
+            # NB: a fleet that adds nothing (or less than the API server alone) passes any share of the reference's.
+            return "pass" if s.med(o) <= max(0.0, most * s.med(t)) or s.med(o) <= 0 else "**missed**"
+
+        row18(s, f"fleet: {what} per 1,000 agents (admission policy; without it {show_or_missing(s, wide)})",
+              target, lambda k=ours: show(s.get(k)), lambda k=theirs: show(s.get(k)),
+              lambda o=ours, t=theirs: ratio_of(s.med(o), s.med(t), "of the reference's"), verdict)
+    churn = lambda k: f"fleet.{k}.per1000.churn.bytes"
+    row18(s, "fleet: bytes sent per 1,000 agents while PVs of other nodes are created and deleted "
+             f"(without the policy {show_or_missing(s, churn('localpv'))})",
+          "flat in the PVs on other nodes (a narrow agent gets none of their events)",
+          lambda: show(s.get(churn(narrow))), lambda: show(s.get(churn("reference"))),
+          lambda: ratio_of(s.med(churn(narrow)), s.med(churn("reference")), "of the reference's"),
+          lambda: "pass" if s.med(churn(narrow)) <= 0.01 * max(s.med(churn("localpv")), 1.0) else "**missed**")
+    watches = lambda k: f"fleet.{k}.watches_per_agent"
+    row18(s, f"fleet: watches held per agent (without the policy {show_or_missing(s, watches('localpv'))})", "<= 2",
+          lambda: show(s.get(watches(narrow))), lambda: show(s.get(watches("reference"))),
+          lambda: ratio_of(s.med(watches(narrow)), s.med(watches("reference")), "of the reference's"),
+          lambda: "pass" if s.med(watches(narrow)) <= 2.0 else "**missed**")
+
+
+def show_or_missing(s, key):
+    f = s.figures.get(key)
+    return show(f) if f else "not measured"
 
 
 def wipe_rows(s):

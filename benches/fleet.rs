@@ -708,35 +708,9 @@ async fn create_foreign(client: &kube::Client, set: &str, range: std::ops::Range
         .await;
 }
 
-/// Creates `rate` foreign PVs a second and deletes those of the second before, for `secs`.
-async fn churn(client: &kube::Client, set: &str, rate: usize, secs: u64) {
+async fn delete_foreign(client: &kube::Client, set: &str, range: std::ops::Range<usize>) {
     let api: Api<PersistentVolume> = Api::all(client.clone());
-    let start = Instant::now();
-    let mut second = 0;
-    while start.elapsed() < Duration::from_secs(secs) {
-        let tick = Instant::now();
-        create_foreign(client, set, second * rate..(second + 1) * rate).await;
-        if second > 0 {
-            futures::stream::iter((second - 1) * rate..second * rate)
-                .map(|i| {
-                    let api = api.clone();
-                    async move {
-                        let name = format!("{set}-pv-{i:06}");
-                        api.delete(&name, &Default::default())
-                            .await
-                            .expect("churn PV deleted")
-                    }
-                })
-                .buffer_unordered(32)
-                .collect::<Vec<_>>()
-                .await;
-        }
-        second += 1;
-        tokio::time::sleep(Duration::from_secs(1).saturating_sub(tick.elapsed())).await;
-    }
-    // NB: the last second's PVs go too, so counts of Available PVs stay the fleet's own.
-    let last = second.saturating_sub(1);
-    futures::stream::iter(last * rate..second * rate)
+    futures::stream::iter(range)
         .map(|i| {
             let api = api.clone();
             async move {
@@ -749,6 +723,23 @@ async fn churn(client: &kube::Client, set: &str, rate: usize, secs: u64) {
         .buffer_unordered(32)
         .collect::<Vec<_>>()
         .await;
+}
+
+/// Creates `rate` foreign PVs a second and deletes those of the second before, for `secs`.
+async fn churn(client: &kube::Client, set: &str, rate: usize, secs: u64) {
+    let start = Instant::now();
+    let mut second = 0;
+    while start.elapsed() < Duration::from_secs(secs) {
+        let tick = Instant::now();
+        create_foreign(client, set, second * rate..(second + 1) * rate).await;
+        if second > 0 {
+            delete_foreign(client, set, (second - 1) * rate..second * rate).await;
+        }
+        second += 1;
+        tokio::time::sleep(Duration::from_secs(1).saturating_sub(tick.elapsed())).await;
+    }
+    // NB: the last second's PVs go too, so counts of Available PVs stay the fleet's own.
+    delete_foreign(client, set, second.saturating_sub(1) * rate..second * rate).await;
 }
 
 /// The chart's admission policy (covering every fleet node's discovery directory) and node RBAC, applied; and
@@ -777,32 +768,8 @@ async fn install_policy(cp: &ControlPlane, nodes: usize) -> Vec<PathBuf> {
     std::fs::write(&rendered, &out.stdout).expect("written");
     cp.kubectl(&["create", "namespace", NAMESPACE]);
     cp.kubectl(&["apply", "-f", rendered.to_str().expect("utf-8")]);
-    let client = cp.client();
     futures::stream::iter(0..nodes)
-        .map(|i| {
-            let client = client.clone();
-            async move {
-                let node = node_name(i);
-                let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
-                    "metadata": {"name": format!("agent-{node}")},
-                    "spec": {"nodeName": node, "serviceAccountName": "localpv-node",
-                             "containers": [{"name": "agent", "image": "localpv"}]}}))
-                .expect("pod literal");
-                let pod = Api::namespaced(client, NAMESPACE)
-                    .create(&PostParams::default(), &pod)
-                    .await
-                    .expect("agent pod created");
-                let uid = pod.metadata.uid.expect("a created pod has a UID");
-                support::sa::pod_token_kubeconfig(
-                    cp,
-                    NAMESPACE,
-                    "localpv-node",
-                    &format!("agent-{node}"),
-                    &uid,
-                )
-                .await
-            }
-        })
+        .map(|i| support::sa::node_agent_kubeconfig(cp, NAMESPACE, "localpv-node", node_name(i)))
         .buffered(16)
         .collect()
         .await
@@ -987,6 +954,17 @@ fn per_1000(fleet: &[f64], baseline: &[f64], nodes: usize) -> f64 {
     (median(fleet) - median(baseline)) * 1000.0 / nodes as f64
 }
 
+/// The header of a table with one column per kind measured.
+fn print_kinds_header(outcomes: &[Outcome]) {
+    let mut header = "| measure |".to_string();
+    let mut rule = "| --- |".to_string();
+    for o in outcomes {
+        header += &format!(" {} |", o.kind.title());
+        rule += " --- |";
+    }
+    println!("{header}\n{rule}");
+}
+
 /// What the rolling restart sent beyond the baseline, per agent restarted.
 fn restart_bytes_per_agent(o: &Outcome, nodes: usize) -> f64 {
     let extra = (o.restart.bytes.iter().sum::<f64>() / o.restart.bytes.len().max(1) as f64
@@ -1013,13 +991,7 @@ fn model(outcomes: &[Outcome], sizes: &Sizes) {
          second.\n",
         sizes.churn_rate
     );
-    let mut header = "| measure |".to_string();
-    let mut rule = "| --- |".to_string();
-    for o in outcomes {
-        header += &format!(" {} |", o.kind.title());
-        rule += " --- |";
-    }
-    println!("{header}\n{rule}");
+    print_kinds_header(outcomes);
     let scale = NODES / n;
     type ModelRow<'a> = (&'a str, Box<dyn Fn(&Outcome) -> String + 'a>);
     let rows: Vec<ModelRow> = vec![
@@ -1310,13 +1282,7 @@ fn report(outcomes: &[Outcome], sizes: &Sizes) {
     println!(
         "\n#### Per 1,000 nodes (what the agents add over the API server alone, scaled linearly)\n"
     );
-    let mut header = "| measure |".to_string();
-    let mut rule = "| --- |".to_string();
-    for o in outcomes {
-        header += &format!(" {} |", o.kind.title());
-        rule += " --- |";
-    }
-    println!("{header}\n{rule}");
+    print_kinds_header(outcomes);
     type PerRow<'a> = (&'a str, Box<dyn Fn(&Outcome) -> String>);
     let per: Vec<PerRow> = vec![
         (

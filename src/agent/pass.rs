@@ -693,17 +693,22 @@ impl Agent {
         if !self.book.settle_missing(&presumed) {
             return false;
         }
+        self.warn_on_node(Reason::LedgerMissing, &message).await;
+        true
+    }
+
+    /// A Warning Event on this node's Node object.
+    async fn warn_on_node(&self, reason: Reason, message: &str) {
         let uid = self.s.nodes.get(&self.s.node).and_then(|n| n.metadata.uid);
         self.writer
             .on_node(
                 &self.s.node,
                 uid.as_deref(),
                 KubeEventType::Warning,
-                Reason::LedgerMissing,
-                &message,
+                reason,
+                message,
             )
             .await;
-        true
     }
 
     /// The planner's `existing`: this node's labelled PVs and the reference provisioner's, from the index at one

@@ -5,7 +5,7 @@
 //! the forged PVs are admitted again (the agent's own check is then what holds: `attack_ownership`).
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
@@ -453,10 +453,10 @@ async fn forged_pvs_are_admitted_again_once_the_policy_or_its_binding_is_deleted
         .expect("deleted");
 }
 
-/// The real agent under the policy, with a token bound to a pod on its node as the kubelet gives it: it publishes,
-/// its PV is bound, released, wiped (patched), deleted and published again; a copy of its PV is refused.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_agent_runs_a_claim_lifetime_under_the_policy_with_its_pod_bound_token() {
+/// A plane with the chart's policy over node-1's discovery directory, and node-1's agent (started with `args`)
+/// under a token bound to a pod on node-1, its disk `vol1` (a tmpfs) published: the door, the agent, the disk's
+/// path, its mount and its Available PV.
+async fn agent_under_the_policy(args: &[&str]) -> (Door, Agent, PathBuf, Mount, PersistentVolume) {
     let cp = ControlPlane::start(Options {
         controller_manager: true,
         ..Options::default()
@@ -464,6 +464,7 @@ async fn the_agent_runs_a_claim_lifetime_under_the_policy_with_its_pod_bound_tok
     .await;
     install_crd(&cp).await;
     let mut agent = Agent::new(&cp, "node-1", "local-storage");
+    agent.extra_args.extend(args.iter().map(|a| a.to_string()));
     let values = format!(
         "classes:\n  - name: local-storage\n    hostDir: {}\n",
         agent.disks_dir.display()
@@ -472,17 +473,30 @@ async fn the_agent_runs_a_claim_lifetime_under_the_policy_with_its_pod_bound_tok
     let d = Door::open_on(cp, &[], &values, &dir).await;
     agent.set_kubeconfig(&d.kubeconfigs[0]);
     let vol1 = agent.disk("vol1");
-    let _m = Mount::tmpfs(&vol1, "64M", d.cp.reaper());
+    let mount = Mount::tmpfs(&vol1, "64M", d.cp.reaper());
     agent.start(&d.cp);
     agent.wait_ready().await;
-    let ours = pv_at(
+    let ours = available_at(&d, &vol1).await;
+    (d, agent, vol1, mount, ours)
+}
+
+/// node-1's Available PV at `path`.
+async fn available_at(d: &Door, path: &Path) -> PersistentVolume {
+    pv_at(
         &d.admin,
         "node-1",
-        &vol1,
+        path,
         "Available",
         Duration::from_secs(60),
     )
-    .await;
+    .await
+}
+
+/// The real agent under the policy, with a token bound to a pod on its node as the kubelet gives it: it publishes,
+/// its PV is bound, released, wiped (patched), deleted and published again; a copy of its PV is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_runs_a_claim_lifetime_under_the_policy_with_its_pod_bound_token() {
+    let (d, mut agent, vol1, _m, ours) = agent_under_the_policy(&[]).await;
 
     let mut copy = ours.clone();
     copy.metadata = kube::api::ObjectMeta {
@@ -538,35 +552,8 @@ async fn wait_narrow(agent: &Agent, want: f64, what: &str) {
 /// checks the policy before the wipe, watches every PV again, and does not wipe while the forged PV exists.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_narrow_agent_checks_the_policy_before_a_wipe_and_widens_once_it_is_gone() {
-    let cp = ControlPlane::start(Options {
-        controller_manager: true,
-        ..Options::default()
-    })
-    .await;
-    install_crd(&cp).await;
-    let mut agent = Agent::new(&cp, "node-1", "local-storage");
-    agent
-        .extra_args
-        .push(format!("--admission-policy={POLICY}"));
-    let values = format!(
-        "classes:\n  - name: local-storage\n    hostDir: {}\n",
-        agent.disks_dir.display()
-    );
-    let dir = agent.disks_dir.display().to_string();
-    let d = Door::open_on(cp, &[], &values, &dir).await;
-    agent.set_kubeconfig(&d.kubeconfigs[0]);
-    let vol1 = agent.disk("vol1");
-    let _m = Mount::tmpfs(&vol1, "64M", d.cp.reaper());
-    agent.start(&d.cp);
-    agent.wait_ready().await;
-    let ours = pv_at(
-        &d.admin,
-        "node-1",
-        &vol1,
-        "Available",
-        Duration::from_secs(60),
-    )
-    .await;
+    let policy = format!("--admission-policy={POLICY}");
+    let (d, mut agent, vol1, _m, ours) = agent_under_the_policy(&[&policy]).await;
     wait_narrow(
         &agent,
         1.0,
@@ -634,14 +621,7 @@ async fn a_narrow_agent_checks_the_policy_before_a_wipe_and_widens_once_it_is_go
         .expect("claim deleted");
     fresh_pv_at(&d.admin, &vol1, &ours, Duration::from_secs(60)).await;
     assert!(!vol1.join("first.txt").exists(), "the disk was wiped");
-    let ours = pv_at(
-        &d.admin,
-        "node-1",
-        &vol1,
-        "Available",
-        Duration::from_secs(60),
-    )
-    .await;
+    let ours = available_at(&d, &vol1).await;
     assert_eq!(narrow_gauge(&agent), Some(1.0), "still narrow");
     let name = ours.metadata.name.clone().expect("named");
 

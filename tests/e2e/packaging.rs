@@ -658,24 +658,7 @@ pub(crate) fn agent_args(cp: &ControlPlane, node: &str, port: u16) -> (Vec<Strin
 /// A kubeconfig for the node agent's ServiceAccount with a token bound to a pod on `node` (the pod is created, never
 /// run), as the kubelet gives the DaemonSet's pod.
 pub(crate) async fn node_token(cp: &ControlPlane, node: &str) -> PathBuf {
-    let pod: k8s_openapi::api::core::v1::Pod = obj(
-        json!({"metadata": {"name": format!("agent-{node}")}, "spec": {
-        "nodeName": node, "serviceAccountName": "localpv-node",
-        "containers": [{"name": "agent", "image": "localpv"}]}}),
-    );
-    let pod = Api::namespaced(cp.client(), NAMESPACE)
-        .create(&PostParams::default(), &pod)
-        .await
-        .expect("agent pod created");
-    let uid = pod.metadata.uid.expect("a created pod has a UID");
-    sa::pod_token_kubeconfig(
-        cp,
-        NAMESPACE,
-        "localpv-node",
-        &format!("agent-{node}"),
-        &uid,
-    )
-    .await
+    sa::node_agent_kubeconfig(cp, NAMESPACE, "localpv-node", node.to_string()).await
 }
 
 /// A plane with the PV binder and a scheduler that calls an extender (nodeCacheCapable) at a free loopback port,

@@ -66,6 +66,27 @@ pub async fn pod_token_kubeconfig(
     write(cp, &format!("sa-{namespace}-{name}-{pod}"), &token)
 }
 
+/// A kubeconfig for ServiceAccount `namespace/name` with a token bound to a pod `agent-<node>` on `node`, created
+/// here and never run: what the kubelet gives a DaemonSet's pod on that node.
+pub async fn node_agent_kubeconfig(
+    cp: &ControlPlane,
+    namespace: &str,
+    name: &str,
+    node: String,
+) -> PathBuf {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("agent-{node}")},
+        "spec": {"nodeName": node, "serviceAccountName": name,
+                 "containers": [{"name": "agent", "image": "localpv"}]}}))
+    .expect("pod literal");
+    let pod = Api::namespaced(cp.client(), namespace)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("agent pod created");
+    let uid = pod.metadata.uid.expect("a created pod has a UID");
+    pod_token_kubeconfig(cp, namespace, name, &format!("agent-{node}"), &uid).await
+}
+
 fn write(cp: &ControlPlane, file: &str, token: &str) -> PathBuf {
     let path = cp.dir.join(format!("{file}.kubeconfig"));
     let text = format!(

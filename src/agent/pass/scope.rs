@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
-use kube::runtime::events::EventType as KubeEventType;
 
 use super::Agent;
 use crate::agent::admission::{Dirs, Guard};
@@ -55,15 +54,7 @@ impl Agent {
             "{why}; the agent watches every PV of the cluster again and plans no wipe and no new PV until it has \
              listed them (docs/architecture.md, \"Foreign PVs and fleet cost\")"
         );
-        let uid = self.s.nodes.get(&self.s.node).and_then(|n| n.metadata.uid);
-        self.writer
-            .on_node(
-                &self.s.node,
-                uid.as_deref(),
-                KubeEventType::Warning,
-                Reason::AdmissionPolicyNotInForce,
-                &message,
-            )
+        self.warn_on_node(Reason::AdmissionPolicyNotInForce, &message)
             .await;
         false
     }
