@@ -28,6 +28,7 @@
 //! while the agent was down leaves a `Published` disk, wiped or retained per the class's policy); a pass over an unchanged world returns no
 //! write action and repeats no Event.
 
+pub mod cadence;
 mod decide;
 pub mod identity;
 pub mod incremental;

@@ -40,6 +40,7 @@ use crate::effects::{self, Reason, Writer};
 use crate::host::watch::MountWatcher;
 use crate::host::{Host, HostChanges};
 use crate::inventory::{self, LocalDisk, WipeFailures};
+use crate::plan::cadence::{self, FIRST_BACKOFF, Fill, Run};
 use crate::plan::incremental::Incremental;
 use crate::plan::pv::planned_on;
 use crate::plan::{
@@ -49,7 +50,6 @@ use crate::plan::{
 use crate::watch::Store;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(600);
-const FIRST_BACKOFF: Duration = Duration::from_secs(5);
 /// Coalesces the burst of API watch events our own writes cause into one pass. Not waited after a mount event or
 /// a timer: that pass probes only what changed, and every millisecond before it is on the way to the new PV.
 const SETTLE: Duration = Duration::from_millis(10);
@@ -486,7 +486,7 @@ impl Agent {
         // The whole index (every PV that can reach this node) stands in for the list of every PV once it is complete;
         // a narrow one only once the admission policy is checked, which only a plan that would write asks for.
         let index = view.pvs.pvs;
-        let mut cluster = (view.complete && !view.narrow).then(|| index.clone());
+        let mut cluster = cadence::stands_in(view.complete, view.narrow).then(|| index.clone());
         if self.book.missing() && !self.settle_missing_ledger(&node, &found, &existing).await {
             return Some(FIRST_BACKOFF);
         }
@@ -498,16 +498,22 @@ impl Agent {
         };
         let mut plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
         let mut retry = false;
-        if plan.needs_cluster_list && cluster.is_none() && view.complete && view.narrow {
-            // NB: planned again on the narrow index once the policy is confirmed; widened otherwise (the wide list's
-            // sync wakes the loop, which plans then).
-            if self.narrow_still_safe().await {
+        let fill = cadence::fill(
+            plan.needs_cluster_list,
+            cluster.is_some(),
+            view.complete,
+            view.narrow,
+            view.overdue,
+        );
+        match fill {
+            // NB: planned again on the narrow index once the policy is confirmed; widened otherwise (the wide
+            // list's sync wakes the loop, which plans then).
+            Fill::CheckPolicy if self.narrow_still_safe().await => {
                 cluster = Some(index.clone());
                 plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
             }
-        } else if plan.needs_cluster_list && cluster.is_none() && view.overdue {
             // NB: planned again on a list taken just now; the actions of the plan without it are dropped.
-            match self.list_all_pvs().await {
+            Fill::ListEvery => match self.list_all_pvs().await {
                 Ok(all) => {
                     self.s.pvs.listed();
                     cluster = Some(Arc::new(all.into_iter().map(Arc::new).collect()));
@@ -517,30 +523,21 @@ impl Agent {
                     warn!(error = %format!("{error:#}"), "failed to list PersistentVolumes; no wipe and no new PV this pass");
                     retry = true;
                 }
-            }
+            },
+            Fill::CheckPolicy | Fill::Planned | Fill::Wait => {}
         }
         // Otherwise an incomplete index completes with a watch event, which wakes the loop.
         let complete = cluster.is_some();
         drop(cluster);
         let planned_in = started.elapsed();
         let mut halted = false;
-        let mut actions = plan.actions.into_iter().peekable();
-        while let Some(action) = actions.next() {
-            if halted && !matches!(action, Action::Event(_)) {
+        for run in cadence::runs(plan.actions) {
+            if halted && !run.runs_after_halt() {
                 continue;
             }
-            let step = if matches!(action, Action::CreatePv(_) | Action::SetDiskState { .. }) {
-                // A run of ledger states and creates (one disk's state always comes before its create): one
-                // ledger write, then the creates in parallel.
-                let mut batch = vec![action];
-                while let Some(next) = actions
-                    .next_if(|a| matches!(a, Action::CreatePv(_) | Action::SetDiskState { .. }))
-                {
-                    batch.push(next);
-                }
-                self.publish_batch(batch).await
-            } else {
-                self.execute(action).await
+            let step = match run {
+                Run::Batch(batch) => self.publish_batch(batch).await,
+                Run::One(action) => self.execute(action).await,
             };
             match step {
                 Step::Done => {}
@@ -574,22 +571,21 @@ impl Agent {
         self.memory = plan.memory;
         // NB: a volume id stored this pass publishes its disk in the next one, at once; the inventory waits for it.
         let tagged = std::mem::take(&mut self.tagged);
-        // NB: the pass right after one that stored a volume id measures that entry again; storing one again means
-        // the id did not read back (a filesystem that takes the attribute and loses it). Trying again at once would
-        // spin: back off as after any failed step.
         let tagged_before = std::mem::replace(&mut self.tagged_last, tagged);
-        let unconfirmed = tagged && tagged_before;
-        if unconfirmed {
+        let tagging = cadence::tagging(tagged, tagged_before);
+        if tagging.unconfirmed {
             warn!(
                 "a volume id stored by the last pass did not read back; the disk is not published, trying again"
             );
         }
-        let again = tagged && !unconfirmed;
+        let again = tagging.again;
         self.publish_now = again;
-        // NB: a pass that planned no new PV for want of the cluster's PVs, or whose writes failed, has not published
-        // every disk it can; nor has one whose disks wait for their volume id to read back.
-        let held_back = plan.needs_cluster_list && !complete;
-        self.published_all |= !(retry || again || unconfirmed || held_back)
+        let mut ended = cadence::Ended {
+            retry,
+            tagging: Some(tagging),
+            held_back: plan.needs_cluster_list && !complete,
+        };
+        self.published_all |= cadence::untaint_allowed(ended)
             && plan::taint::all_published(&found, &existing, &plan.unpublished);
         let untaint_again = self.published_all && self.remove_startup_taint().await;
         if view.complete && !view.narrow {
@@ -599,7 +595,7 @@ impl Agent {
         let inventory_after = if again {
             None
         } else {
-            self.sync_inventory(&found, &plan.unpublished, &existing, &mut retry)
+            self.sync_inventory(&found, &plan.unpublished, &existing, &mut ended.retry)
                 .await
         };
         for u in self.notices.changed(&found.unusable) {
@@ -621,22 +617,17 @@ impl Agent {
             .filter(|b| b.not_before > now)
             .map(|b| b.not_before - now)
             .min();
-        let progress = (!self.running.is_empty()).then_some(PROGRESS_EVERY);
         self.s.metrics.set_health(&self.health.counts());
-        let scope_after = self.admission.as_ref().and_then(|g| g.wait(now));
-        [
-            plan.requeue_after,
-            Some(self.health.wait(Instant::now())),
-            inventory_after,
+        let wakes = cadence::Wakes {
+            plan: plan.requeue_after,
+            health: Some(self.health.wait(now)),
+            inventory: inventory_after,
             backoff,
-            progress,
-            scope_after,
-            (retry || unconfirmed || untaint_again).then_some(FIRST_BACKOFF),
-            again.then_some(Duration::ZERO),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+            progress: (!self.running.is_empty()).then_some(PROGRESS_EVERY),
+            scope: self.admission.as_ref().and_then(|g| g.wait(now)),
+            untaint_again,
+        };
+        cadence::next_pass(ended, wakes)
     }
 
     /// Removes the startup taint (`removeNodeNotReadyTaint`) from this node, if it has it. True when the patch

@@ -1,0 +1,127 @@
+use std::time::Duration;
+
+use rstest::rstest;
+
+use super::*;
+use crate::plan::DiskState;
+
+#[rstest]
+#[case::wide_complete(true, false, true)]
+#[case::narrow_complete(true, true, false)]
+#[case::wide_incomplete(false, false, false)]
+#[case::narrow_incomplete(false, true, false)]
+fn only_a_complete_wide_index_stands_in_before_the_plan(
+    #[case] complete: bool,
+    #[case] narrow: bool,
+    #[case] want: bool,
+) {
+    assert_eq!(stands_in(complete, narrow), want);
+}
+
+#[rstest]
+#[case::asked_for_none(false, false, false, false, false, Fill::Planned)]
+#[case::had_them(true, true, true, false, false, Fill::Planned)]
+#[case::narrow_complete(true, false, true, true, false, Fill::CheckPolicy)]
+#[case::narrow_complete_and_overdue(true, false, true, true, true, Fill::CheckPolicy)]
+#[case::overdue(true, false, false, false, true, Fill::ListEvery)]
+#[case::narrow_incomplete_overdue(true, false, false, true, true, Fill::ListEvery)]
+#[case::incomplete(true, false, false, false, false, Fill::Wait)]
+#[case::narrow_incomplete(true, false, false, true, false, Fill::Wait)]
+fn a_plan_that_wants_every_pv_gets_them_by_the_cheapest_safe_way(
+    #[case] needs: bool,
+    #[case] had: bool,
+    #[case] complete: bool,
+    #[case] narrow: bool,
+    #[case] overdue: bool,
+    #[case] want: Fill,
+) {
+    assert_eq!(fill(needs, had, complete, narrow, overdue), want);
+}
+
+fn state(key: &str) -> Action {
+    Action::SetDiskState {
+        key: key.into(),
+        state: DiskState::Published,
+    }
+}
+
+fn forget(uid: &str) -> Action {
+    Action::ForgetOwner { uid: uid.into() }
+}
+
+fn create(name: &str) -> Action {
+    let mut pv = k8s_openapi::api::core::v1::PersistentVolume::default();
+    pv.metadata.name = Some(name.into());
+    Action::CreatePv(Box::new(pv))
+}
+
+#[test]
+fn ledger_states_and_creates_run_in_batches_between_the_other_actions() {
+    let got = runs(vec![
+        forget("u1"),
+        state("a"),
+        create("a"),
+        state("b"),
+        create("b"),
+        forget("u2"),
+        create("c"),
+    ]);
+    assert_eq!(
+        got,
+        vec![
+            Run::One(forget("u1")),
+            Run::Batch(vec![state("a"), create("a"), state("b"), create("b")]),
+            Run::One(forget("u2")),
+            Run::Batch(vec![create("c")]),
+        ]
+    );
+    assert!(runs(vec![]).is_empty());
+}
+
+#[test]
+fn after_a_halt_only_events_run() {
+    assert!(!Run::Batch(vec![state("a")]).runs_after_halt());
+    assert!(!Run::One(forget("u")).runs_after_halt());
+}
+
+#[rstest]
+#[case::none(false, false, Tagging { again: false, unconfirmed: false })]
+#[case::first(true, false, Tagging { again: true, unconfirmed: false })]
+#[case::twice(true, true, Tagging { again: false, unconfirmed: true })]
+#[case::after(false, true, Tagging { again: false, unconfirmed: false })]
+fn a_volume_id_stored_twice_in_a_row_did_not_read_back(
+    #[case] tagged: bool,
+    #[case] before: bool,
+    #[case] want: Tagging,
+) {
+    assert_eq!(tagging(tagged, before), want);
+}
+
+#[rstest]
+#[case::clean(Ended::default(), true)]
+#[case::retry(Ended { retry: true, ..Ended::default() }, false)]
+#[case::held_back(Ended { held_back: true, ..Ended::default() }, false)]
+#[case::tagged(Ended { tagging: Some(tagging(true, false)), ..Ended::default() }, false)]
+#[case::unconfirmed(Ended { tagging: Some(tagging(true, true)), ..Ended::default() }, false)]
+fn only_a_clean_pass_may_take_the_startup_taint_off(#[case] ended: Ended, #[case] want: bool) {
+    assert_eq!(untaint_allowed(ended), want);
+}
+
+const S: Duration = Duration::from_secs(1);
+
+#[rstest]
+#[case::nothing(Ended::default(), Wakes::default(), None)]
+#[case::nearest(Ended::default(), Wakes { plan: Some(30 * S), health: Some(15 * S), backoff: Some(20 * S), ..Wakes::default() }, Some(15 * S))]
+#[case::progress(Ended::default(), Wakes { plan: Some(30 * S), progress: Some(2 * S), ..Wakes::default() }, Some(2 * S))]
+#[case::scope(Ended::default(), Wakes { scope: Some(10 * S), ..Wakes::default() }, Some(10 * S))]
+#[case::retry_soon(Ended { retry: true, ..Ended::default() }, Wakes { plan: Some(30 * S), ..Wakes::default() }, Some(FIRST_BACKOFF))]
+#[case::untaint_again(Ended::default(), Wakes { untaint_again: true, ..Wakes::default() }, Some(FIRST_BACKOFF))]
+#[case::unconfirmed_backs_off(Ended { tagging: Some(tagging(true, true)), ..Ended::default() }, Wakes::default(), Some(FIRST_BACKOFF))]
+#[case::tagged_at_once(Ended { tagging: Some(tagging(true, false)), retry: true, ..Ended::default() }, Wakes { progress: Some(2 * S), ..Wakes::default() }, Some(Duration::ZERO))]
+fn the_next_pass_comes_at_the_nearest_reason(
+    #[case] ended: Ended,
+    #[case] wakes: Wakes,
+    #[case] want: Option<Duration>,
+) {
+    assert_eq!(next_pass(ended, wakes), want);
+}
