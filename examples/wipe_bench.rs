@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use localpv::contract::DevId;
 use localpv::wipe::{
-    BlockOptions, Control, Expected, FsOptions, WipeMethod, wipe_block, wipe_filesystem,
+    BlockMethod, BlockOptions, Control, Expected, FsOptions, wipe_block, wipe_filesystem,
 };
 
 fn main() -> anyhow::Result<()> {
@@ -30,7 +30,7 @@ fn main() -> anyhow::Result<()> {
             fs(Path::new(root), concurrency)
         }
         (Some("block"), Some(device)) => {
-            let method: WipeMethod =
+            let method: BlockMethod =
                 serde_json::from_value(arg(2).context("missing method")?.into())?;
             let chunk_mib: u64 = arg(3).map_or(Ok(128), str::parse)?;
             block(Path::new(device), method, chunk_mib)
@@ -77,7 +77,7 @@ fn fs(root: &Path, concurrency: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn block(device: &Path, method: WipeMethod, chunk_mib: u64) -> anyhow::Result<()> {
+fn block(device: &Path, method: BlockMethod, chunk_mib: u64) -> anyhow::Result<()> {
     let opts = BlockOptions {
         method,
         chunk_bytes: chunk_mib << 20,

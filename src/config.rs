@@ -205,7 +205,7 @@ impl WipeMethod {
     pub fn spellings(mode: VolumeMode) -> Vec<&'static str> {
         match mode {
             VolumeMode::Filesystem => FsWipe::SPELLINGS.to_vec(),
-            VolumeMode::Block => crate::contract::WipeMethod::ALL
+            VolumeMode::Block => crate::contract::BlockMethod::ALL
                 .iter()
                 .map(|m| m.as_str())
                 .collect(),
@@ -238,14 +238,14 @@ impl FsWipe {
 /// method is `command` (the constructors keep that so). The default is the engine's default, `zeroout`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BlockWipe {
-    method: crate::contract::WipeMethod,
+    method: crate::contract::BlockMethod,
     command: Option<Vec<String>>,
 }
 
 impl BlockWipe {
     /// A built-in method; `None` for `Command`, which needs its argv (`BlockWipe::command`).
-    pub fn builtin(method: crate::contract::WipeMethod) -> Option<BlockWipe> {
-        (method != crate::contract::WipeMethod::Command).then_some(BlockWipe {
+    pub fn builtin(method: crate::contract::BlockMethod) -> Option<BlockWipe> {
+        (method != crate::contract::BlockMethod::Command).then_some(BlockWipe {
             method,
             command: None,
         })
@@ -254,12 +254,12 @@ impl BlockWipe {
     /// Run this argv (`blockCleanerCommand`) with `LOCAL_PV_BLKDEVICE` set.
     pub fn command(argv: Vec<String>) -> BlockWipe {
         BlockWipe {
-            method: crate::contract::WipeMethod::Command,
+            method: crate::contract::BlockMethod::Command,
             command: Some(argv),
         }
     }
 
-    pub fn method(&self) -> crate::contract::WipeMethod {
+    pub fn method(&self) -> crate::contract::BlockMethod {
         self.method
     }
 

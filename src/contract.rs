@@ -258,7 +258,7 @@ impl DevId {
     schemars::JsonSchema,
 )]
 #[serde(rename_all = "kebab-case")]
-pub enum WipeMethod {
+pub enum BlockMethod {
     /// `BLKZEROOUT`: reads back as zeros; offloaded by devices that can. Falls back to `Overwrite` when rejected.
     #[default]
     #[serde(rename = "zeroout", alias = "zero-out")]
@@ -275,31 +275,31 @@ pub enum WipeMethod {
     Command,
 }
 
-impl WipeMethod {
+impl BlockMethod {
     /// Every method, in documentation order; with `as_str` the one list of Block `wipeMethod` spellings.
-    pub const ALL: [WipeMethod; 6] = [
-        WipeMethod::ZeroOut,
-        WipeMethod::Discard,
-        WipeMethod::SecureDiscard,
-        WipeMethod::Signatures,
-        WipeMethod::Overwrite,
-        WipeMethod::Command,
+    pub const ALL: [BlockMethod; 6] = [
+        BlockMethod::ZeroOut,
+        BlockMethod::Discard,
+        BlockMethod::SecureDiscard,
+        BlockMethod::Signatures,
+        BlockMethod::Overwrite,
+        BlockMethod::Command,
     ];
 
     /// The config spelling, also usable as a bounded metric label.
     pub fn as_str(self) -> &'static str {
         match self {
-            WipeMethod::ZeroOut => "zeroout",
-            WipeMethod::Discard => "discard",
-            WipeMethod::SecureDiscard => "secure-discard",
-            WipeMethod::Signatures => "signatures",
-            WipeMethod::Overwrite => "overwrite",
-            WipeMethod::Command => "command",
+            BlockMethod::ZeroOut => "zeroout",
+            BlockMethod::Discard => "discard",
+            BlockMethod::SecureDiscard => "secure-discard",
+            BlockMethod::Signatures => "signatures",
+            BlockMethod::Overwrite => "overwrite",
+            BlockMethod::Command => "command",
         }
     }
 }
 
-impl std::fmt::Display for WipeMethod {
+impl std::fmt::Display for BlockMethod {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }

@@ -36,7 +36,7 @@ use tracing::{info, warn};
 
 use self::explain::{Explain, PendingPod, plan_explanations};
 use self::lease::Elector;
-use self::metrics::{Metrics, Outcome, Work, WorkLabels, WriteKind, WriteLabels};
+use self::metrics::{Metrics, Work, WorkLabels, WriteKind, WriteLabels, WriteVerdict};
 use crate::cleanup::{Action, Inputs, Plan, Settings, Volume, plan};
 use crate::contract::NODE_LABEL;
 use crate::effects::{self, Applied, Failed, Reason, Uncounted};
@@ -432,7 +432,7 @@ impl Writer {
         }
     }
 
-    fn count(&self, write: WriteKind, outcome: Outcome) {
+    fn count(&self, write: WriteKind, outcome: WriteVerdict) {
         let labels = WriteLabels { write, outcome };
         self.metrics.writes.get_or_create(&labels).inc();
     }
@@ -440,7 +440,7 @@ impl Writer {
     /// Publishes one explanation; true when it was published.
     async fn explain(&self, pod: &PendingPod, uid: &str, message: &str) -> bool {
         if !self.lease.holds() {
-            self.count(WriteKind::ExplainPod, Outcome::NotLeader);
+            self.count(WriteKind::ExplainPod, WriteVerdict::NotLeader);
             return false;
         }
         let namespace = Some(pod.namespace.as_str()).filter(|ns| !ns.is_empty());
@@ -466,7 +466,7 @@ impl Writer {
         // NB: checked before each write, not once per pass: a pass can outlive the Lease (a slow API server),
         // and then another replica may already be acting.
         if !self.lease.holds() {
-            self.count(write, Outcome::NotLeader);
+            self.count(write, WriteVerdict::NotLeader);
             return;
         }
         // NB: the effects writer logs failures and sorts 404/409 into "moot" (already done, or the precondition
@@ -474,10 +474,10 @@ impl Writer {
         let outcome = match self.send(&action).await {
             Ok(Applied::Done(())) => {
                 info!(%action, "clean-up applied");
-                Outcome::Applied
+                WriteVerdict::Applied
             }
-            Ok(Applied::Moot) => Outcome::AlreadyDone,
-            Err(Failed) => Outcome::Failed,
+            Ok(Applied::Moot) => WriteVerdict::AlreadyDone,
+            Err(Failed) => WriteVerdict::Failed,
         };
         self.count(write, outcome);
     }

@@ -50,7 +50,7 @@ pub enum Verb {
 
 /// How a request went, a bounded metric label.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Outcome {
+pub enum WriteOutcome {
     Ok,
     /// `AlreadyExists`, `NotFound`, or a failed precondition: the step was already done or is moot.
     Moot,
@@ -59,14 +59,14 @@ pub enum Outcome {
 
 /// Where the writer counts its requests (each shell has its own metrics).
 pub trait Count: Send + Sync {
-    fn request(&self, verb: Verb, outcome: Outcome);
+    fn request(&self, verb: Verb, outcome: WriteOutcome);
 }
 
 /// For writers whose requests are not counted.
 pub struct Uncounted;
 
 impl Count for Uncounted {
-    fn request(&self, _: Verb, _: Outcome) {}
+    fn request(&self, _: Verb, _: WriteOutcome) {}
 }
 
 /// What a request achieved when it did not fail.
@@ -188,15 +188,15 @@ impl Writer {
         let (outcome, settled) = match result {
             Ok(object) => {
                 debug!(?verb, kind, name, "applied");
-                (Outcome::Ok, Ok(Applied::Done(object)))
+                (WriteOutcome::Ok, Ok(Applied::Done(object)))
             }
             Err(error) if moot(&error) => {
                 debug!(?verb, kind, name, error = %error_text(&error), "already done or no longer applicable");
-                (Outcome::Moot, Ok(Applied::Moot))
+                (WriteOutcome::Moot, Ok(Applied::Moot))
             }
             Err(error) => {
                 warn!(?verb, kind, name, error = %error_text(&error), "failed to write to the API server");
-                (Outcome::Error, Err(Failed))
+                (WriteOutcome::Error, Err(Failed))
             }
         };
         self.count.request(verb, outcome);
@@ -357,11 +357,11 @@ impl Writer {
         };
         let result = self.recorder.publish(&ev, regarding).await;
         let outcome = match &result {
-            Ok(()) => Outcome::Ok,
-            Err(error) if moot(error) => Outcome::Moot,
+            Ok(()) => WriteOutcome::Ok,
+            Err(error) if moot(error) => WriteOutcome::Moot,
             Err(error) => {
                 warn!(error = %error_text(error), reason = reason_text, object, "failed to publish event");
-                Outcome::Error
+                WriteOutcome::Error
             }
         };
         self.count.request(Verb::Event, outcome);

@@ -11,7 +11,7 @@
 //! Filesystem volumes are emptied in-process by a file-descriptor walk that never follows a symlink, never crosses
 //! into a mount placed inside the volume and stays beneath the root even while a tenant renames things; what could
 //! not be removed (immutable files, nested mounts) is reported, never hidden. Block volumes are erased by one
-//! [`WipeMethod`] while the device is held with `O_EXCL`.
+//! [`BlockMethod`] while the device is held with `O_EXCL`.
 //!
 //! Operator commands (the reference provisioner's `blockCleanerCommand`) receive the target in the environment:
 //! - `LOCAL_PV_BLKDEVICE`: the block device path, for block volumes (same name as the reference provisioner);
@@ -36,7 +36,7 @@ pub use fs::{
 };
 
 // NB: the method is plain data the config also parses, so it lives in the contract (built without `node`).
-pub use crate::contract::WipeMethod;
+pub use crate::contract::BlockMethod;
 
 /// Progress of one wipe, shared with whoever publishes it. Counters only grow.
 #[derive(Debug, Default)]
@@ -108,15 +108,15 @@ mod tests {
     use crate::contract::DevId;
 
     #[rstest]
-    #[case("\"zeroout\"", WipeMethod::ZeroOut)]
-    #[case("\"zero-out\"", WipeMethod::ZeroOut)]
-    #[case("\"discard\"", WipeMethod::Discard)]
-    #[case("\"secure-discard\"", WipeMethod::SecureDiscard)]
-    #[case("\"signatures\"", WipeMethod::Signatures)]
-    #[case("\"overwrite\"", WipeMethod::Overwrite)]
-    #[case("\"command\"", WipeMethod::Command)]
-    fn wipe_methods_are_named_in_kebab_case(#[case] json: &str, #[case] method: WipeMethod) {
-        assert_eq!(serde_json::from_str::<WipeMethod>(json).unwrap(), method);
+    #[case("\"zeroout\"", BlockMethod::ZeroOut)]
+    #[case("\"zero-out\"", BlockMethod::ZeroOut)]
+    #[case("\"discard\"", BlockMethod::Discard)]
+    #[case("\"secure-discard\"", BlockMethod::SecureDiscard)]
+    #[case("\"signatures\"", BlockMethod::Signatures)]
+    #[case("\"overwrite\"", BlockMethod::Overwrite)]
+    #[case("\"command\"", BlockMethod::Command)]
+    fn wipe_methods_are_named_in_kebab_case(#[case] json: &str, #[case] method: BlockMethod) {
+        assert_eq!(serde_json::from_str::<BlockMethod>(json).unwrap(), method);
         let back = serde_json::to_string(&method).unwrap();
         assert_eq!(back, format!("\"{}\"", method.as_str()));
     }
@@ -125,21 +125,21 @@ mod tests {
     /// compiling until it is).
     #[test]
     fn all_holds_every_method_once_in_order() {
-        let position = |method: WipeMethod| match method {
-            WipeMethod::ZeroOut => 0,
-            WipeMethod::Discard => 1,
-            WipeMethod::SecureDiscard => 2,
-            WipeMethod::Signatures => 3,
-            WipeMethod::Overwrite => 4,
-            WipeMethod::Command => 5,
+        let position = |method: BlockMethod| match method {
+            BlockMethod::ZeroOut => 0,
+            BlockMethod::Discard => 1,
+            BlockMethod::SecureDiscard => 2,
+            BlockMethod::Signatures => 3,
+            BlockMethod::Overwrite => 4,
+            BlockMethod::Command => 5,
         };
-        let positions: Vec<usize> = WipeMethod::ALL.into_iter().map(position).collect();
-        assert_eq!(positions, (0..WipeMethod::ALL.len()).collect::<Vec<_>>());
+        let positions: Vec<usize> = BlockMethod::ALL.into_iter().map(position).collect();
+        assert_eq!(positions, (0..BlockMethod::ALL.len()).collect::<Vec<_>>());
     }
 
     #[test]
     fn an_unknown_wipe_method_is_rejected() {
-        assert!(serde_json::from_str::<WipeMethod>("\"shred\"").is_err());
+        assert!(serde_json::from_str::<BlockMethod>("\"shred\"").is_err());
     }
 
     #[test]

@@ -29,10 +29,10 @@ const UNUSABLE_REASONS: [UnusableReason; 6] = [
 ];
 
 /// The writer's request labels (`effects::Writer` counts through [`Metrics`]).
-pub use crate::effects::{Outcome as ApiOutcome, Verb as ApiVerb};
+pub use crate::effects::{Verb as ApiVerb, WriteOutcome as ApiOutcome};
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Outcome {
+pub enum StepOutcome {
     Ok,
     Error,
     /// The disk at the path was not the one expected: nothing was touched.
@@ -47,7 +47,7 @@ pub struct ApiLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
-    pub outcome: Outcome,
+    pub outcome: StepOutcome,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -75,7 +75,7 @@ pub struct CapacityLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WipeLabels {
     pub method: String,
-    pub outcome: Outcome,
+    pub outcome: StepOutcome,
 }
 
 #[derive(Clone)]
@@ -104,7 +104,7 @@ const API_VERBS: [ApiVerb; 4] = [
     ApiVerb::Event,
 ];
 const API_OUTCOMES: [ApiOutcome; 3] = [ApiOutcome::Ok, ApiOutcome::Moot, ApiOutcome::Error];
-const WIPE_OUTCOMES: [Outcome; 3] = [Outcome::Ok, Outcome::Error, Outcome::Refused];
+const WIPE_OUTCOMES: [StepOutcome; 3] = [StepOutcome::Ok, StepOutcome::Error, StepOutcome::Refused];
 pub const PV_PHASES: [&str; 5] = ["Pending", "Available", "Bound", "Released", "Failed"];
 /// The capacity phases every class always shows (0 when none): what dashboards graph as free and used.
 const CAPACITY_PHASES: [&str; 3] = ["Available", "Bound", "Released"];
@@ -218,7 +218,8 @@ impl Metrics {
     fn zero_label_sets(&self) {
         let api = |verb| API_OUTCOMES.map(|outcome| ApiLabels { verb, outcome });
         at_zero(&self.api_requests, API_VERBS.into_iter().flat_map(api));
-        let reloads = [Outcome::Ok, Outcome::Error].map(|outcome| OutcomeLabels { outcome });
+        let reloads =
+            [StepOutcome::Ok, StepOutcome::Error].map(|outcome| OutcomeLabels { outcome });
         at_zero(&self.config_reloads, reloads);
         let wipes = |method: &str| {
             let method = method.to_string();

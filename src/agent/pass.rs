@@ -29,7 +29,7 @@ use self::wipes::{Backoff, Running};
 use super::exec::PvWriter;
 use super::http::{Disks as HttpDisks, State as HttpState};
 use super::inventory::{self as inv, InventoryWriter};
-use super::metrics::{Metrics, Outcome, OutcomeLabels, PvTally};
+use super::metrics::{Metrics, OutcomeLabels, PvTally, StepOutcome};
 use super::pvindex::{PvIndex, Snapshot};
 use super::wiper::{Done, Failed};
 use super::{Options, load_config};
@@ -368,7 +368,7 @@ impl Agent {
                     .metrics
                     .config_reloads
                     .get_or_create(&OutcomeLabels {
-                        outcome: Outcome::Ok,
+                        outcome: StepOutcome::Ok,
                     })
                     .inc();
                 self.s.config = config;
@@ -383,7 +383,7 @@ impl Agent {
                         .metrics
                         .config_reloads
                         .get_or_create(&OutcomeLabels {
-                            outcome: Outcome::Error,
+                            outcome: StepOutcome::Error,
                         })
                         .inc();
                     let uid = self.s.nodes.get(&self.s.node).and_then(|n| n.metadata.uid);

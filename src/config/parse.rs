@@ -378,7 +378,7 @@ impl Reader {
         Some(match mode {
             VolumeMode::Filesystem => WipeMethod::Filesystem(FsWipe::RemoveContents),
             VolumeMode::Block => {
-                let builtin = crate::contract::WipeMethod::ALL
+                let builtin = crate::contract::BlockMethod::ALL
                     .into_iter()
                     .find(|m| m.as_str() == method)
                     .and_then(BlockWipe::builtin);
@@ -447,12 +447,12 @@ fn device_wipe_of(argv: &[String]) -> BlockWipe {
 }
 
 /// The built-in method doing what one of the reference provisioner's stock block scripts does.
-fn stock_script(argv: &[String]) -> Option<crate::contract::WipeMethod> {
+fn stock_script(argv: &[String]) -> Option<crate::contract::BlockMethod> {
     match argv.first().map(String::as_str) {
-        Some("/scripts/quick_reset.sh") => Some(crate::contract::WipeMethod::Signatures),
-        Some("/scripts/blkdiscard.sh") => Some(crate::contract::WipeMethod::Discard),
-        Some("/scripts/dd_zero.sh") => Some(crate::contract::WipeMethod::ZeroOut),
-        Some("/scripts/shred.sh") => Some(crate::contract::WipeMethod::Overwrite),
+        Some("/scripts/quick_reset.sh") => Some(crate::contract::BlockMethod::Signatures),
+        Some("/scripts/blkdiscard.sh") => Some(crate::contract::BlockMethod::Discard),
+        Some("/scripts/dd_zero.sh") => Some(crate::contract::BlockMethod::ZeroOut),
+        Some("/scripts/shred.sh") => Some(crate::contract::BlockMethod::Overwrite),
         _ => None,
     }
 }

@@ -95,7 +95,7 @@ fn reference_configmap_manifest_is_read_unchanged() {
     // Its blockCleanerCommand (the stock shred script) wipes the raw devices found in it, as the reference's did.
     assert_eq!(
         Some(fast.device_wipe.clone()),
-        crate::config::BlockWipe::builtin(crate::contract::WipeMethod::Overwrite)
+        crate::config::BlockWipe::builtin(crate::contract::BlockMethod::Overwrite)
     );
     let local = config
         .class("local-storage")
@@ -307,7 +307,7 @@ fn config_converts_to_discovery_classes() {
     );
 }
 
-fn block(method: crate::contract::WipeMethod) -> WipeMethod {
+fn block(method: crate::contract::BlockMethod) -> WipeMethod {
     WipeMethod::Block(BlockWipe::builtin(method).expect("a built-in method"))
 }
 
@@ -320,26 +320,26 @@ fn fs_command(argv: Vec<String>) -> WipeMethod {
 }
 
 #[rstest]
-#[case::block_default("volumeMode: Block", block(crate::contract::WipeMethod::ZeroOut))]
+#[case::block_default("volumeMode: Block", block(crate::contract::BlockMethod::ZeroOut))]
 #[case::fs_default(
     "volumeMode: Filesystem",
     WipeMethod::Filesystem(FsWipe::RemoveContents)
 )]
 #[case::block_named(
     "volumeMode: Block\nwipeMethod: secure-discard",
-    block(crate::contract::WipeMethod::SecureDiscard)
+    block(crate::contract::BlockMethod::SecureDiscard)
 )]
 #[case::block_signatures(
     "volumeMode: Block\nwipeMethod: signatures",
-    block(crate::contract::WipeMethod::Signatures)
+    block(crate::contract::BlockMethod::Signatures)
 )]
 #[case::block_overwrite(
     "volumeMode: Block\nwipeMethod: overwrite",
-    block(crate::contract::WipeMethod::Overwrite)
+    block(crate::contract::BlockMethod::Overwrite)
 )]
 #[case::block_discard(
     "volumeMode: Block\nwipeMethod: discard",
-    block(crate::contract::WipeMethod::Discard)
+    block(crate::contract::BlockMethod::Discard)
 )]
 #[case::operator_script(
     "volumeMode: Block\nblockCleanerCommand: [/opt/wipe.sh, fast]",
@@ -347,15 +347,15 @@ fn fs_command(argv: Vec<String>) -> WipeMethod {
 )]
 #[case::stock_shred(
     "volumeMode: Block\nblockCleanerCommand: [/scripts/shred.sh, \"2\"]",
-    block(crate::contract::WipeMethod::Overwrite)
+    block(crate::contract::BlockMethod::Overwrite)
 )]
 #[case::stock_quick_reset(
     "volumeMode: Block\nblockCleanerCommand: [/scripts/quick_reset.sh]",
-    block(crate::contract::WipeMethod::Signatures)
+    block(crate::contract::BlockMethod::Signatures)
 )]
 #[case::stock_blkdiscard(
     "volumeMode: Block\nblockCleanerCommand: [/scripts/blkdiscard.sh]",
-    block(crate::contract::WipeMethod::Discard)
+    block(crate::contract::BlockMethod::Discard)
 )]
 #[case::stock_script_forced(
     "volumeMode: Block\nwipeMethod: command\nblockCleanerCommand: [/scripts/shred.sh, \"2\"]",
@@ -363,11 +363,11 @@ fn fs_command(argv: Vec<String>) -> WipeMethod {
 )]
 #[case::stock_dd_zero(
     "volumeMode: Block\nblockCleanerCommand: [/scripts/dd_zero.sh]",
-    block(crate::contract::WipeMethod::ZeroOut)
+    block(crate::contract::BlockMethod::ZeroOut)
 )]
 #[case::block_zeroout(
     "volumeMode: Block\nwipeMethod: zeroout",
-    block(crate::contract::WipeMethod::ZeroOut)
+    block(crate::contract::BlockMethod::ZeroOut)
 )]
 #[case::fs_remove("wipeMethod: remove", WipeMethod::Filesystem(FsWipe::RemoveContents))]
 #[case::fs_command_named(
@@ -787,11 +787,11 @@ fn the_startup_taint_is_removed_only_when_asked_with_the_reference_charts_defaul
 #[case::default_zeroout("", crate::config::BlockWipe::default())]
 #[case::stock_shred(
     "blockCleanerCommand: [/scripts/shred.sh, \"2\"]",
-    crate::config::BlockWipe::builtin(crate::contract::WipeMethod::Overwrite).expect("built-in")
+    crate::config::BlockWipe::builtin(crate::contract::BlockMethod::Overwrite).expect("built-in")
 )]
 #[case::stock_quick_reset(
     "blockCleanerCommand: [/scripts/quick_reset.sh]",
-    crate::config::BlockWipe::builtin(crate::contract::WipeMethod::Signatures).expect("built-in")
+    crate::config::BlockWipe::builtin(crate::contract::BlockMethod::Signatures).expect("built-in")
 )]
 #[case::own_command(
     "blockCleanerCommand: [/opt/wipe.sh, fast]",

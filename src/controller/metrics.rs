@@ -26,7 +26,7 @@ pub enum WriteKind {
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Outcome {
+pub enum WriteVerdict {
     Applied,
     /// 404 or 409: someone else (or an earlier pass) already did it, or the precondition no longer holds.
     AlreadyDone,
@@ -58,7 +58,7 @@ pub struct VerdictLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
     pub write: WriteKind,
-    pub outcome: Outcome,
+    pub outcome: WriteVerdict,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -122,10 +122,10 @@ impl Metrics {
             WriteKind::ClaimHealth,
         ];
         let outcomes = [
-            Outcome::Applied,
-            Outcome::AlreadyDone,
-            Outcome::Failed,
-            Outcome::NotLeader,
+            WriteVerdict::Applied,
+            WriteVerdict::AlreadyDone,
+            WriteVerdict::Failed,
+            WriteVerdict::NotLeader,
         ];
         let every = |write| outcomes.map(|outcome| WriteLabels { write, outcome });
         at_zero(&m.writes, writes.into_iter().flat_map(every));

@@ -30,7 +30,7 @@ use tracing::{info, warn};
 mod tests;
 
 use super::Writer;
-use super::metrics::{Outcome, Verdict, VerdictLabels, WriteKind};
+use super::metrics::{Verdict, VerdictLabels, WriteKind, WriteVerdict};
 use crate::cleanup::Volume;
 use crate::effects::{self, Applied, Failed, Reason};
 use crate::health::State;
@@ -235,12 +235,12 @@ async fn write_claim_health(
         .merge_patch_status::<PersistentVolumeClaim>(Some(namespace), claim, &patch)
         .await;
     let outcome = match sent {
-        Ok(Applied::Done(_)) => Outcome::Applied,
-        Ok(Applied::Moot) => Outcome::AlreadyDone,
-        Err(Failed) => Outcome::Failed,
+        Ok(Applied::Done(_)) => WriteVerdict::Applied,
+        Ok(Applied::Moot) => WriteVerdict::AlreadyDone,
+        Err(Failed) => WriteVerdict::Failed,
     };
     writer.count(WriteKind::ClaimHealth, outcome);
-    outcome != Outcome::Failed
+    outcome != WriteVerdict::Failed
 }
 
 /// One Event per pod using a claim on a failing disk and state.
@@ -320,7 +320,7 @@ async fn act(writer: &Writer, l: &Lost, decision: Decision, memory: &mut Memory,
         }
         Decision::Recover(steps) => {
             if !writer.lease.holds() {
-                writer.count(WriteKind::DeleteClaim, Outcome::NotLeader);
+                writer.count(WriteKind::DeleteClaim, WriteVerdict::NotLeader);
                 return;
             }
             // NB: the Events go first: once the claim is gone, its Events are the only record of what was lost.
@@ -337,7 +337,7 @@ async fn act(writer: &Writer, l: &Lost, decision: Decision, memory: &mut Memory,
                     WriteKind::DeleteClaim,
                 )
                 .await;
-            if claim == Outcome::Applied
+            if claim == WriteVerdict::Applied
                 && let Some(uid) = &steps.replica.pod_uid
             {
                 // NB: once the claim is deleting, a later pass sees it settled and would not delete the pod again;
@@ -356,13 +356,13 @@ async fn act(writer: &Writer, l: &Lost, decision: Decision, memory: &mut Memory,
                         .await;
                     if matches!(
                         pod,
-                        Outcome::Applied | Outcome::AlreadyDone | Outcome::NotLeader
+                        WriteVerdict::Applied | WriteVerdict::AlreadyDone | WriteVerdict::NotLeader
                     ) {
                         break;
                     }
                 }
             }
-            if claim == Outcome::Applied {
+            if claim == WriteVerdict::Applied {
                 info!(pv = %l.pv, claim = %format!("{}/{}", steps.namespace, steps.claim), pod = %steps.replica.pod, "recovered a StatefulSet replica whose local volume is lost");
                 writer.count_verdict(Verdict::Recovered);
                 memory.decisions.started(&steps, now);
@@ -418,7 +418,7 @@ impl Writer {
         note: &str,
     ) -> bool {
         if !self.lease.holds() {
-            self.count(WriteKind::RecoveryEvent, Outcome::NotLeader);
+            self.count(WriteKind::RecoveryEvent, WriteVerdict::NotLeader);
             return false;
         }
         self.event_counted(regarding, reason, action, note, WriteKind::RecoveryEvent)
@@ -439,9 +439,9 @@ impl Writer {
             .event_as(regarding, EventType::Warning, reason, action, note)
             .await;
         let outcome = if sent.is_ok() {
-            Outcome::Applied
+            WriteVerdict::Applied
         } else {
-            Outcome::Failed
+            WriteVerdict::Failed
         };
         self.count(write, outcome);
         sent.is_ok()
@@ -454,19 +454,19 @@ impl Writer {
         name: &str,
         uid: &str,
         write: WriteKind,
-    ) -> Outcome
+    ) -> WriteVerdict
     where
         K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
     {
         if !self.lease.holds() {
-            self.count(write, Outcome::NotLeader);
-            return Outcome::NotLeader;
+            self.count(write, WriteVerdict::NotLeader);
+            return WriteVerdict::NotLeader;
         }
         let exact = effects::exactly(uid, None);
         let outcome = match self.effects.delete::<K>(namespace, name, Some(exact)).await {
-            Ok(Applied::Done(())) => Outcome::Applied,
-            Ok(Applied::Moot) => Outcome::AlreadyDone,
-            Err(Failed) => Outcome::Failed,
+            Ok(Applied::Done(())) => WriteVerdict::Applied,
+            Ok(Applied::Moot) => WriteVerdict::AlreadyDone,
+            Err(Failed) => WriteVerdict::Failed,
         };
         self.count(write, outcome);
         outcome

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 
-use super::metrics::{Metrics, Outcome, WriteKind, WriteLabels};
+use super::metrics::{Metrics, WriteKind, WriteLabels, WriteVerdict};
 use super::{Leadership, Writer};
 use crate::cleanup::Action;
 use crate::effects::scripted::{self, Step, Verifier};
@@ -45,7 +45,7 @@ fn delete_step() -> Step {
         .body("/preconditions/resourceVersion", json!("7"))
 }
 
-fn counted(w: &Writer, outcome: Outcome) -> u64 {
+fn counted(w: &Writer, outcome: WriteVerdict) -> u64 {
     let labels = WriteLabels {
         write: WriteKind::DeletePv,
         outcome,
@@ -58,7 +58,7 @@ async fn without_the_lease_a_planned_delete_is_not_sent_and_is_counted_as_droppe
     let (w, verifier) = writer(vec![], false);
     w.apply(delete_pv()).await;
     verifier.assert_done();
-    assert_eq!(counted(&w, Outcome::NotLeader), 1);
+    assert_eq!(counted(&w, WriteVerdict::NotLeader), 1);
 }
 
 #[tokio::test]
@@ -67,7 +67,7 @@ async fn with_the_lease_the_delete_is_sent_once_with_uid_and_resource_version() 
     let (w, verifier) = writer(vec![delete_step().answer(200, ok)], true);
     w.apply(delete_pv()).await;
     verifier.assert_done();
-    assert_eq!(counted(&w, Outcome::Applied), 1);
+    assert_eq!(counted(&w, WriteVerdict::Applied), 1);
 }
 
 #[tokio::test]
@@ -75,8 +75,8 @@ async fn a_pv_changed_since_the_plan_is_already_done_not_a_failure() {
     let (w, verifier) = writer(vec![delete_step().fail(409, "Conflict")], true);
     w.apply(delete_pv()).await;
     verifier.assert_done();
-    assert_eq!(counted(&w, Outcome::AlreadyDone), 1);
-    assert_eq!(counted(&w, Outcome::Failed), 0);
+    assert_eq!(counted(&w, WriteVerdict::AlreadyDone), 1);
+    assert_eq!(counted(&w, WriteVerdict::Failed), 0);
 }
 
 /// The Lease as the API server holds it: `holder`, renewed `ago` seconds before now, for 15 s, at resourceVersion 5.

@@ -8,15 +8,15 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::scripted::{self, Step, Verifier, created};
-use super::{Applied, Count, Failed, Outcome, Reason, Verb, Writer, exactly, reference};
+use super::{Applied, Count, Failed, Reason, Verb, WriteOutcome, Writer, exactly, reference};
 
 const PVS: &str = "/api/v1/persistentvolumes";
 
 #[derive(Default)]
-struct Counted(Mutex<Vec<(Verb, Outcome)>>);
+struct Counted(Mutex<Vec<(Verb, WriteOutcome)>>);
 
 impl Count for Counted {
-    fn request(&self, verb: Verb, outcome: Outcome) {
+    fn request(&self, verb: Verb, outcome: WriteOutcome) {
         self.0.lock().unwrap().push((verb, outcome));
     }
 }
@@ -60,20 +60,23 @@ async fn create_posts_once_with_the_field_manager_and_returns_the_created_object
         panic!("{done:?}")
     };
     assert_eq!(pv.metadata.uid.as_deref(), Some("u1"));
-    assert_eq!(*counted.0.lock().unwrap(), [(Verb::Create, Outcome::Ok)]);
+    assert_eq!(
+        *counted.0.lock().unwrap(),
+        [(Verb::Create, WriteOutcome::Ok)]
+    );
 }
 
 #[rstest::rstest]
-#[case::exists(409, "AlreadyExists", Ok(Applied::Moot), Outcome::Moot)]
-#[case::namespace_gone(404, "NotFound", Ok(Applied::Moot), Outcome::Moot)]
-#[case::server_error(500, "InternalError", Err(Failed), Outcome::Error)]
-#[case::forbidden(403, "Forbidden", Err(Failed), Outcome::Error)]
+#[case::exists(409, "AlreadyExists", Ok(Applied::Moot), WriteOutcome::Moot)]
+#[case::namespace_gone(404, "NotFound", Ok(Applied::Moot), WriteOutcome::Moot)]
+#[case::server_error(500, "InternalError", Err(Failed), WriteOutcome::Error)]
+#[case::forbidden(403, "Forbidden", Err(Failed), WriteOutcome::Error)]
 #[tokio::test]
 async fn create_answers_are_sorted_into_done_moot_and_failed(
     #[case] code: u16,
     #[case] reason: &str,
     #[case] expected: Result<Applied<()>, Failed>,
-    #[case] outcome: Outcome,
+    #[case] outcome: WriteOutcome,
 ) {
     let (w, verifier, counted) = writer(vec![Step::new("create", "POST", PVS).fail(code, reason)]);
     let got = w.create(&pv("pv-1")).await.map(|a| match a {
@@ -146,7 +149,10 @@ async fn merge_patch_sends_the_patch_as_a_merge_patch_with_the_field_manager() {
         .await;
     verifier.assert_done();
     assert!(matches!(got, Ok(Applied::Done(_))), "{got:?}");
-    assert_eq!(*counted.0.lock().unwrap(), [(Verb::Patch, Outcome::Ok)]);
+    assert_eq!(
+        *counted.0.lock().unwrap(),
+        [(Verb::Patch, WriteOutcome::Ok)]
+    );
 }
 
 #[tokio::test]
@@ -231,7 +237,10 @@ async fn a_failed_event_is_returned_and_counted() {
         .await;
     verifier.assert_done();
     assert_eq!(got, Err(Failed));
-    assert_eq!(*counted.0.lock().unwrap(), [(Verb::Event, Outcome::Error)]);
+    assert_eq!(
+        *counted.0.lock().unwrap(),
+        [(Verb::Event, WriteOutcome::Error)]
+    );
 }
 
 /// Create, then delete with the created object's UID and resourceVersion: the sequence the mutation tests break.

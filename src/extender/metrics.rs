@@ -17,7 +17,7 @@ pub enum Verb {
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Outcome {
+pub enum RequestOutcome {
     Ok,
     BadRequest,
     TooLarge,
@@ -46,7 +46,7 @@ pub enum Kind {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub verb: Verb,
-    pub outcome: Outcome,
+    pub outcome: RequestOutcome,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -64,14 +64,14 @@ pub struct KindLabels {
     pub kind: Kind,
 }
 
-const OUTCOMES: [Outcome; 7] = [
-    Outcome::Ok,
-    Outcome::BadRequest,
-    Outcome::TooLarge,
-    Outcome::OverBudget,
-    Outcome::NotReady,
-    Outcome::Deadline,
-    Outcome::Internal,
+const OUTCOMES: [RequestOutcome; 7] = [
+    RequestOutcome::Ok,
+    RequestOutcome::BadRequest,
+    RequestOutcome::TooLarge,
+    RequestOutcome::OverBudget,
+    RequestOutcome::NotReady,
+    RequestOutcome::Deadline,
+    RequestOutcome::Internal,
 ];
 
 type HistogramFamily = Family<VerbLabels, Histogram, fn() -> Histogram>;
@@ -145,7 +145,7 @@ impl Metrics {
         m
     }
 
-    pub fn request(&self, verb: Verb, outcome: Outcome, seconds: f64) {
+    pub fn request(&self, verb: Verb, outcome: RequestOutcome, seconds: f64) {
         self.requests
             .get_or_create(&RequestLabels { verb, outcome })
             .inc();

@@ -29,7 +29,7 @@ use tracing::{debug, warn};
 
 // The state's cache type, for callers that build an `AppState`.
 pub use super::cache::Cache;
-use super::metrics::{Metrics, NodeLabels, NodeResult, Outcome, Verb};
+use super::metrics::{Metrics, NodeLabels, NodeResult, RequestOutcome, Verb};
 use super::model::Strategy;
 use super::verbs;
 use super::wire::{DecodeError, DecodeLimits, ExtenderArgs, ExtenderFilterResult};
@@ -150,15 +150,17 @@ enum Reject {
 }
 
 impl Reject {
-    fn outcome(&self) -> Outcome {
+    fn outcome(&self) -> RequestOutcome {
         match self {
-            Reject::Body(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Outcome::TooLarge,
-            Reject::Body(_) | Reject::Malformed(_) => Outcome::BadRequest,
-            Reject::TooMany(_) => Outcome::TooLarge,
-            Reject::Budget(_) => Outcome::OverBudget,
-            Reject::NotReady => Outcome::NotReady,
-            Reject::Deadline(_) => Outcome::Deadline,
-            Reject::Internal(_) => Outcome::Internal,
+            Reject::Body(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                RequestOutcome::TooLarge
+            }
+            Reject::Body(_) | Reject::Malformed(_) => RequestOutcome::BadRequest,
+            Reject::TooMany(_) => RequestOutcome::TooLarge,
+            Reject::Budget(_) => RequestOutcome::OverBudget,
+            Reject::NotReady => RequestOutcome::NotReady,
+            Reject::Deadline(_) => RequestOutcome::Deadline,
+            Reject::Internal(_) => RequestOutcome::Internal,
         }
     }
 
@@ -196,7 +198,7 @@ async fn handle(
     let elapsed = started.elapsed().as_secs_f64();
     match result {
         Ok(json) => {
-            state.metrics.request(verb, Outcome::Ok, elapsed);
+            state.metrics.request(verb, RequestOutcome::Ok, elapsed);
             debug!(?verb, seconds = elapsed, "extender request answered");
             ([(header::CONTENT_TYPE, "application/json")], json).into_response()
         }

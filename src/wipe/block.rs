@@ -1,4 +1,4 @@
-//! Block device wipe: one [`WipeMethod`] applied to a whole device held with `O_EXCL`.
+//! Block device wipe: one [`BlockMethod`] applied to a whole device held with `O_EXCL`.
 //!
 //! The device is opened `O_RDWR|O_EXCL` (the kernel then refuses while it is mounted or claimed, and refuses mounts
 //! while we hold it), checked to be a block device with the expected device number, and erased in chunks of
@@ -23,7 +23,7 @@ mod tests;
 use self::device::{BlockDevice, FdDevice};
 
 use super::command::{self, CommandError, CommandOutput};
-use super::{Control, WipeMethod};
+use super::{BlockMethod, Control};
 use crate::contract::DevId;
 use crate::sys::{self, RangeOp};
 
@@ -40,10 +40,10 @@ const DIRECT_ALIGN: usize = 4096;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct BlockOptions {
-    pub method: WipeMethod,
+    pub method: BlockMethod,
     /// Bytes per ioctl range (and between flushes of a buffered overwrite); rounded down to whole MiB.
     pub chunk_bytes: u64,
-    /// argv for [`WipeMethod::Command`].
+    /// argv for [`BlockMethod::Command`].
     pub command: Option<Vec<String>>,
     pub idle_io_priority: bool,
 }
@@ -51,7 +51,7 @@ pub struct BlockOptions {
 impl Default for BlockOptions {
     fn default() -> Self {
         BlockOptions {
-            method: WipeMethod::ZeroOut,
+            method: BlockMethod::ZeroOut,
             chunk_bytes: 128 * MIB,
             command: None,
             idle_io_priority: true,
@@ -62,7 +62,7 @@ impl Default for BlockOptions {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlockReport {
     /// The method that erased the device (`overwrite` when `zeroout` was rejected).
-    pub method: WipeMethod,
+    pub method: BlockMethod,
     pub device_bytes: u64,
     /// Bytes the method covered (the whole device, or the two signature spans).
     pub bytes: u64,
@@ -96,14 +96,14 @@ pub enum BlockWipeError {
     #[error("failed to {method} {device}: the device does not support it")]
     Unsupported {
         device: PathBuf,
-        method: WipeMethod,
+        method: BlockMethod,
         #[source]
         source: Errno,
     },
     #[error("failed to {method} {device} at byte {offset}")]
     Range {
         device: PathBuf,
-        method: WipeMethod,
+        method: BlockMethod,
         offset: u64,
         #[source]
         source: Errno,
@@ -187,7 +187,7 @@ fn open_checked(
 ) -> Result<(FdDevice, bool), BlockWipeError> {
     let path = || device.to_path_buf();
     let base = OFlag::O_RDWR | OFlag::O_EXCL | OFlag::O_CLOEXEC;
-    let want_direct = opts.method == WipeMethod::Overwrite;
+    let want_direct = opts.method == BlockMethod::Overwrite;
     let opened = match want_direct {
         // NB: a few drivers refuse O_DIRECT (EINVAL); a buffered overwrite with periodic fdatasync still works.
         true => open(device, base | OFlag::O_DIRECT, Mode::empty())
@@ -258,23 +258,23 @@ impl<'a, D: BlockDevice> Wiper<'a, D> {
             command: None,
         };
         match method {
-            WipeMethod::ZeroOut => {
+            BlockMethod::ZeroOut => {
                 self.ctl.progress.set_total(self.size);
                 match self.ranges(RangeOp::ZeroOut) {
                     Err(Stop::Failed {
                         offset,
                         errno: Errno::EOPNOTSUPP | Errno::EINVAL,
                     }) => {
-                        report.method = WipeMethod::Overwrite;
+                        report.method = BlockMethod::Overwrite;
                         self.direct = self.dev.set_direct();
                         self.overwrite(offset)?;
                     }
                     other => self.stopped(method, other)?,
                 }
             }
-            WipeMethod::Discard | WipeMethod::SecureDiscard => {
+            BlockMethod::Discard | BlockMethod::SecureDiscard => {
                 self.ctl.progress.set_total(self.size);
-                let op = if method == WipeMethod::Discard {
+                let op = if method == BlockMethod::Discard {
                     RangeOp::Discard
                 } else {
                     RangeOp::SecureDiscard
@@ -282,12 +282,12 @@ impl<'a, D: BlockDevice> Wiper<'a, D> {
                 let result = self.ranges(op);
                 self.stopped(method, result)?;
             }
-            WipeMethod::Overwrite => {
+            BlockMethod::Overwrite => {
                 self.ctl.progress.set_total(self.size);
                 self.overwrite(0)?;
             }
-            WipeMethod::Signatures => report.bytes = self.signatures()?,
-            WipeMethod::Command => {
+            BlockMethod::Signatures => report.bytes = self.signatures()?,
+            BlockMethod::Command => {
                 let argv = self
                     .opts
                     .command
@@ -313,7 +313,7 @@ impl<'a, D: BlockDevice> Wiper<'a, D> {
         Ok(report)
     }
 
-    fn stopped(&self, method: WipeMethod, result: Result<(), Stop>) -> Result<(), BlockWipeError> {
+    fn stopped(&self, method: BlockMethod, result: Result<(), Stop>) -> Result<(), BlockWipeError> {
         let device = self.path();
         match result {
             Ok(()) => Ok(()),

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use localpv::contract::DevId;
-use localpv::wipe::{BlockOptions, BlockWipeError, Control, WipeMethod, wipe_block};
+use localpv::wipe::{BlockMethod, BlockOptions, BlockWipeError, Control, wipe_block};
 use rstest::rstest;
 
 use crate::disks::{Mount, Unwatched, mkfs, run};
@@ -40,7 +40,7 @@ fn all_zero(device: &Path) -> bool {
     }
 }
 
-fn opts(method: WipeMethod) -> BlockOptions {
+fn opts(method: BlockMethod) -> BlockOptions {
     BlockOptions {
         method,
         chunk_bytes: 16 * MIB,
@@ -53,10 +53,10 @@ fn dev_of(device: &Path) -> DevId {
 }
 
 #[rstest]
-#[case::zeroout(WipeMethod::ZeroOut)]
-#[case::discard(WipeMethod::Discard)]
-#[case::overwrite(WipeMethod::Overwrite)]
-fn the_whole_device_reads_back_as_zeros(#[case] method: WipeMethod) {
+#[case::zeroout(BlockMethod::ZeroOut)]
+#[case::discard(BlockMethod::Discard)]
+#[case::overwrite(BlockMethod::Overwrite)]
+fn the_whole_device_reads_back_as_zeros(#[case] method: BlockMethod) {
     let tmp = tempfile::tempdir().unwrap();
     let disk = loop_disk(tmp.path(), SIZE);
     scribble(&disk.backing);
@@ -85,7 +85,7 @@ fn discard_on_a_loop_device_punches_holes_in_the_sparse_backing_file() {
     wipe_block(
         disk.path(),
         None,
-        &opts(WipeMethod::Discard),
+        &opts(BlockMethod::Discard),
         &Control::default(),
     )
     .unwrap();
@@ -99,7 +99,7 @@ fn secure_discard_on_a_device_without_it_fails_as_unsupported() {
     let err = wipe_block(
         disk.path(),
         None,
-        &opts(WipeMethod::SecureDiscard),
+        &opts(BlockMethod::SecureDiscard),
         &Control::default(),
     )
     .unwrap_err();
@@ -107,7 +107,7 @@ fn secure_discard_on_a_device_without_it_fails_as_unsupported() {
         matches!(
             err,
             BlockWipeError::Unsupported {
-                method: WipeMethod::SecureDiscard,
+                method: BlockMethod::SecureDiscard,
                 ..
             }
         ),
@@ -127,7 +127,7 @@ fn signatures_leave_nothing_blkid_recognises() {
     let report = wipe_block(
         disk.path(),
         None,
-        &opts(WipeMethod::Signatures),
+        &opts(BlockMethod::Signatures),
         &Control::default(),
     )
     .unwrap();
@@ -160,7 +160,7 @@ fn the_command_gets_the_device_in_its_environment_and_the_device_unclaimed() {
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
     let opts = BlockOptions {
         command: Some(vec![script.display().to_string()]),
-        ..opts(WipeMethod::Command)
+        ..opts(BlockMethod::Command)
     };
     let report = wipe_block(disk.path(), None, &opts, &Control::default()).unwrap();
     assert_eq!(fs::read_to_string(&record).unwrap().trim(), disk.device);
@@ -178,7 +178,7 @@ fn a_failing_command_reports_its_exit_and_stderr() {
     ];
     let opts = BlockOptions {
         command: Some(argv),
-        ..opts(WipeMethod::Command)
+        ..opts(BlockMethod::Command)
     };
     let err = wipe_block(disk.path(), None, &opts, &Control::default()).unwrap_err();
     assert!(err.to_string().contains("exit status: 7"), "{err}");
@@ -190,9 +190,9 @@ fn a_failing_command_reports_its_exit_and_stderr() {
 }
 
 #[rstest]
-#[case::zeroout(WipeMethod::ZeroOut)]
-#[case::command(WipeMethod::Command)]
-fn a_mounted_device_is_refused_as_busy(#[case] method: WipeMethod) {
+#[case::zeroout(BlockMethod::ZeroOut)]
+#[case::command(BlockMethod::Command)]
+fn a_mounted_device_is_refused_as_busy(#[case] method: BlockMethod) {
     let tmp = tempfile::tempdir().unwrap();
     let disk = loop_disk(tmp.path(), SIZE);
     mkfs("ext4", &disk.device, None);
@@ -218,7 +218,7 @@ fn a_different_device_number_is_refused_before_anything_is_written() {
     let err = wipe_block(
         disk.path(),
         Some(expected),
-        &opts(WipeMethod::ZeroOut),
+        &opts(BlockMethod::ZeroOut),
         &Control::default(),
     )
     .unwrap_err();
@@ -232,7 +232,7 @@ fn a_cancelled_block_wipe_stops_between_chunks() {
     let disk = loop_disk(tmp.path(), SIZE);
     let ctl = Control::default();
     ctl.cancel();
-    let err = wipe_block(disk.path(), None, &opts(WipeMethod::Overwrite), &ctl).unwrap_err();
+    let err = wipe_block(disk.path(), None, &opts(BlockMethod::Overwrite), &ctl).unwrap_err();
     assert!(
         matches!(err, BlockWipeError::Cancelled { done: 0, .. }),
         "{err}"

@@ -9,7 +9,7 @@ use kube::runtime::events::EventType as KubeEventType;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::super::metrics::{Outcome, WipeLabels};
+use super::super::metrics::{StepOutcome, WipeLabels};
 use super::super::wiper::{self, Failed};
 use super::{Agent, FIRST_BACKOFF, MAX_BACKOFF, WipeResult};
 use crate::effects::Reason;
@@ -117,7 +117,7 @@ impl Agent {
                     .wipes
                     .get_or_create(&WipeLabels {
                         method,
-                        outcome: Outcome::Ok,
+                        outcome: StepOutcome::Ok,
                     })
                     .inc();
                 self.s.metrics.wipe_bytes.inc_by(done.bytes);
@@ -141,9 +141,9 @@ impl Agent {
             Err(failure) => {
                 let incomplete = matches!(failure, Failed::Incomplete(_));
                 let (reason, message, outcome) = match failure {
-                    Failed::Refused(m) => (Reason::WipeRefused, m, Outcome::Refused),
-                    Failed::Error(m) => (Reason::WipeFailed, m, Outcome::Error),
-                    Failed::Incomplete(m) => (Reason::WipeIncomplete, m, Outcome::Error),
+                    Failed::Refused(m) => (Reason::WipeRefused, m, StepOutcome::Refused),
+                    Failed::Error(m) => (Reason::WipeFailed, m, StepOutcome::Error),
+                    Failed::Incomplete(m) => (Reason::WipeIncomplete, m, StepOutcome::Error),
                 };
                 self.s
                     .metrics

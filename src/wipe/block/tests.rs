@@ -8,7 +8,7 @@ use super::*;
 
 const DEV: &str = "/dev/fake0";
 
-fn opts(method: WipeMethod) -> BlockOptions {
+fn opts(method: BlockMethod) -> BlockOptions {
     BlockOptions {
         method,
         chunk_bytes: MIB,
@@ -19,7 +19,7 @@ fn opts(method: WipeMethod) -> BlockOptions {
 
 fn wipe(
     dev: &RecordingDevice,
-    method: WipeMethod,
+    method: BlockMethod,
     direct: bool,
 ) -> Result<BlockReport, BlockWipeError> {
     let opts = opts(method);
@@ -43,11 +43,11 @@ fn write(offset_mib: u64, len_mib: u64) -> Call {
 }
 
 #[rstest]
-#[case(WipeMethod::ZeroOut, RangeOp::ZeroOut)]
-#[case(WipeMethod::Discard, RangeOp::Discard)]
-#[case(WipeMethod::SecureDiscard, RangeOp::SecureDiscard)]
+#[case(BlockMethod::ZeroOut, RangeOp::ZeroOut)]
+#[case(BlockMethod::Discard, RangeOp::Discard)]
+#[case(BlockMethod::SecureDiscard, RangeOp::SecureDiscard)]
 fn range_method_covers_the_device_one_chunk_per_call_then_syncs(
-    #[case] method: WipeMethod,
+    #[case] method: BlockMethod,
     #[case] op: RangeOp,
 ) {
     let dev = RecordingDevice::new(3 * MIB);
@@ -71,8 +71,8 @@ fn range_method_covers_the_device_one_chunk_per_call_then_syncs(
 #[case(Errno::EINVAL)]
 fn rejected_zeroout_falls_back_to_writing_zeros_from_where_it_stopped(#[case] errno: Errno) {
     let dev = RecordingDevice::new(3 * MIB).fail(Target::Range(RangeOp::ZeroOut, MIB), errno);
-    let report = wipe(&dev, WipeMethod::ZeroOut, false).expect("wipe");
-    assert_eq!(report.method, WipeMethod::Overwrite);
+    let report = wipe(&dev, BlockMethod::ZeroOut, false).expect("wipe");
+    assert_eq!(report.method, BlockMethod::Overwrite);
     assert_eq!(
         dev.calls(),
         [
@@ -91,8 +91,8 @@ fn zeroout_fallback_without_o_direct_flushes_after_every_chunk() {
     let dev = RecordingDevice::new(10 * MIB)
         .no_direct()
         .fail(Target::Range(RangeOp::ZeroOut, 0), Errno::EOPNOTSUPP);
-    let report = wipe(&dev, WipeMethod::ZeroOut, false).expect("wipe");
-    assert_eq!(report.method, WipeMethod::Overwrite);
+    let report = wipe(&dev, BlockMethod::ZeroOut, false).expect("wipe");
+    assert_eq!(report.method, BlockMethod::Overwrite);
     assert_eq!(
         dev.calls(),
         [
@@ -113,7 +113,7 @@ fn zeroout_fallback_without_o_direct_flushes_after_every_chunk() {
 #[test]
 fn direct_overwrite_writes_the_device_without_intermediate_flushes() {
     let dev = RecordingDevice::new(10 * MIB);
-    wipe(&dev, WipeMethod::Overwrite, true).expect("wipe");
+    wipe(&dev, BlockMethod::Overwrite, true).expect("wipe");
     assert_eq!(
         dev.calls(),
         [
@@ -129,7 +129,7 @@ fn direct_overwrite_writes_the_device_without_intermediate_flushes() {
 #[test]
 fn short_writes_are_continued_where_they_stopped() {
     let dev = RecordingDevice::new(3 * MIB).short_writes(MIB as usize);
-    let report = wipe(&dev, WipeMethod::Overwrite, true).expect("wipe");
+    let report = wipe(&dev, BlockMethod::Overwrite, true).expect("wipe");
     assert_eq!(report.bytes, 3 * MIB);
     assert_eq!(
         dev.calls(),
@@ -144,10 +144,10 @@ fn short_writes_are_continued_where_they_stopped() {
 }
 
 #[rstest]
-#[case(WipeMethod::Discard, RangeOp::Discard)]
-#[case(WipeMethod::SecureDiscard, RangeOp::SecureDiscard)]
+#[case(BlockMethod::Discard, RangeOp::Discard)]
+#[case(BlockMethod::SecureDiscard, RangeOp::SecureDiscard)]
 fn unsupported_discard_fails_naming_the_method_and_writes_nothing(
-    #[case] method: WipeMethod,
+    #[case] method: BlockMethod,
     #[case] op: RangeOp,
 ) {
     let dev = RecordingDevice::new(3 * MIB).fail(Target::Range(op, 0), Errno::EOPNOTSUPP);
@@ -164,7 +164,7 @@ fn unsupported_discard_fails_naming_the_method_and_writes_nothing(
 fn io_error_during_zeroout_fails_with_method_and_offset_and_does_not_fall_back() {
     let dev =
         RecordingDevice::new(3 * MIB).fail(Target::Range(RangeOp::ZeroOut, 2 * MIB), Errno::EIO);
-    let err = wipe(&dev, WipeMethod::ZeroOut, false).expect_err("EIO");
+    let err = wipe(&dev, BlockMethod::ZeroOut, false).expect_err("EIO");
     assert_eq!(
         err.to_string(),
         format!("failed to zeroout {DEV} at byte {}", 2 * MIB)
@@ -192,7 +192,7 @@ fn io_error_during_the_fallback_fails_naming_the_write_and_its_offset() {
     let dev = RecordingDevice::new(10 * MIB)
         .fail(Target::Range(RangeOp::ZeroOut, 0), Errno::EOPNOTSUPP)
         .fail(Target::WriteFrom(4 * MIB), Errno::EIO);
-    let err = wipe(&dev, WipeMethod::ZeroOut, false).expect_err("EIO");
+    let err = wipe(&dev, BlockMethod::ZeroOut, false).expect_err("EIO");
     assert_eq!(
         err.to_string(),
         format!("failed to write zeros to {DEV} at byte {}", 4 * MIB)
@@ -212,7 +212,7 @@ fn io_error_during_the_fallback_fails_naming_the_write_and_its_offset() {
 #[test]
 fn a_write_of_zero_bytes_is_an_io_error_not_a_hang() {
     let dev = RecordingDevice::new(MIB).short_writes(0);
-    let err = wipe(&dev, WipeMethod::Overwrite, true).expect_err("no progress");
+    let err = wipe(&dev, BlockMethod::Overwrite, true).expect_err("no progress");
     assert!(matches!(
         err,
         BlockWipeError::Write {
@@ -226,7 +226,7 @@ fn a_write_of_zero_bytes_is_an_io_error_not_a_hang() {
 #[test]
 fn unreadable_size_fails_before_any_write() {
     let dev = RecordingDevice::new(MIB).fail(Target::Size, Errno::ENOTTY);
-    let err = wipe(&dev, WipeMethod::ZeroOut, false).expect_err("size");
+    let err = wipe(&dev, BlockMethod::ZeroOut, false).expect_err("size");
     assert_eq!(err.to_string(), format!("failed to read the size of {DEV}"));
     assert_eq!(dev.calls(), [Call::Size]);
 }
@@ -238,14 +238,14 @@ fn failed_flush_fails_the_wipe(#[case] target: Target) {
     let dev = RecordingDevice::new(2 * MIB)
         .no_direct()
         .fail(target, Errno::EIO);
-    let err = wipe(&dev, WipeMethod::Overwrite, false).expect_err("flush");
+    let err = wipe(&dev, BlockMethod::Overwrite, false).expect_err("flush");
     assert_eq!(err.to_string(), format!("failed to flush {DEV}"));
 }
 
 #[test]
 fn signatures_erases_with_libblkid_then_zeros_both_ends() {
     let dev = RecordingDevice::new(5 * MIB);
-    let report = wipe(&dev, WipeMethod::Signatures, false).expect("wipe");
+    let report = wipe(&dev, BlockMethod::Signatures, false).expect("wipe");
     assert_eq!(report.bytes, 2 * MIB);
     assert_eq!(
         dev.calls(),
@@ -262,7 +262,7 @@ fn signatures_erases_with_libblkid_then_zeros_both_ends() {
 #[test]
 fn signatures_on_a_device_smaller_than_a_span_zeros_it_once() {
     let dev = RecordingDevice::new(MIB / 2);
-    let report = wipe(&dev, WipeMethod::Signatures, false).expect("wipe");
+    let report = wipe(&dev, BlockMethod::Signatures, false).expect("wipe");
     assert_eq!(report.bytes, MIB / 2);
     assert_eq!(
         dev.calls(),
@@ -281,7 +281,7 @@ fn signatures_on_a_device_smaller_than_a_span_zeros_it_once() {
 #[test]
 fn cancelled_wipe_stops_before_the_next_chunk() {
     let dev = RecordingDevice::new(3 * MIB);
-    let opts = opts(WipeMethod::ZeroOut);
+    let opts = opts(BlockMethod::ZeroOut);
     let ctl = Control::default();
     ctl.cancel();
     let err = Wiper::new(Path::new(DEV), &opts, &ctl, dev.clone(), false)
