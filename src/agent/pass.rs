@@ -2,6 +2,11 @@
 //!
 //! Wipes run in the background (one per disk at a time); their completion is fed back into the loop, which updates
 //! the ledger and the PV and plans again. Failed wipes back off exponentially (capped) per disk.
+//!
+//! NB: over 500 lines because it is the one place that sequences the agent's effects (discovery task, planner,
+//! ledger, API writes, inventory, taint, PV watch scope); what each step decides lives in pure functions
+//! (`plan::cadence`, `plan::taint`, `plan::narrow`, the planner), and its parts with state of their own are modules
+//! beside it (`record`, `wipes`, `scope`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
