@@ -45,7 +45,7 @@ pub struct Inputs<'a> {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub enum CleanupAction {
     DeletePv(PvRef),
     DeleteLocalDisk(String),
     /// A Warning Event on the claim: its volume's node is gone.
@@ -64,12 +64,12 @@ pub enum Action {
 }
 
 /// One line for logs: `delete PV local-pv-1`, `delete PVC web/data`...
-impl std::fmt::Display for Action {
+impl std::fmt::Display for CleanupAction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Action::DeletePv(pv) => write!(f, "delete PV {}", pv.name),
-            Action::DeleteLocalDisk(name) => write!(f, "delete LocalDisk {name}"),
-            Action::WarnClaim {
+            CleanupAction::DeletePv(pv) => write!(f, "delete PV {}", pv.name),
+            CleanupAction::DeleteLocalDisk(name) => write!(f, "delete LocalDisk {name}"),
+            CleanupAction::WarnClaim {
                 namespace,
                 name,
                 pv,
@@ -79,7 +79,7 @@ impl std::fmt::Display for Action {
                 f,
                 "warn PVC {namespace}/{name}: PV {pv} was on deleted node {node}"
             ),
-            Action::DeleteClaim {
+            CleanupAction::DeleteClaim {
                 namespace, name, ..
             } => write!(f, "delete PVC {namespace}/{name}"),
         }
@@ -87,8 +87,8 @@ impl std::fmt::Display for Action {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Plan {
-    pub actions: Vec<Action>,
+pub struct CleanupPlan {
+    pub actions: Vec<CleanupAction>,
     pub gone_since: BTreeMap<String, SystemTime>,
     pub warned: BTreeSet<String>,
 }
@@ -155,8 +155,8 @@ fn node_of(pv: &Volume) -> Option<&str> {
 }
 
 /// Decides one pass. Pure: same inputs, same plan.
-pub fn plan(inputs: &Inputs<'_>) -> Plan {
-    let mut out = Plan::default();
+pub fn plan(inputs: &Inputs<'_>) -> CleanupPlan {
+    let mut out = CleanupPlan::default();
     let referenced: BTreeSet<&str> = inputs
         .pvs
         .iter()
@@ -181,7 +181,8 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
             plan_pv(pv, node, delete_claims, inputs.warned, &mut out);
         }
         for (name, _) in inputs.disks.iter().filter(|(_, n)| n == node) {
-            out.actions.push(Action::DeleteLocalDisk(name.clone()));
+            out.actions
+                .push(CleanupAction::DeleteLocalDisk(name.clone()));
         }
     }
     out
@@ -194,25 +195,27 @@ fn plan_pv(
     node: &str,
     delete_claims: bool,
     warned: &BTreeSet<String>,
-    out: &mut Plan,
+    out: &mut CleanupPlan,
 ) {
     if pv.deleting {
         return;
     }
     let name = pv.name.clone();
     match (pv.phase, &pv.claim) {
-        (Phase::Available | Phase::Pending, None) => out.actions.push(Action::DeletePv(PvRef {
-            name,
-            uid: pv.uid.clone(),
-            resource_version: pv.resource_version.clone(),
-        })),
+        (Phase::Available | Phase::Pending, None) => {
+            out.actions.push(CleanupAction::DeletePv(PvRef {
+                name,
+                uid: pv.uid.clone(),
+                resource_version: pv.resource_version.clone(),
+            }))
+        }
         (Phase::Bound, Some(c)) => {
             let (Some(namespace), Some(claim_name)) = (c.namespace.clone(), c.name.clone()) else {
                 return;
             };
             let key = format!("{namespace}/{claim_name}");
             if !warned.contains(&key) {
-                out.actions.push(Action::WarnClaim {
+                out.actions.push(CleanupAction::WarnClaim {
                     namespace: namespace.clone(),
                     name: claim_name.clone(),
                     uid: c.uid.clone(),
@@ -222,7 +225,7 @@ fn plan_pv(
             }
             out.warned.insert(key);
             if delete_claims {
-                out.actions.push(Action::DeleteClaim {
+                out.actions.push(CleanupAction::DeleteClaim {
                     namespace,
                     name: claim_name,
                     uid: c.uid.clone(),
@@ -287,7 +290,7 @@ mod tests {
             }
         }
 
-        fn run(&mut self, now: SystemTime) -> Vec<Action> {
+        fn run(&mut self, now: SystemTime) -> Vec<CleanupAction> {
             let p = plan(&Inputs {
                 nodes: &self.nodes,
                 pvs: &self.pvs,
@@ -315,7 +318,7 @@ mod tests {
             .run(at(60))
             .into_iter()
             .filter_map(|a| match a {
-                Action::DeletePv(r) => Some(r.name),
+                CleanupAction::DeletePv(r) => Some(r.name),
                 _ => None,
             })
             .collect();
@@ -348,24 +351,26 @@ mod tests {
         assert_eq!(
             actions,
             vec![
-                Action::DeletePv(PvRef {
+                CleanupAction::DeletePv(PvRef {
                     name: "a".into(),
                     uid: "uid-a".into(),
                     resource_version: "7".into()
                 }),
-                Action::WarnClaim {
+                CleanupAction::WarnClaim {
                     namespace: "ns".into(),
                     name: "data".into(),
                     uid: Some("uid-data".into()),
                     pv: "b".into(),
                     node: "gone".into()
                 },
-                Action::DeleteLocalDisk("fs-1".into()),
+                CleanupAction::DeleteLocalDisk("fs-1".into()),
             ]
         );
         let again = c.run(at(61));
         assert!(
-            !again.iter().any(|a| matches!(a, Action::WarnClaim { .. })),
+            !again
+                .iter()
+                .any(|a| matches!(a, CleanupAction::WarnClaim { .. })),
             "warned once: {again:?}"
         );
     }
@@ -396,10 +401,10 @@ mod tests {
         assert!(
             !c.run(at(60))
                 .iter()
-                .any(|a| matches!(a, Action::DeleteClaim { .. }))
+                .any(|a| matches!(a, CleanupAction::DeleteClaim { .. }))
         );
         let later = c.run(at(90));
-        assert!(later.contains(&Action::DeleteClaim {
+        assert!(later.contains(&CleanupAction::DeleteClaim {
             namespace: "ns".into(),
             name: "data".into(),
             uid: Some("uid-data".into())

@@ -37,7 +37,7 @@ use tracing::{info, warn};
 use self::explain::{Explain, PendingPod, plan_explanations};
 use self::lease::Elector;
 use self::metrics::{Metrics, Work, WorkLabels, WriteKind, WriteLabels, WriteVerdict};
-use crate::cleanup::{Action, Inputs, Plan, Settings, Volume, plan};
+use crate::cleanup::{CleanupAction, CleanupPlan, Inputs, Settings, Volume, plan};
 use crate::contract::NODE_LABEL;
 use crate::effects::{self, Applied, Failed, Reason, Uncounted};
 use crate::inventory::LocalDisk;
@@ -337,7 +337,7 @@ async fn clean_up<N: Send + Sync + 'static>(
         })
     })
     .await;
-    let Plan {
+    let CleanupPlan {
         actions,
         gone_since,
         warned,
@@ -456,12 +456,12 @@ impl Writer {
         .await
     }
 
-    async fn apply(&self, action: Action) {
+    async fn apply(&self, action: CleanupAction) {
         let write = match &action {
-            Action::DeletePv(_) => WriteKind::DeletePv,
-            Action::DeleteLocalDisk(_) => WriteKind::DeleteLocalDisk,
-            Action::WarnClaim { .. } => WriteKind::WarnClaim,
-            Action::DeleteClaim { .. } => WriteKind::DeleteClaim,
+            CleanupAction::DeletePv(_) => WriteKind::DeletePv,
+            CleanupAction::DeleteLocalDisk(_) => WriteKind::DeleteLocalDisk,
+            CleanupAction::WarnClaim { .. } => WriteKind::WarnClaim,
+            CleanupAction::DeleteClaim { .. } => WriteKind::DeleteClaim,
         };
         // NB: checked before each write, not once per pass: a pass can outlive the Lease (a slow API server),
         // and then another replica may already be acting.
@@ -482,16 +482,16 @@ impl Writer {
         self.count(write, outcome);
     }
 
-    async fn send(&self, action: &Action) -> Result<Applied<()>, Failed> {
+    async fn send(&self, action: &CleanupAction) -> Result<Applied<()>, Failed> {
         let w = &self.effects;
         match action {
-            Action::DeletePv(r) => {
+            CleanupAction::DeletePv(r) => {
                 let exact = effects::exactly(&r.uid, Some(&r.resource_version));
                 w.delete::<PersistentVolume>(None, &r.name, Some(exact))
                     .await
             }
-            Action::DeleteLocalDisk(name) => w.delete::<LocalDisk>(None, name, None).await,
-            Action::DeleteClaim {
+            CleanupAction::DeleteLocalDisk(name) => w.delete::<LocalDisk>(None, name, None).await,
+            CleanupAction::DeleteClaim {
                 namespace,
                 name,
                 uid,
@@ -500,7 +500,7 @@ impl Writer {
                 w.delete::<PersistentVolumeClaim>(Some(namespace), name, exact)
                     .await
             }
-            Action::WarnClaim {
+            CleanupAction::WarnClaim {
                 namespace,
                 name,
                 uid,

@@ -12,8 +12,8 @@
 //!        With `needs_cluster_list` it lists every PV and plans again with `cluster` before executing anything.
 //! ```
 //!
-//! The agent calls it through [`incremental::Incremental`], which returns the same plan while planning again only
-//! the PVs and disks a change since the last pass can concern.
+//! The agent calls it through [`incremental::IncrementalPlanner`], which returns the same plan while planning again
+//! only the PVs and disks a change since the last pass can concern.
 //!
 //! Ownership: a PV is ours only when its UID is in [`Owners`] (recorded from the create response, or on adoption).
 //! Any other PV that carries our label or reaches one of our disks (by normalised path, or by the identity it

@@ -35,7 +35,7 @@ use super::exec::PvWriter;
 use super::http::{Disks as HttpDisks, State as HttpState};
 use super::inventory::{self as inv, InventoryWriter};
 use super::metrics::{Metrics, OutcomeLabels, PvTally, StepOutcome};
-use super::pvindex::{PvIndex, Snapshot};
+use super::pvindex::{PvIndex, PvSnapshot};
 use super::wiper::{Done, Failed};
 use super::{Options, load_config};
 use crate::config::Config;
@@ -46,7 +46,7 @@ use crate::host::watch::MountWatcher;
 use crate::host::{Host, HostChanges};
 use crate::inventory::{self, LocalDisk, WipeFailures};
 use crate::plan::cadence::{self, FIRST_BACKOFF, Fill, Run};
-use crate::plan::incremental::Incremental;
+use crate::plan::incremental::IncrementalPlanner;
 use crate::plan::pv::planned_on;
 use crate::plan::{
     self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv,
@@ -93,9 +93,9 @@ pub struct Agent {
     book: Book,
     memory: Memory,
     /// The planner between passes: plans again only what changed.
-    planner: Incremental,
+    planner: IncrementalPlanner,
     /// The inventory between passes: builds again only what changed.
-    inventory_builder: inventory::incremental::Incremental,
+    inventory_builder: inventory::incremental::IncrementalInventory,
     /// Measurements of the last discovery, reused for entries whose mount did not change.
     probed: Probed,
     /// The last pass found a raw device (in any class): every pass lists the host again.
@@ -147,7 +147,7 @@ struct Picked {
 impl Picked {
     /// This node's PVs in `index` (`planned_on`); a PV the same pointer at the same place as in `last` was picked,
     /// or not, then: its labels are not read again.
-    fn pick(last: Option<&Picked>, index: &Snapshot, node: &str) -> Picked {
+    fn pick(last: Option<&Picked>, index: &PvSnapshot, node: &str) -> Picked {
         let mut picked = Vec::with_capacity(index.pvs.len());
         let mut existing = Vec::new();
         for (i, pv) in index.pvs.iter().enumerate() {
@@ -196,7 +196,7 @@ impl Agent {
             inventory,
             book,
             memory: Memory::default(),
-            planner: Incremental::default(),
+            planner: IncrementalPlanner::default(),
             inventory_builder: Default::default(),
             probed: Probed::default(),
             raw_devices: false,
@@ -711,7 +711,7 @@ impl Agent {
     /// generation; picked again only when the index changed since the last pass, and then only the PVs not at the
     /// same place as then (a PV the same pointer at the same place was picked, or not, then: its labels are not
     /// read again).
-    fn existing(&mut self, index: &Snapshot) -> Arc<Vec<Arc<PersistentVolume>>> {
+    fn existing(&mut self, index: &PvSnapshot) -> Arc<Vec<Arc<PersistentVolume>>> {
         if let Some(last) = &self.existing
             && last.generation == index.generation
         {

@@ -56,12 +56,12 @@ pub struct PvIndex {
     narrow: watch::Sender<Option<bool>>,
     /// The last [`View::pvs`] with the store's generation it shows: a pass with no PV changed since shares it
     /// instead of copying thousands of pointers. NB: taken after the book's lock, before the store's.
-    last: Mutex<Option<Snapshot>>,
+    last: Mutex<Option<PvSnapshot>>,
 }
 
 /// Every PV in the index at one generation of the store.
 #[derive(Clone)]
-pub struct Snapshot {
+pub struct PvSnapshot {
     pub generation: u64,
     pub pvs: Arc<Vec<Arc<PersistentVolume>>>,
 }
@@ -79,7 +79,7 @@ struct Book {
 /// What one pass reads from the index.
 pub struct View {
     /// Shared with the store: a pass copies pointers, not PVs (and none when nothing changed since the last view).
-    pub pvs: Snapshot,
+    pub pvs: PvSnapshot,
     /// The index shows every PV its watch selects, filtered for the current node facts (see the module doc); it
     /// stands in for a fresh list of every PV when it is not `narrow`.
     pub complete: bool,
@@ -139,7 +139,7 @@ impl PvIndex {
         }
     }
 
-    fn snapshot(&self) -> Snapshot {
+    fn snapshot(&self) -> PvSnapshot {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         let generation = self.pvs.generation();
         match &*last {
@@ -147,7 +147,7 @@ impl PvIndex {
             Some(s) if s.generation == generation => s.clone(),
             _ => {
                 let (generation, pvs) = self.pvs.shared_at();
-                let s = Snapshot {
+                let s = PvSnapshot {
                     generation,
                     pvs: Arc::new(pvs),
                 };

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::metrics::{Metrics, WriteKind, WriteLabels, WriteVerdict};
 use super::{Leadership, Writer};
-use crate::cleanup::Action;
+use crate::cleanup::CleanupAction;
 use crate::effects::scripted::{self, Step, Verifier};
 use crate::effects::{self, Uncounted};
 use crate::plan::PvRef;
@@ -31,8 +31,8 @@ pub(super) fn writer(steps: Vec<Step>, held: bool) -> (Writer, Verifier) {
     (writer, verifier)
 }
 
-fn delete_pv() -> Action {
-    Action::DeletePv(PvRef {
+fn delete_pv() -> CleanupAction {
+    CleanupAction::DeletePv(PvRef {
         name: "pv-1".into(),
         uid: "u1".into(),
         resource_version: "7".into(),

@@ -37,12 +37,12 @@ pub struct Options {
     #[arg(long)]
     pub context: Option<String>,
     #[command(subcommand)]
-    pub action: Option<Action>,
+    pub action: Option<DiskCommand>,
 }
 
 /// What to do to one disk instead of listing.
 #[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub enum DiskCommand {
     /// Stop publishing a disk: its Available PV is withdrawn and no new PV is made for it until `uncordon`. Bound
     /// and Released PVs go on as usual. DISK is a LocalDisk name, or NODE/ENTRY (`node-1/vol1`).
     Cordon { disk: String },
@@ -128,13 +128,13 @@ pub async fn run(opts: &Options) -> Result<String, DisksError> {
 }
 
 /// Sets or removes the cordon (and drain) annotations on the one LocalDisk `action` names.
-async fn cordon(api: &Api<LocalDisk>, action: &Action) -> Result<String, DisksError> {
+async fn cordon(api: &Api<LocalDisk>, action: &DiskCommand) -> Result<String, DisksError> {
     let (target, on, drain) = match action {
-        Action::Cordon { disk } => (disk, true, None),
-        Action::Drain { disk, force } => {
+        DiskCommand::Cordon { disk } => (disk, true, None),
+        DiskCommand::Drain { disk, force } => {
             (disk, true, Some(if *force { DRAIN_FORCE } else { "true" }))
         }
-        Action::Uncordon { disk } => (disk, false, None),
+        DiskCommand::Uncordon { disk } => (disk, false, None),
     };
     let disks = api
         .list(&ListParams::default())

@@ -44,7 +44,7 @@ pub struct Work {
 }
 
 #[derive(Default)]
-pub struct Incremental {
+pub struct IncrementalInventory {
     last: Option<Last>,
     work: Work,
     /// Entries built by every build so far.
@@ -210,7 +210,7 @@ fn diff_objects<'e, 'l>(
     (changed, gone)
 }
 
-impl Incremental {
+impl IncrementalInventory {
     /// [`names_to_look_up`], from what changed since the last build: entries whose disk, or whose key's objects,
     /// changed are asked again; the others ask what they asked.
     pub fn names_to_look_up(

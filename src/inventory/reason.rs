@@ -6,7 +6,7 @@
 
 /// Why a LocalDisk is in its phase (stable CamelCase words: operators grep and alert on them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
+pub enum DiskReason {
     /// `Failing`: the last wipes in a row failed.
     WipeFailing,
     /// `IdentityChanged`: the PV at the path was made for another disk.
@@ -56,32 +56,32 @@ pub enum Reason {
     DiskNotFound,
 }
 
-impl Reason {
+impl DiskReason {
     pub fn as_str(self) -> &'static str {
         match self {
-            Reason::WipeFailing => "WipeFailing",
-            Reason::DiskIdentityChanged => "DiskIdentityChanged",
-            Reason::Wiping => "Wiping",
-            Reason::Reclaiming => "Reclaiming",
-            Reason::Wiped => "Wiped",
-            Reason::Retained => "Retained",
-            Reason::AwaitingWipe => "AwaitingWipe",
-            Reason::PvFailed => "PvFailed",
-            Reason::AwaitingDeletion => "AwaitingDeletion",
-            Reason::HeldByAnotherPv => "HeldByAnotherPv",
-            Reason::NoStorageClass => "NoStorageClass",
-            Reason::NameTaken => "NameTaken",
-            Reason::PathNotUtf8 => "PathNotUtf8",
-            Reason::AwaitingVolumeId => "AwaitingVolumeId",
-            Reason::NoStableIdentity => "NoStableIdentity",
-            Reason::OverlappingStorage => "OverlappingStorage",
-            Reason::DuplicateIdentity => "DuplicateIdentity",
-            Reason::DiskDegraded => "DiskDegraded",
-            Reason::DiskFailed => "DiskFailed",
-            Reason::Cordoned => "Cordoned",
-            Reason::DeviceInUse => "DeviceInUse",
-            Reason::DiskNotMounted => "DiskNotMounted",
-            Reason::DiskNotFound => "DiskNotFound",
+            DiskReason::WipeFailing => "WipeFailing",
+            DiskReason::DiskIdentityChanged => "DiskIdentityChanged",
+            DiskReason::Wiping => "Wiping",
+            DiskReason::Reclaiming => "Reclaiming",
+            DiskReason::Wiped => "Wiped",
+            DiskReason::Retained => "Retained",
+            DiskReason::AwaitingWipe => "AwaitingWipe",
+            DiskReason::PvFailed => "PvFailed",
+            DiskReason::AwaitingDeletion => "AwaitingDeletion",
+            DiskReason::HeldByAnotherPv => "HeldByAnotherPv",
+            DiskReason::NoStorageClass => "NoStorageClass",
+            DiskReason::NameTaken => "NameTaken",
+            DiskReason::PathNotUtf8 => "PathNotUtf8",
+            DiskReason::AwaitingVolumeId => "AwaitingVolumeId",
+            DiskReason::NoStableIdentity => "NoStableIdentity",
+            DiskReason::OverlappingStorage => "OverlappingStorage",
+            DiskReason::DuplicateIdentity => "DuplicateIdentity",
+            DiskReason::DiskDegraded => "DiskDegraded",
+            DiskReason::DiskFailed => "DiskFailed",
+            DiskReason::Cordoned => "Cordoned",
+            DiskReason::DeviceInUse => "DeviceInUse",
+            DiskReason::DiskNotMounted => "DiskNotMounted",
+            DiskReason::DiskNotFound => "DiskNotFound",
         }
     }
 }
@@ -112,7 +112,7 @@ mod tests {
         let runbook = &runbook[runbook
             .find("## Every LocalDisk reason")
             .expect("docs/troubleshooting.md has the section \"Every LocalDisk reason\"")..];
-        let mut reasons = variants(&read("src/inventory/reason.rs"), "Reason");
+        let mut reasons = variants(&read("src/inventory/reason.rs"), "DiskReason");
         reasons.extend(variants(&read("src/disk.rs"), "UnusableReason"));
         assert!(reasons.len() > 15, "{reasons:?}");
         let missing: Vec<&String> = reasons
@@ -127,15 +127,15 @@ mod tests {
 
     #[test]
     fn the_source_scan_finds_every_variant_in_order() {
-        use super::Reason;
-        let names = variants(include_str!("reason.rs"), "Reason");
+        use super::DiskReason;
+        let names = variants(include_str!("reason.rs"), "DiskReason");
         assert_eq!(
             names.first().map(String::as_str),
-            Some(Reason::WipeFailing.as_str())
+            Some(DiskReason::WipeFailing.as_str())
         );
         assert_eq!(
             names.last().map(String::as_str),
-            Some(Reason::DiskNotFound.as_str())
+            Some(DiskReason::DiskNotFound.as_str())
         );
         assert_eq!(names.len(), 23);
     }

@@ -17,7 +17,7 @@ use super::crd::{
 };
 use super::format::human_bytes;
 use super::inputs::{Inputs, WipeFailures, WipeSample, time};
-use super::reason::Reason;
+use super::reason::DiskReason;
 use crate::config::values::label_value_problem;
 use crate::contract::{CLASS_LABEL, FS_UUID_LABEL, NODE_LABEL, Phase, WipePhase};
 use crate::disk::{Disk, Unusable, UnusableReason};
@@ -83,11 +83,11 @@ type PvAt<'a> = (PvView, &'a PersistentVolume);
 
 struct Verdict {
     phase: LocalDiskPhase,
-    reason: Option<Reason>,
+    reason: Option<DiskReason>,
     message: Option<String>,
 }
 
-fn verdict(phase: LocalDiskPhase, reason: Reason, message: String) -> Verdict {
+fn verdict(phase: LocalDiskPhase, reason: DiskReason, message: String) -> Verdict {
     Verdict {
         phase,
         reason: Some(reason),
@@ -158,7 +158,7 @@ fn disk_verdict(
             "{} wipes in a row failed; fix the cause (the last error: {}) or replace the disk",
             failures.consecutive, failures.last_error
         );
-        return verdict(LocalDiskPhase::Failing, Reason::WipeFailing, message);
+        return verdict(LocalDiskPhase::Failing, DiskReason::WipeFailing, message);
     }
     if let Some((view, _)) = pv {
         if let IdentityCheck::Changed(what) =
@@ -171,7 +171,7 @@ fn disk_verdict(
             );
             return verdict(
                 LocalDiskPhase::IdentityChanged,
-                Reason::DiskIdentityChanged,
+                DiskReason::DiskIdentityChanged,
                 message,
             );
         }
@@ -182,7 +182,7 @@ fn disk_verdict(
     if wiping {
         return verdict(
             LocalDiskPhase::Wiping,
-            Reason::Wiping,
+            DiskReason::Wiping,
             "the disk is being wiped".into(),
         );
     }
@@ -192,12 +192,12 @@ fn disk_verdict(
     match inputs.ledger.get(&identity::disk_key(disk)) {
         Some(DiskState::Dirty) => verdict(
             LocalDiskPhase::Wiping,
-            Reason::AwaitingWipe,
+            DiskReason::AwaitingWipe,
             "the disk served a claim and is wiped before it is published again".into(),
         ),
         Some(DiskState::Retained) => verdict(
             LocalDiskPhase::Released,
-            Reason::Retained,
+            DiskReason::Retained,
             "the disk served a claim under reclaim policy Retain; mark it clean once its data is dealt with".into(),
         ),
         _ => Verdict {
@@ -219,31 +219,31 @@ fn pv_verdict(view: &PvView, wiping: bool) -> Option<Verdict> {
         },
         Phase::Released if wiping || view.wipe == WipePhase::Wiping => verdict(
             LocalDiskPhase::Wiping,
-            Reason::Reclaiming,
+            DiskReason::Reclaiming,
             format!("the disk of released PV {name} is being wiped"),
         ),
         Phase::Released if view.wipe == WipePhase::Wiped => verdict(
             LocalDiskPhase::Released,
-            Reason::Wiped,
+            DiskReason::Wiped,
             format!("wiped; PV {name} is deleted next and the disk published again"),
         ),
         Phase::Released if view.policy == Policy::Retain => verdict(
             LocalDiskPhase::Released,
-            Reason::Retained,
+            DiskReason::Retained,
             format!(
                 "PV {name} has reclaim policy Retain: the data stays until an operator deletes the PV"
             ),
         ),
         Phase::Released => verdict(
             LocalDiskPhase::Released,
-            Reason::AwaitingWipe,
+            DiskReason::AwaitingWipe,
             format!(
                 "the claim of PV {name} is gone; the disk is wiped before it is published again"
             ),
         ),
         Phase::Failed => verdict(
             LocalDiskPhase::Released,
-            Reason::PvFailed,
+            DiskReason::PvFailed,
             format!("PV {name} is Failed; see its events"),
         ),
         Phase::Pending | Phase::Unknown | Phase::Available if view.deleting => return None,
@@ -257,21 +257,23 @@ fn pv_verdict(view: &PvView, wiping: bool) -> Option<Verdict> {
 
 fn hold_verdict(held: &Unpublished) -> Verdict {
     let (phase, reason) = match held.reason {
-        HoldReason::Retained => (LocalDiskPhase::Released, Reason::Retained),
-        HoldReason::AwaitingWipe => (LocalDiskPhase::Wiping, Reason::AwaitingWipe),
-        HoldReason::AwaitingDeletion => (LocalDiskPhase::Available, Reason::AwaitingDeletion),
-        HoldReason::HeldByAnotherPv => (LocalDiskPhase::Unusable, Reason::HeldByAnotherPv),
-        HoldReason::NoStorageClass => (LocalDiskPhase::Unusable, Reason::NoStorageClass),
-        HoldReason::NameTaken => (LocalDiskPhase::Unusable, Reason::NameTaken),
-        HoldReason::PathNotUtf8 => (LocalDiskPhase::Unusable, Reason::PathNotUtf8),
-        HoldReason::AwaitingVolumeId => (LocalDiskPhase::Available, Reason::AwaitingVolumeId),
-        HoldReason::NoStableIdentity => (LocalDiskPhase::Unusable, Reason::NoStableIdentity),
-        HoldReason::OverlappingStorage => (LocalDiskPhase::Unusable, Reason::OverlappingStorage),
-        HoldReason::DuplicateIdentity => (LocalDiskPhase::Unusable, Reason::DuplicateIdentity),
-        HoldReason::DiskDegraded => (LocalDiskPhase::Unusable, Reason::DiskDegraded),
-        HoldReason::DiskFailed => (LocalDiskPhase::Unusable, Reason::DiskFailed),
-        HoldReason::Cordoned => (LocalDiskPhase::Unusable, Reason::Cordoned),
-        HoldReason::DeviceInUse => (LocalDiskPhase::Unusable, Reason::DeviceInUse),
+        HoldReason::Retained => (LocalDiskPhase::Released, DiskReason::Retained),
+        HoldReason::AwaitingWipe => (LocalDiskPhase::Wiping, DiskReason::AwaitingWipe),
+        HoldReason::AwaitingDeletion => (LocalDiskPhase::Available, DiskReason::AwaitingDeletion),
+        HoldReason::HeldByAnotherPv => (LocalDiskPhase::Unusable, DiskReason::HeldByAnotherPv),
+        HoldReason::NoStorageClass => (LocalDiskPhase::Unusable, DiskReason::NoStorageClass),
+        HoldReason::NameTaken => (LocalDiskPhase::Unusable, DiskReason::NameTaken),
+        HoldReason::PathNotUtf8 => (LocalDiskPhase::Unusable, DiskReason::PathNotUtf8),
+        HoldReason::AwaitingVolumeId => (LocalDiskPhase::Available, DiskReason::AwaitingVolumeId),
+        HoldReason::NoStableIdentity => (LocalDiskPhase::Unusable, DiskReason::NoStableIdentity),
+        HoldReason::OverlappingStorage => {
+            (LocalDiskPhase::Unusable, DiskReason::OverlappingStorage)
+        }
+        HoldReason::DuplicateIdentity => (LocalDiskPhase::Unusable, DiskReason::DuplicateIdentity),
+        HoldReason::DiskDegraded => (LocalDiskPhase::Unusable, DiskReason::DiskDegraded),
+        HoldReason::DiskFailed => (LocalDiskPhase::Unusable, DiskReason::DiskFailed),
+        HoldReason::Cordoned => (LocalDiskPhase::Unusable, DiskReason::Cordoned),
+        HoldReason::DeviceInUse => (LocalDiskPhase::Unusable, DiskReason::DeviceInUse),
     };
     verdict(phase, reason, held.message.clone())
 }
@@ -297,7 +299,7 @@ pub fn of_unusable(entry: &Unusable, pv: Option<&PvAt<'_>>) -> LocalDiskStatus {
                  disk here again; do not format, wipe or remove it",
                 entry.host_path.display()
             );
-            (Reason::DiskNotMounted.as_str(), message)
+            (DiskReason::DiskNotMounted.as_str(), message)
         } else {
             let message = format!(
                 "{holder} keeps its data here; do not format, wipe or remove the disk. {}",
@@ -376,7 +378,7 @@ pub fn missing(existing: &LocalDisk, node: &str, now: &Time) -> LocalDisk {
     object.metadata.labels = Some(labels(&existing.spec));
     let mut status = existing.status.clone().unwrap_or_default();
     status.phase = LocalDiskPhase::Missing;
-    status.reason = Some(Reason::DiskNotFound.as_str().into());
+    status.reason = Some(DiskReason::DiskNotFound.as_str().into());
     status.message = Some(format!(
         "no longer found at {} on node {node}; the object is removed after the grace period unless the disk returns",
         existing.spec.path

@@ -47,14 +47,14 @@ pub struct Work {
     pub whole: bool,
 }
 
-/// The planner between passes. [`Incremental::plan`] returns what [`plan`](super::plan) returns for the same inputs.
+/// The planner between passes. [`IncrementalPlanner::plan`] returns what [`plan`](super::plan) returns for the same inputs.
 #[derive(Default)]
-pub struct Incremental {
+pub struct IncrementalPlanner {
     last: Option<Last>,
     work: Work,
 }
 
-impl Incremental {
+impl IncrementalPlanner {
     pub fn plan(&mut self, inputs: &Inputs<'_>) -> Plan {
         if let Some(mut last) = self.last.take()
             && let Some((plan, work)) = last.plan_part(inputs)

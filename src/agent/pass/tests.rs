@@ -576,7 +576,7 @@ fn pvs_picked_again_are_read_only_where_the_index_changed() {
             serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap(),
         )
     };
-    let index = |generation, pvs: Vec<Arc<PersistentVolume>>| Snapshot {
+    let index = |generation, pvs: Vec<Arc<PersistentVolume>>| PvSnapshot {
         generation,
         pvs: Arc::new(pvs),
     };

@@ -266,7 +266,7 @@ fn the_incremental_inventory_builds_what_the_general_one_builds_at_every_pass() 
                 .disks
                 .push(disk(&format!("d{n}"), Some(&format!("uuid-{n}"))).into());
         }
-        let mut incremental = Incremental::default();
+        let mut incremental = IncrementalInventory::default();
         for step in 0..40 {
             if step > 0 {
                 change(&mut rng, &mut w, &mut n);
@@ -296,7 +296,7 @@ fn one_new_disk_is_built_alone_whatever_the_disks_already_known() {
                 .disks
                 .push(disk(&format!("d{i:05}"), Some(&format!("uuid-{i}"))).into());
         }
-        let mut incremental = Incremental::default();
+        let mut incremental = IncrementalInventory::default();
         let existing = w.existing();
         let changes = incremental.build(&w.inputs(&existing, &[]));
         w.apply(&changes, None);

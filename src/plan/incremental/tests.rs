@@ -259,7 +259,7 @@ fn the_incremental_planner_plans_what_the_general_one_plans_at_every_pass() {
         let mut rng = Rng::seeded(seed);
         let mut n = 0;
         let mut world = world(&mut rng, &mut n);
-        let mut incremental = Incremental::default();
+        let mut incremental = IncrementalPlanner::default();
         for step in 0..40 {
             if step > 0 {
                 change(&mut rng, &mut world, &mut n);
@@ -290,7 +290,7 @@ fn one_new_disk_is_planned_alone_whatever_the_disks_already_published() {
             .map(|d| Pv::test().for_disk(d).build())
             .collect();
         let mut world = World::new(disks, pvs);
-        let mut incremental = Incremental::default();
+        let mut incremental = IncrementalPlanner::default();
         world.with_inputs(|inputs| incremental.plan(inputs));
         assert!(incremental.work().whole, "the first pass plans whole");
         world.found.disks.push(disk("new").into());
@@ -323,7 +323,7 @@ fn a_world_with_a_pv_of_another_owner_is_planned_whole() {
             .uid("x")
             .build(),
     ];
-    let mut incremental = Incremental::default();
+    let mut incremental = IncrementalPlanner::default();
     for _ in 0..2 {
         let plan = world.with_inputs(|inputs| incremental.plan(inputs));
         assert_eq!(plan, world.plan());
@@ -333,13 +333,13 @@ fn a_world_with_a_pv_of_another_owner_is_planned_whole() {
 }
 
 /// A world of `n` disks, each with its PV, and a planner that has not planned it yet.
-fn published(n: usize) -> (World, Incremental) {
+fn published(n: usize) -> (World, IncrementalPlanner) {
     let disks: Vec<Disk> = (0..n).map(|i| disk(&format!("d{i}"))).collect();
     let pvs = disks
         .iter()
         .map(|d| Pv::test().for_disk(d).build())
         .collect();
-    (World::new(disks, pvs), Incremental::default())
+    (World::new(disks, pvs), IncrementalPlanner::default())
 }
 
 /// Unchanged disks are recognised by address; the same disk handed over twice, or a new disk at a path a handed-over
