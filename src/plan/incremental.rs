@@ -47,7 +47,8 @@ pub struct Work {
     pub whole: bool,
 }
 
-/// The planner between passes. [`IncrementalPlanner::plan`] returns what [`plan`](super::plan) returns for the same inputs.
+/// The planner between passes. [`IncrementalPlanner::plan`] returns what [`plan`](super::plan) returns for the same
+/// inputs.
 #[derive(Default)]
 pub struct IncrementalPlanner {
     last: Option<Last>,
