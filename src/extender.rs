@@ -17,6 +17,7 @@
 
 pub mod cache;
 pub mod decide;
+pub mod feed;
 pub mod metrics;
 pub mod model;
 pub mod pending;
@@ -25,7 +26,6 @@ pub mod server;
 pub mod snapshot;
 pub mod tls;
 pub mod verbs;
-pub mod watch;
 pub mod wire;
 
 #[cfg(test)]
@@ -266,7 +266,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         registry: Arc::new(registry),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stores = watch::Stores::default();
+    let stores = feed::Stores::default();
     let controller = (opts.node_cleanup || opts.explain_pending || opts.recovery).then(|| {
         let explain = opts.explain_pending.then(|| {
             let explainer = pending::Explainer::new(cache.clone());
@@ -296,7 +296,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             stop_rx.clone(),
         ))
     });
-    let watches = tokio::spawn(watch::run(
+    let watches = tokio::spawn(feed::run(
         client,
         stores,
         cache.clone(),

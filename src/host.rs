@@ -29,7 +29,7 @@ pub mod mountinfo;
 #[cfg(feature = "node")]
 pub mod smart;
 #[cfg(feature = "node")]
-pub mod watch;
+pub mod wake;
 
 pub use mountinfo::{MountEntry, MountInfoError, MountTable};
 

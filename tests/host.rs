@@ -25,7 +25,7 @@ use localpv::discover::discover;
 use localpv::disk::{Discovery, DiscoveryClass, Disk, UnusableReason, VolumeMode};
 use localpv::host::linux::LinuxHost;
 use localpv::host::live::{LiveMounts, Read, difference};
-use localpv::host::watch::MountWatcher;
+use localpv::host::wake::MountWatcher;
 use localpv::host::{EntryKind, Host, HostChanges, MountTable};
 
 fn disk<'a>(discovery: &'a Discovery, entry: &str) -> &'a Disk {

@@ -42,7 +42,7 @@ use crate::config::Config;
 use crate::discover::{Probed, discover_changed};
 use crate::disk::{Discovery, UnusableReason, VolumeMode};
 use crate::effects::{self, Reason, Writer};
-use crate::host::watch::MountWatcher;
+use crate::host::wake::MountWatcher;
 use crate::host::{Host, HostChanges};
 use crate::inventory::{self, LocalDisk, WipeFailures};
 use crate::plan::cadence::{self, FIRST_BACKOFF, Fill, Run};
