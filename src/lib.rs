@@ -8,9 +8,10 @@
 //!                                                  watch store ──> extender::snapshot ──> extender::decide (pure)
 //! ```
 //!
-//! Pure decision modules (`contract`, `disk`, `config`, `pvname`, `selector`, `plan`, `extender::decide`,
-//! `extender::wire`, `host::mountinfo`) import no tokio, kube client, axum or nix; the shells around them gather
-//! inputs, call them and apply what they return. docs/architecture.md has the whole data flow and a table of the modules.
+//! Pure decision modules (`contract`, `disk`, `config`, `pvname`, `quantity`, `selector`, `plan`, `health`,
+//! `recovery`, `lease`, `cleanup`, `extender::decide`, `extender::wire`, `host::mountinfo`) import no tokio, kube
+//! client, axum or nix; the shells around them gather inputs, call them and apply what they return.
+//! docs/architecture.md has the whole data flow and a table of the modules.
 
 // NB: `forbid` cannot be relaxed for the one module that issues ioctls (`sys`), so the crate denies unsafe code
 // and `sys` alone allows it, with every block commented.
@@ -34,6 +35,7 @@ pub mod lease;
 pub mod logging;
 pub mod plan;
 pub mod pvname;
+pub mod quantity;
 pub mod recovery;
 pub mod selector;
 pub mod serve;

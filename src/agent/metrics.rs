@@ -330,7 +330,7 @@ impl Share {
         let capacity = spec
             .and_then(|s| s.capacity.as_ref())
             .and_then(|c| c.get("storage"))
-            .and_then(|q| crate::extender::model::parse_quantity(&q.0))
+            .and_then(|q| crate::quantity::parse_quantity(&q.0))
             .unwrap_or(0);
         Share {
             class: spec

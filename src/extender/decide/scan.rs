@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use super::{Delayed, PodClaims};
-use crate::extender::model::format_bytes;
 use crate::extender::snapshot::{ClassIndex, NodeRef, Slot, VolId};
+use crate::quantity::format_bytes;
 
 #[derive(Debug, Default)]
 pub(super) struct ClaimView {
