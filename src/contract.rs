@@ -79,6 +79,15 @@ pub const DRAIN_FORCE: &str = "force";
 /// Annotation on the chart's ValidatingAdmissionPolicy: the version of its rules (`plan::narrow::RULES_VERSION`),
 /// which an agent checks before it narrows its PV watch to its own PVs.
 pub const ANN_POLICY_RULES: &str = "localpv.io/policy-rules";
+/// Kubernetes' well-known node label that local PVs pin themselves to; the extender's cache indexes PVs by it.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+/// PV annotation naming its provisioner. NB: the PV controller leaves a Released PV with it to its (external)
+/// provisioner; without it a Delete-policy local PV would be marked Failed for lack of a deleter plugin.
+pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+/// Class annotation that wins over `spec.storageClassName`, on PVs and PVCs alike.
+pub const BETA_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
+/// The provisioner of static local classes: the only classes whose unbound claims the extender decides for.
+pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
 /// Kubernetes' non-graceful node shutdown taint: the node is known to be down.
 pub const TAINT_OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 /// StorageClass annotation overriding the extender's global score strategy for claims of that class.

@@ -13,8 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 pub type Labels = BTreeMap<String, String>;
 
-/// The node label that local PVs pin themselves to; the cache indexes PVs by its values.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+pub use crate::contract::HOSTNAME_LABEL;
 
 /// A node's labels as a decision reads them: its hostname for the PV index on every node, the whole map only for
 /// a PV whose node affinity says more than a hostname. A request's nodes build the map on first use (most never

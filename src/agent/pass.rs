@@ -417,7 +417,7 @@ impl Agent {
         let labels: BTreeMap<String, String> = node.metadata.labels.clone().unwrap_or_default();
         Some(NodeFacts {
             name: self.s.node.clone(),
-            hostname_label: labels.get("kubernetes.io/hostname").cloned(),
+            hostname_label: labels.get(crate::contract::HOSTNAME_LABEL).cloned(),
             uid: node.metadata.uid.clone().unwrap_or_default(),
             labels,
         })

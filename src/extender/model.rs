@@ -13,10 +13,7 @@ use crate::disk::VolumeMode;
 use crate::quantity::parse_quantity;
 use crate::selector::{Labels, NodeAffinity, PvLabels, Selector};
 
-/// Class annotation that wins over `spec.storageClassName`, on PVs and PVCs alike.
-pub const BETA_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
-/// The provisioner of static local classes: the only classes whose unbound claims the extender decides for.
-pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+pub use crate::contract::{BETA_CLASS_ANNOTATION, NO_PROVISIONER};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ModelError {

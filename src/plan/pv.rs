@@ -20,10 +20,8 @@ use crate::contract::{
 };
 use crate::disk::{Disk, VolumeMode};
 
+pub use crate::contract::ANN_PROVISIONED_BY;
 pub use crate::selector::HOSTNAME_LABEL;
-/// NB: the PV controller leaves a Released PV with this annotation to its (external) provisioner; without it a
-/// Delete-policy local PV would be marked Failed for lack of a deleter plugin.
-pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 const REFERENCE_PROVISIONER: &str = "local-volume-provisioner-";
 
 /// Our `pv.kubernetes.io/provisioned-by` value for PVs we create.
