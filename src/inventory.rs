@@ -15,7 +15,6 @@
 //! - `format`: tables, summary, JSON/YAML; `cli`: `localpv disks` (the only part that talks to the API server).
 
 pub mod build;
-pub mod cli;
 pub mod crd;
 pub mod format;
 pub mod incremental;

@@ -24,6 +24,7 @@ pub mod contract;
 pub mod controller;
 pub mod discover;
 pub mod disk;
+pub mod disks_cli;
 pub mod effects;
 pub mod explain;
 pub mod extender;

@@ -29,7 +29,7 @@ enum Command {
     /// Print the LocalDisk CustomResourceDefinition as YAML.
     Crd,
     /// List the disks the node agents found, on every node (also `kubectl localpv disks`).
-    Disks(localpv::inventory::cli::Options),
+    Disks(localpv::disks_cli::Options),
 }
 
 /// Runs one async component to completion on a multi-threaded runtime.
@@ -97,9 +97,9 @@ fn run_crd() -> ExitCode {
     }
 }
 
-fn run_disks(opts: localpv::inventory::cli::Options) -> ExitCode {
+fn run_disks(opts: localpv::disks_cli::Options) -> ExitCode {
     run_async(async move {
-        print!("{}", localpv::inventory::cli::run(&opts).await?);
+        print!("{}", localpv::disks_cli::run(&opts).await?);
         Ok(())
     })
 }

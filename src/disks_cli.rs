@@ -10,10 +10,10 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Config};
 
-use super::crd::{LocalDisk, LocalDiskPhase};
-use super::format::{self, Filter, FormatError, Output};
 use crate::config::values::label_value_problem;
 use crate::contract::{ANN_CORDONED, ANN_DRAIN, CLASS_LABEL, DRAIN_FORCE, NODE_LABEL};
+use crate::inventory::crd::{LocalDisk, LocalDiskPhase};
+use crate::inventory::format::{self, Filter, FormatError, Output};
 
 /// List the disks the node agents found, on every node.
 #[derive(clap::Args, Debug, Clone)]
