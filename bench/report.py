@@ -350,21 +350,41 @@ def fleet_rows(s):
             # NB: a fleet that adds nothing (or less than the API server alone) passes any share of the reference's.
             return "pass" if s.med(o) <= max(0.0, most * s.med(t)) or s.med(o) <= 0 else "**missed**"
 
-        row18(s, f"fleet: {what} per 1,000 agents (admission policy; without it {show_or_missing(s, wide)})",
+        row18(s, f"fleet, per 1,000 agents: {what} (localpv under the admission policy; without it "
+                 f"{show_or_missing(s, wide)})",
               target, lambda k=ours: show(s.get(k)), lambda k=theirs: show(s.get(k)),
               lambda o=ours, t=theirs: ratio_of(s.med(o), s.med(t), "of the reference's"), verdict)
+    # NB: rates during a rolling restart grow with its pace (an agent ready sooner restarts the fleet faster); the
+    # totals per agent restarted are what a rollout costs whatever its pace.
+    for measure, unit, what in (("apiserver_cpu", "cpu-s", "API server CPU-seconds"), ("rps", "requests", "requests")):
+        def per_agent(k, measure=measure):
+            extra = s.med(f"fleet.{k}.restart.{measure}") - s.med(f"fleet.{k}.baseline.{measure}")
+            return max(extra, 0.0) * s.med(f"fleet.{k}.restart_secs") / s.med("fleet.nodes")
+        row18(s, f"fleet: {what} per agent restarted (rolling restart; without the policy "
+                 f"{per_agent_or_missing(s, per_agent, 'localpv', unit)})",
+              "(no target: what a rollout costs at any pace)",
+              lambda k=narrow, f=per_agent, u=unit: f"{num(f(k))} {u}",
+              lambda f=per_agent, u=unit: f"{num(f('reference'))} {u}",
+              lambda k=narrow, f=per_agent: ratio_of(f(k), f("reference"), "of the reference's"), lambda: "-")
     churn = lambda k: f"fleet.{k}.per1000.churn.bytes"
-    row18(s, "fleet: bytes sent per 1,000 agents while PVs of other nodes are created and deleted "
+    row18(s, "fleet, per 1,000 agents: bytes sent while PVs of other nodes are created and deleted "
              f"(without the policy {show_or_missing(s, churn('localpv'))})",
           "flat in the PVs on other nodes (a narrow agent gets none of their events)",
           lambda: show(s.get(churn(narrow))), lambda: show(s.get(churn("reference"))),
           lambda: ratio_of(s.med(churn(narrow)), s.med(churn("reference")), "of the reference's"),
           lambda: "pass" if s.med(churn(narrow)) <= 0.01 * max(s.med(churn("localpv")), 1.0) else "**missed**")
     watches = lambda k: f"fleet.{k}.watches_per_agent"
-    row18(s, f"fleet: watches held per agent (without the policy {show_or_missing(s, watches('localpv'))})", "<= 2",
+    row18(s, f"fleet: watches each agent holds (without the policy {show_or_missing(s, watches('localpv'))})", "<= 2",
           lambda: show(s.get(watches(narrow))), lambda: show(s.get(watches("reference"))),
           lambda: ratio_of(s.med(watches(narrow)), s.med(watches("reference")), "of the reference's"),
           lambda: "pass" if s.med(watches(narrow)) <= 2.0 else "**missed**")
+
+
+def per_agent_or_missing(s, per_agent, kind, unit):
+    try:
+        return f"{num(per_agent(kind))} {unit}"
+    except Missing:
+        return "not measured"
 
 
 def show_or_missing(s, key):
