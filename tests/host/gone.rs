@@ -42,6 +42,24 @@ fn look(class: &DiscoveryClass, disk: &Disk) -> Signals {
     LinuxHost::default().health(&probe)
 }
 
+/// Waits (up to 10 s) until the loop device no longer serves `backing`: its size is 0, or its backing file is gone
+/// or another's.
+fn wait_detached(device: &Path, backing: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (size, now) = (sysfs(device, "size"), sysfs(device, "loop/backing_file"));
+        if size == "0" || now != backing {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} still serves {backing} 10 s after losetup -d (size {size})",
+            device.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn sysfs(device: &Path, attribute: &str) -> String {
     let name = device.file_name().expect("a device name");
     let path = Path::new("/sys/block").join(name).join(attribute);
@@ -79,8 +97,12 @@ fn a_raw_device_detached_under_its_volume_is_gone_degraded_at_once_and_failed_pa
     let disk = found(&class, "dev1");
     assert_eq!(look(&class, &disk), Signals::default(), "attached: no sign");
 
+    let backing = sysfs(&device, "loop/backing_file");
     scene.detach(&device);
-    // NB: read at once: another process may attach a new backing file to the freed loop number at any time.
+    // NB: `losetup -d` of a device someone holds open (a parallel test's probe of every block device) only marks
+    // it to go when closed: wait for that. Then read at once: another process may attach a new backing file to the
+    // freed loop number at any time.
+    wait_detached(&device, &backing);
     let signals = look(&class, &disk);
     let shown = (sysfs(&device, "size"), sysfs(&device, "loop/backing_file"));
     assert!(
