@@ -109,11 +109,13 @@ impl Scene {
         let backing = self
             .root()
             .join(format!("backing-{}.img", self.loops.len()));
+        let _numbers = loop_numbers();
         self.keep_loop(LoopDevice::new(&backing, mib, None, &Unwatched))
     }
 
     /// Attach `backing` as a loop device on the first free loop number.
     pub fn attach(&mut self, backing: &Path) -> PathBuf {
+        let _numbers = loop_numbers();
         self.keep_loop(LoopDevice::attach(backing, &Unwatched))
     }
 
@@ -173,4 +175,13 @@ pub fn blockdev_size(device: &Path) -> u64 {
     .trim()
     .parse()
     .expect("number")
+}
+
+/// Held while a test of this binary attaches a loop device, and by a test that must see a freed loop number stay
+/// free for a while (a detached device looked at twice): tests run in parallel and `losetup -f` takes the first free
+/// number.
+static LOOP_NUMBERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn loop_numbers() -> std::sync::MutexGuard<'static, ()> {
+    LOOP_NUMBERS.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -19,7 +19,7 @@ use localpv::host::health::HealthProbe;
 use localpv::host::linux::LinuxHost;
 
 use crate::disks::run;
-use crate::fixtures::Scene;
+use crate::fixtures::{Scene, loop_numbers};
 
 fn found(class: &DiscoveryClass, entry: &str) -> Disk {
     let found = discover(&LinuxHost::default(), std::slice::from_ref(class));
@@ -98,6 +98,8 @@ fn a_raw_device_detached_under_its_volume_is_gone_degraded_at_once_and_failed_pa
     assert_eq!(look(&class, &disk), Signals::default(), "attached: no sign");
 
     let backing = sysfs(&device, "loop/backing_file");
+    // NB: no other test of this binary attaches a loop device (and so reuses this number) until the looks are done.
+    let _numbers = loop_numbers();
     scene.detach(&device);
     // NB: `losetup -d` of a device someone holds open (a parallel test's probe of every block device) only marks
     // it to go when closed: wait for that. Then read at once: another process may attach a new backing file to the
