@@ -323,18 +323,32 @@ async fn a_device_gone_under_a_bound_pv_is_degraded_at_once_and_failed_past_the_
     let failed = wait_event(&client, name(&pv), "DiskFailed", Duration::from_secs(30)).await;
     assert!(failed.contains("gone"), "{failed}");
     wait_event(&client, "data", "DiskFailed", Duration::from_secs(30)).await;
-    let disk = Api::<LocalDisk>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .expect("LocalDisks")
-        .items
-        .into_iter()
-        .find(|d| d.spec.path == vol.display().to_string())
-        .expect("the disk's LocalDisk");
-    let status = disk.status.expect("a status");
-    assert_eq!(status.health.as_deref(), Some("Failed"));
-    let healthy = status.conditions.iter().find(|c| c.type_ == "Healthy");
-    assert_eq!(healthy.map(|c| c.reason.as_str()), Some("DeviceGone"));
+    // The LocalDisk's status is written by the inventory's own writer, which may trail the Events by a pass.
+    eventually(
+        "the LocalDisk to say Failed with DeviceGone",
+        Duration::from_secs(30),
+        || async {
+            let disk = Api::<LocalDisk>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .find(|d| d.spec.path == vol.display().to_string())
+                .ok_or("no LocalDisk for the disk")?;
+            let status = disk.status.ok_or("no status")?;
+            let reason = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Healthy")
+                .map(|c| c.reason.clone());
+            match (status.health.as_deref(), reason.as_deref()) {
+                (Some("Failed"), Some("DeviceGone")) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
     let now = pvs_of(&client, "node-1").await;
     let bound = now.get(&vol.display().to_string()).expect("the PV stays");
     assert_eq!(
