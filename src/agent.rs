@@ -48,7 +48,6 @@ use std::time::Duration;
 use anyhow::Context;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::Client;
 use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
@@ -160,7 +159,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .or_else(|| std::env::var("MY_NODE_NAME").ok())
         .filter(|n| !n.is_empty())
         .context("the node name is required: set --node-name, LOCALPV_NODE_NAME or MY_NODE_NAME")?;
-    let client = Client::try_default()
+    let client = crate::apiclient::infer()
         .await
         .context("failed to configure the Kubernetes client")?;
     info!(%node, config = %opts.config.display(), classes = config.classes.len(), "starting node agent");

@@ -251,7 +251,7 @@ impl Options {
 /// Serves until SIGTERM/SIGINT: watches feed the cache, the app answers the scheduler.
 pub async fn run(opts: Options) -> anyhow::Result<()> {
     opts.check_recovery().map_err(anyhow::Error::msg)?;
-    let client = kube::Client::try_default()
+    let client = crate::apiclient::infer()
         .await
         .context("failed to build a Kubernetes client")?;
     let mut registry = Registry::default();

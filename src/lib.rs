@@ -18,6 +18,7 @@
 #![deny(unsafe_code)]
 
 pub mod agent;
+pub mod apiclient;
 pub mod cleanup;
 pub mod config;
 pub mod contract;

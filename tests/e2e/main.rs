@@ -5,6 +5,7 @@
 mod support;
 
 mod admission;
+mod api_cost;
 mod attack_clone;
 mod attack_config;
 mod attack_decode;

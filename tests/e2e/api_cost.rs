@@ -1,0 +1,99 @@
+//! What an agent and the extender cost the API server in connections (issue 34): each process speaks HTTP/2 and
+//! carries every watch and request over one TLS connection, as client-go does, instead of one connection per open
+//! watch (kube-client's HTTP/1.1). Counted from the kernel's socket table, not from our own metrics.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::time::Duration;
+
+use crate::node_agent::one_class_plane;
+use crate::support::eventually;
+use crate::support::extender::ExtenderProcess;
+
+/// The established TCP connections process `pid` holds to local port `port`.
+fn connections_to(pid: u32, port: u16) -> Result<usize, String> {
+    let mut inodes = BTreeSet::new();
+    let fds = fs::read_dir(format!("/proc/{pid}/fd")).map_err(|e| format!("fds of {pid}: {e}"))?;
+    for fd in fds.flatten() {
+        let Ok(target) = fs::read_link(fd.path()) else {
+            continue;
+        };
+        let target = target.display().to_string();
+        if let Some(inode) = target
+            .strip_prefix("socket:[")
+            .and_then(|t| t.strip_suffix(']'))
+        {
+            inodes.insert(inode.to_string());
+        }
+    }
+    let mut count = 0;
+    for table in ["tcp", "tcp6"] {
+        let text = fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let (Some(remote), Some(state), Some(inode)) = (cols.get(2), cols.get(3), cols.get(9))
+            else {
+                continue;
+            };
+            let remote_port = remote
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            // NB: state 01 is TCP_ESTABLISHED.
+            if *state == "01" && remote_port == Some(port) && inodes.contains(*inode) {
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
+}
+
+fn api_port(api_url: &str) -> u16 {
+    api_url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .expect("the API server's URL ends with its port")
+}
+
+/// An agent with all its watches open (PVs, its Node, StorageClasses, LocalDisks) and the extender with its own
+/// (PVs, claims, classes, Nodes) and its Lease each hold exactly one connection to the API server, and still one a
+/// few seconds later.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_and_the_extender_each_hold_one_connection_to_the_api_server() {
+    let (cp, _ns, mut agent) = one_class_plane("conns").await;
+    let port = api_port(&cp.api_url);
+    agent.start(&cp);
+    agent.wait_ready().await;
+    let mut extender = ExtenderProcess::new(&cp);
+    extender.start(&cp, Duration::from_secs(60)).await;
+    let agent_pid = agent
+        .process
+        .as_ref()
+        .and_then(|p| p.pid())
+        .expect("agent pid");
+    let extender_pid = extender.pid().expect("extender pid");
+    // NB: requests racing at start-up may each open a connection; all but one close as soon as both speak HTTP/2.
+    for (what, pid) in [("agent", agent_pid), ("extender", extender_pid)] {
+        eventually(
+            &format!("the {what} to hold one connection to the API server"),
+            Duration::from_secs(20),
+            || async move {
+                match connections_to(pid, port)? {
+                    1 => Ok(()),
+                    n => Err(format!("{n} connections")),
+                }
+            },
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (what, pid) in [("agent", agent_pid), ("extender", extender_pid)] {
+        assert_eq!(
+            connections_to(pid, port),
+            Ok(1),
+            "the {what} opened another connection while running"
+        );
+    }
+    extender.stop(Duration::from_secs(5));
+}
