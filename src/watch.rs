@@ -16,6 +16,10 @@
 //! wakes no one. Objects are keyed `namespace/name` (a cluster-scoped one by its name): pods `a/web-0` and `b/web-0`
 //! are two entries. A relist replaces the store at `InitDone`, all at once. Models are kept behind `Arc`, so a
 //! reader copies pointers.
+//!
+//! Each watch starts with a streaming list (one watch request whose first events are the objects that exist,
+//! ended by a bookmark: no list request, and no whole list held in the API server's memory for it); where the API
+//! server refuses that (WatchList turned off), the watch lists first and then watches, as before.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -331,7 +335,27 @@ impl Watcher {
         C: Fn(K) -> Result<Option<T>, E>,
         O: Fn(Seen),
     {
-        self.run_wire::<Guarded<K>, T, E, C, O>(config, store, reader)
+        self.run_wire::<Guarded<K>, T, E, C, O>(config, store, reader, false)
+            .await;
+    }
+
+    /// As [`Watcher::run`], but returns `false` at once when the API server does not serve `K` (404 at the first
+    /// request: a custom resource whose definition is not installed), `true` at shutdown. So the agent's start needs
+    /// no request of its own to find out whether the LocalDisk CRD exists.
+    pub async fn run_if_served<K, T, E, C, O>(
+        &self,
+        config: watcher::Config,
+        store: Arc<Store<T>>,
+        reader: Reader<C, O>,
+    ) -> bool
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static,
+        T: PartialEq,
+        E: Display,
+        C: Fn(K) -> Result<Option<T>, E>,
+        O: Fn(Seen),
+    {
+        self.run_wire::<Guarded<K>, T, E, C, O>(config, store, reader, true)
             .await
     }
 
@@ -348,8 +372,8 @@ impl Watcher {
         C: Fn(Text<K>) -> Result<Option<T>, E>,
         O: Fn(Seen),
     {
-        self.run_wire::<Text<K>, T, E, C, O>(config, store, reader)
-            .await
+        self.run_wire::<Text<K>, T, E, C, O>(config, store, reader, false)
+            .await;
     }
 
     async fn run_wire<W, T, E, C, O>(
@@ -357,7 +381,9 @@ impl Watcher {
         config: watcher::Config,
         store: Arc<Store<T>>,
         reader: Reader<C, O>,
-    ) where
+        end_if_not_served: bool,
+    ) -> bool
+    where
         W: Wire + Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static,
         T: PartialEq,
         E: Display,
@@ -365,13 +391,19 @@ impl Watcher {
         O: Fn(Seen),
     {
         let api: Api<W> = Api::all(self.client.clone());
-        let mut events = watcher::watcher(api, config).default_backoff().boxed();
+        let start = |config: watcher::Config| {
+            watcher::watcher(api.clone(), config)
+                .default_backoff()
+                .boxed()
+        };
+        let mut events = start(config.clone().streaming_lists());
+        let mut streaming = true;
         let kind = W::kind(&());
         let mut shutdown = self.shutdown.clone();
         loop {
             let next = tokio::select! {
                 next = events.next() => next,
-                _ = shutdown.changed() => return,
+                _ = shutdown.changed() => return true,
             };
             match next {
                 Some(Ok(event)) => {
@@ -379,13 +411,30 @@ impl Watcher {
                         self.changed.notify_one();
                     }
                 }
+                Some(Err(error)) if end_if_not_served && not_served(&error) => return false,
+                Some(Err(error)) if streaming && refuses_streaming(&error) => {
+                    warn!(kind = %kind, error = %crate::logging::error_text(&error), "the API server refuses streaming lists (its WatchList feature is off): listing, then watching");
+                    streaming = false;
+                    events = start(config.clone());
+                }
                 Some(Err(error)) => {
                     warn!(kind = %kind, error = %crate::logging::error_text(&error), "watch failed; retrying with backoff")
                 }
-                None => return,
+                None => return true,
             }
         }
     }
+}
+
+/// Whether a watch's first request failed because the API server does not serve streaming lists: the WatchList
+/// feature (on by default from Kubernetes 1.34) turned off refuses `sendInitialEvents` as invalid.
+fn refuses_streaming(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchStartFailed(kube::Error::Api(status)) if status.code == 400 || status.code == 422)
+}
+
+/// Whether a watch's first request found no such resource (404).
+fn not_served(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchStartFailed(kube::Error::Api(status)) | watcher::Error::InitialListFailed(kube::Error::Api(status)) if status.code == 404)
 }
 
 /// How a watch reads each object into its store.

@@ -56,7 +56,9 @@ pub struct Gate {
     pub available: Gauge,
 }
 
-/// Runs the LocalDisk watch once the CRD exists; until then marks the store synced and empty and says why once.
+/// Runs the LocalDisk watch while the CRD exists; while it does not, marks the store synced and empty, says why
+/// once and looks for the CRD every `CRD_POLL`. The watch's own first request finds out (a 404), so a start with
+/// the CRD installed makes no request of its own for it.
 pub async fn watch_when_installed(
     gate: Gate,
     config: watcher::Config,
@@ -66,39 +68,41 @@ pub async fn watch_when_installed(
 ) {
     let api: Api<LocalDisk> = Api::all(gate.client.clone());
     let probe = ListParams::default().limit(1);
-    let mut announced = false;
-    let mut delay = Duration::from_millis(500);
+    let watcher =
+        crate::watch::Watcher::new(gate.client.clone(), changed.clone(), shutdown.clone());
+    gate.available.set(1);
     loop {
-        match api.list_metadata(&probe).await {
-            Ok(_) => break,
-            Err(kube::Error::Api(status)) if status.code == 404 => {
-                if !announced {
-                    announced = true;
-                    store.set_synced();
-                    changed.notify_one();
-                    gate.available.set(0);
-                    gate.http.set_note(Some(NO_CRD_NOTE.to_string()));
-                    announce_missing(&gate).await;
+        let objects = crate::watch::objects();
+        if watcher
+            .run_if_served(config.clone(), store.clone(), objects)
+            .await
+        {
+            return;
+        }
+        store.set_synced();
+        changed.notify_one();
+        gate.available.set(0);
+        gate.http.set_note(Some(NO_CRD_NOTE.to_string()));
+        announce_missing(&gate).await;
+        let mut delay = CRD_POLL;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = shutdown.changed() => return,
+            }
+            match api.list_metadata(&probe).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(status)) if status.code == 404 => delay = CRD_POLL,
+                Err(error) => {
+                    warn!(%error, "failed to look for the LocalDisk CRD; retrying");
+                    delay = (delay * 2).min(Duration::from_secs(30));
                 }
-                delay = CRD_POLL;
-            }
-            Err(error) => {
-                warn!(%error, "failed to look for the LocalDisk CRD; retrying");
-                delay = (delay * 2).min(Duration::from_secs(30));
             }
         }
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = shutdown.changed() => return,
-        }
-    }
-    if announced {
         info!("LocalDisk CRD installed: starting the inventory");
         gate.http.set_note(None);
+        gate.available.set(1);
     }
-    gate.available.set(1);
-    let watcher = crate::watch::Watcher::new(gate.client, changed, shutdown);
-    watcher.run(config, store, crate::watch::objects()).await
 }
 
 /// One Warning Event on the Node, which the writer also logs once: PVs and wipes go on without the inventory.

@@ -6,7 +6,9 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::time::Duration;
 
-use crate::node_agent::one_class_plane;
+use crate::node_agent::{one_class_plane, plane_with_agent, pv_at};
+use crate::support::cluster::Options;
+use crate::support::disks::Mount;
 use crate::support::eventually;
 use crate::support::extender::ExtenderProcess;
 
@@ -95,5 +97,43 @@ async fn the_agent_and_the_extender_each_hold_one_connection_to_the_api_server()
             "the {what} opened another connection while running"
         );
     }
+    extender.stop(Duration::from_secs(5));
+}
+
+/// Streaming lists where the API server serves them, and lists where it does not: with the WatchList feature turned
+/// off (it refuses `sendInitialEvents`), the agent and the extender say so once per watch, list and watch instead,
+/// and work as before: the agent publishes its disk and is ready, the extender is ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_streaming_lists_the_agent_and_the_extender_list_and_watch_as_before() {
+    let (cp, _ns, mut agent) = plane_with_agent(
+        Options {
+            controller_manager: true,
+            api_feature_gates: vec!["WatchList=false".into()],
+            ..Options::default()
+        },
+        "nostream",
+        &[("local-storage", "Delete")],
+        &["node-1"],
+        &[("local-storage", "disks", "")],
+    )
+    .await;
+    let client = cp.client();
+    let vol = agent.disk("vol1");
+    let _mount = Mount::tmpfs(&vol, "16M", cp.reaper());
+    agent.start(&cp);
+    agent.wait_ready().await;
+    pv_at(
+        &client,
+        "node-1",
+        &vol,
+        "Available",
+        Duration::from_secs(30),
+    )
+    .await;
+    let mut extender = ExtenderProcess::new(&cp);
+    extender.start(&cp, Duration::from_secs(60)).await;
+    let refused = "refuses streaming lists";
+    assert!(agent.log().contains(refused), "{}", agent.log());
+    assert!(extender.log().contains(refused), "{}", extender.log());
     extender.stop(Duration::from_secs(5));
 }
