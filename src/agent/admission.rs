@@ -1,8 +1,9 @@
 //! The chart's admission policy as the agent reads it, to narrow its PV watch while the policy is in force: reads,
 //! the record in the state directory, and the steps of the pure `plan::narrow` applied to the PV index.
 //!
-//! Costs nothing in steady state: two GETs at start, two after [`narrow::SETTLE`] while wide, and two before a
-//! pass that would wipe or publish while narrow (a pass with nothing to write asks none).
+//! Costs nothing in steady state: none at start (a restart resumes from its record), two while wide once its index
+//! is complete and again after [`narrow::SETTLE`], and two before a pass that would wipe or publish while narrow (a
+//! pass with nothing to write asks none).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -46,35 +47,21 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// The guard for the policy named `name`, starting narrow when the record in `state_dir` is what is in force
-    /// now (checked against the agent's discovery directories `dirs`), wide otherwise.
-    pub async fn start(client: Client, name: String, state_dir: &Path, dirs: &Dirs) -> Guard {
+    /// The guard for the policy named `name`, starting narrow on the record in `state_dir` (nothing is read: the
+    /// first pass that would wipe or publish verifies it, see `Narrowing::resume`), wide without one.
+    pub fn start(client: Client, name: String, state_dir: &Path) -> Guard {
         let record = state_dir.join(RECORD);
         let recorded = read_record(&record, &name);
-        let mut guard = Guard {
+        if recorded.is_some() {
+            info!(policy = %name, "resuming the narrow PV watch recorded under the admission policy: only this node's PVs; the policy is read again before any wipe or new PV");
+        }
+        Guard {
             client,
             name,
             record,
-            narrowing: Narrowing::resume(None, &InForce::No(String::new())),
+            narrowing: Narrowing::resume(recorded.as_ref()),
             next_look: None,
-        };
-        if recorded.is_some() {
-            let now = guard.read(dirs).await;
-            guard.narrowing = Narrowing::resume(recorded.as_ref(), &now);
-            match (&now, guard.narrowing.is_narrow()) {
-                (_, true) => {
-                    info!(policy = %guard.name, "admission policy in force as recorded: watching only this node's PVs")
-                }
-                (InForce::No(why), false) => info!(%why, "watching every PV"),
-                (InForce::Yes(_), false) => {
-                    info!(policy = %guard.name, "admission policy changed since it was recorded: watching every PV")
-                }
-            }
-            if !guard.narrowing.is_narrow() {
-                guard.forget();
-            }
         }
-        guard
     }
 
     pub fn is_narrow(&self) -> bool {

@@ -221,7 +221,7 @@ impl Agent {
     }
 
     pub async fn run(mut self, mut shutdown: tokio_watch::Receiver<bool>) {
-        self.start_scope().await;
+        self.start_scope();
         if !self.start(&mut shutdown).await {
             return self.book.close();
         }

@@ -238,12 +238,13 @@ pub struct Narrowing {
 }
 
 impl Narrowing {
-    /// At start: narrow at once when the recorded fingerprint is the one in force now (the policy has held since
-    /// the agent last narrowed, so nothing it would miss can have been made), else wide.
-    pub fn resume(recorded: Option<&Fingerprint>, now: &InForce) -> Narrowing {
-        let mode = match (recorded, now) {
-            (Some(r), InForce::Yes(f)) if r == f => Mode::Narrow(f.clone()),
-            _ => Mode::Wide,
+    /// At start: narrow at once on the recorded fingerprint, wide without one. Nothing is read for it: the first
+    /// pass that would wipe or publish verifies the fingerprint first ([`Narrowing::verify`]), as every later one
+    /// does, and widens when the policy changed while the agent was away; no other step needs every PV.
+    pub fn resume(recorded: Option<&Fingerprint>) -> Narrowing {
+        let mode = match recorded {
+            Some(f) => Mode::Narrow(f.clone()),
+            None => Mode::Wide,
         };
         Narrowing {
             mode,

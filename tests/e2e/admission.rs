@@ -605,7 +605,7 @@ async fn a_narrow_agent_checks_the_policy_before_a_wipe_and_widens_once_it_is_go
     assert!(
         agent
             .log()
-            .contains("admission policy in force as recorded"),
+            .contains("resuming the narrow PV watch recorded"),
         "{}",
         agent.log()
     );
@@ -668,5 +668,110 @@ async fn a_narrow_agent_checks_the_policy_before_a_wipe_and_widens_once_it_is_go
         .expect("deleted");
     fresh_pv_at(&d.admin, &vol1, &ours, Duration::from_secs(60)).await;
     assert!(!vol1.join("secret.txt").exists(), "the disk was wiped");
+    agent.process.take();
+}
+
+/// Issue 34, point 2: what a narrow agent's restart costs the API server. Every request node-1's agent makes from
+/// its start until it is ready and narrow, and for the settle time after (as `verb resource`), counted from the
+/// audit log: one streaming watch per kind it watches (its first events are the objects: no list), no probe for
+/// the LocalDisk CRD (the watch finds out) and no read of the policy (resumed from the record, read before the
+/// first wipe or new PV). Then the attack that resuming unread invites: the policy's binding deleted while the agent
+/// is down and a copy of its PV stored; restarted narrow, the agent reads the policy before the wipe the released
+/// claim asks for, widens and refuses the wipe; the tenant's file stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_narrow_agents_restart_costs_one_request_per_watch_and_its_first_wipe_checks_the_policy()
+{
+    let policy = format!("--admission-policy={POLICY}");
+    let (d, mut agent, vol1, _m, ours) = agent_under_the_policy(&[&policy]).await;
+    wait_narrow(
+        &agent,
+        1.0,
+        "the agent narrows its PV watch under the policy",
+    )
+    .await;
+    agent.process.take();
+    let audit = d.cp.dir.join("logs/audit.log");
+    let before: std::collections::BTreeSet<String> = crate::support::audit::entries(&audit)
+        .iter()
+        .map(|e| crate::support::audit::text(&e["auditID"]))
+        .collect();
+    agent.start(&d.cp);
+    agent.wait_ready().await;
+    wait_narrow(&agent, 1.0, "the restarted agent is narrow").await;
+    // NB: past the 10 s the agent waits before it narrows (plan::narrow::SETTLE), had it started wide.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut requests: Vec<String> = Vec::new();
+    for e in crate::support::audit::entries(&audit) {
+        let id = crate::support::audit::text(&e["auditID"]);
+        let user = crate::support::audit::user(&e);
+        if before.contains(&id) || !seen.insert(id) || !user.ends_with(&format!(":{AGENT_SA}")) {
+            continue;
+        }
+        let watch = e["requestURI"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("watch=true");
+        let verb = match (crate::support::audit::text(&e["verb"]).as_str(), watch) {
+            ("list", true) => "watch".to_string(),
+            (verb, _) => verb.to_string(),
+        };
+        requests.push(format!(
+            "{verb} {}",
+            crate::support::audit::text(&e["objectRef"]["resource"])
+        ));
+    }
+    requests.sort();
+    // NB: before issue 34's part 3 the same restart made 13: a list and a watch per kind, a probe for the CRD and
+    // two reads of the policy.
+    assert_eq!(
+        requests,
+        [
+            "watch localdisks",
+            "watch nodes",
+            "watch persistentvolumes",
+            "watch storageclasses"
+        ],
+        "one streaming watch per kind, no list, no probe, no read of the policy"
+    );
+
+    let app = d.cp.namespace("app").await;
+    claim_pv(&d.admin, &app, "data", &ours, "local-storage", "10Mi").await;
+    fs::write(vol1.join("secret.txt"), "tenant data").expect("written");
+    agent.process.take();
+    d.cp.kubectl(&["delete", "validatingadmissionpolicybinding", POLICY]);
+    d.wait_enforced(false).await;
+    let mut copy = ours.clone();
+    copy.metadata = kube::api::ObjectMeta {
+        name: Some("forged-copy".into()),
+        ..Default::default()
+    };
+    copy.spec.as_mut().expect("a spec").claim_ref = None;
+    copy.status = None;
+    let pvs: Api<PersistentVolume> = Api::all(d.admin.clone());
+    pvs.create(&PostParams::default(), &copy)
+        .await
+        .expect("a forged PV is stored once the binding is gone");
+    agent.start(&d.cp);
+    agent.wait_ready().await;
+    wait_narrow(&agent, 1.0, "the agent resumes narrow from its record").await;
+    Api::<PersistentVolumeClaim>::namespaced(d.admin.clone(), &app)
+        .delete("data", &DeleteParams::default())
+        .await
+        .expect("claim deleted");
+    crate::node_agent::wait_event(
+        &d.admin,
+        "node-1",
+        "AdmissionPolicyNotInForce",
+        Duration::from_secs(60),
+    )
+    .await;
+    wait_narrow(&agent, 0.0, "the agent widens its PV watch").await;
+    let name = ours.metadata.name.clone().expect("named");
+    crate::node_agent::wait_event(&d.admin, &name, "WipeRefused", Duration::from_secs(60)).await;
+    assert!(
+        vol1.join("secret.txt").exists(),
+        "the disk was not wiped while the forged PV reaches it"
+    );
     agent.process.take();
 }

@@ -21,12 +21,11 @@ impl Agent {
         }
     }
 
-    /// Before the first list: narrow at once when the recorded policy is still in force, else every PV.
-    pub(super) async fn start_scope(&mut self) {
+    /// Before the first list: narrow at once on a recorded policy (checked before the first wipe or new PV), else
+    /// every PV.
+    pub(super) fn start_scope(&mut self) {
         if let Some(name) = self.s.opts.admission_policy.clone() {
-            let dirs = self.discovery_dirs();
-            let guard =
-                Guard::start(self.s.client.clone(), name, &self.s.opts.state_dir, &dirs).await;
+            let guard = Guard::start(self.s.client.clone(), name, &self.s.opts.state_dir);
             self.admission = Some(guard);
         }
         self.set_scope();

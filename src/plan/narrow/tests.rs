@@ -121,7 +121,7 @@ fn only_a_pv_the_narrow_watch_would_miss_and_that_may_reach_a_disk_blocks(
 #[test]
 fn a_wide_agent_narrows_only_after_one_fingerprint_held_for_the_settle_time_with_no_blocker() {
     let t0 = Instant::now();
-    let mut n = Narrowing::resume(None, &InForce::Yes(fingerprint()));
+    let mut n = Narrowing::resume(None);
     assert_eq!(n.mode(), &Mode::Wide, "no record: wide");
     assert_eq!(
         n.look(InForce::Yes(fingerprint()), t0, 0),
@@ -173,11 +173,8 @@ fn a_narrow_agent_keeps_its_watch_only_while_the_fingerprint_it_narrowed_on_is_i
     #[case] seen: InForce,
     #[case] keep: bool,
 ) {
-    let mut n = Narrowing::resume(Some(&fingerprint()), &InForce::Yes(fingerprint()));
-    assert!(
-        n.is_narrow(),
-        "a record equal to what is in force resumes narrow"
-    );
+    let mut n = Narrowing::resume(Some(&fingerprint()));
+    assert!(n.is_narrow(), "a record resumes narrow");
     let step = n.verify(seen);
     assert_eq!(step == Step::Keep, keep, "{step:?}");
     assert_eq!(n.is_narrow(), keep);
@@ -193,14 +190,19 @@ fn a_narrow_agent_keeps_its_watch_only_while_the_fingerprint_it_narrowed_on_is_i
 }
 
 #[rstest]
-#[case::none(None, InForce::Yes(fingerprint()))]
-#[case::changed(Some(Fingerprint { policy_uid: "p-0".into(), ..fingerprint() }), InForce::Yes(fingerprint()))]
-#[case::gone(Some(fingerprint()), InForce::No("gone".into()))]
-fn an_agent_starts_wide_unless_its_record_is_what_is_in_force(
-    #[case] recorded: Option<Fingerprint>,
+#[case::changed(InForce::Yes(Fingerprint { policy_uid: "p-0".into(), ..fingerprint() }))]
+#[case::gone(InForce::No("gone".into()))]
+fn a_restart_resumes_narrow_on_its_record_and_its_first_check_widens_when_the_policy_changed_meanwhile(
     #[case] now: InForce,
 ) {
-    let n = Narrowing::resume(recorded.as_ref(), &now);
+    assert_eq!(
+        Narrowing::resume(None).mode(),
+        &Mode::Wide,
+        "no record: wide"
+    );
+    let mut n = Narrowing::resume(Some(&fingerprint()));
+    assert_eq!(n.mode(), &Mode::Narrow(fingerprint()));
+    assert!(matches!(n.verify(now), Step::Widen(_)));
     assert_eq!(n.mode(), &Mode::Wide);
     let _ = Duration::ZERO;
 }
