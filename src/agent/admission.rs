@@ -9,14 +9,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchResources, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use kube::api::ObjectMeta;
 use kube::{Api, Client};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::contract::ANN_POLICY_RULES;
 use crate::plan::narrow::{
     self, BindingSeen, Fingerprint, InForce, Mode, Narrowing, PolicySeen, Step,
 };
@@ -129,8 +127,8 @@ impl Guard {
                 ));
             }
         };
-        let policy = policy.map(|p| policy_seen(&p));
-        let binding = binding.map(|b| binding_seen(&b));
+        let policy = policy.as_ref().map(PolicySeen::of);
+        let binding = binding.as_ref().map(BindingSeen::of);
         narrow::in_force(
             &self.name,
             policy.as_ref(),
@@ -175,84 +173,5 @@ fn read_record(path: &Path, name: &str) -> Option<Fingerprint> {
             warn!(%error, path = %path.display(), "unreadable admission policy record; watching every PV");
             None
         }
-    }
-}
-
-fn ids(meta: &ObjectMeta) -> (String, i64) {
-    (
-        meta.uid.clone().unwrap_or_default(),
-        meta.generation.unwrap_or_default(),
-    )
-}
-
-fn policy_seen(p: &ValidatingAdmissionPolicy) -> PolicySeen {
-    let (uid, generation) = ids(&p.metadata);
-    let spec = p.spec.as_ref();
-    let dirs = spec
-        .and_then(|s| s.variables.as_ref())
-        .and_then(|vs| vs.iter().find(|v| v.name == "dirs"))
-        .map(|v| v.expression.clone());
-    PolicySeen {
-        uid,
-        generation,
-        failure_policy: spec.and_then(|s| s.failure_policy.clone()),
-        matches_pv_writes: spec
-            .and_then(|s| s.match_constraints.as_ref())
-            .is_some_and(matches_pv_writes),
-        rules: p
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANN_POLICY_RULES))
-            .cloned(),
-        dirs,
-    }
-}
-
-/// Some rule matches CREATE and UPDATE of every PersistentVolume, and nothing is excluded or selected away.
-fn matches_pv_writes(m: &MatchResources) -> bool {
-    let any = |list: &Option<Vec<String>>, want: &str| {
-        list.as_ref()
-            .is_some_and(|l| l.iter().any(|x| x == want || x == "*"))
-    };
-    let excluded = m
-        .exclude_resource_rules
-        .as_ref()
-        .is_some_and(|r| !r.is_empty());
-    let selected = m
-        .object_selector
-        .as_ref()
-        .is_some_and(|s| s != &Default::default());
-    let rule = m.resource_rules.as_ref().is_some_and(|rules| {
-        rules.iter().any(|r| {
-            any(&r.api_groups, "")
-                && any(&r.resources, "persistentvolumes")
-                && any(&r.operations, "CREATE")
-                && any(&r.operations, "UPDATE")
-                && r.resource_names.as_ref().is_none_or(Vec::is_empty)
-        })
-    });
-    rule && !excluded && !selected
-}
-
-fn binding_seen(b: &ValidatingAdmissionPolicyBinding) -> BindingSeen {
-    let (uid, generation) = ids(&b.metadata);
-    let spec = &b.spec;
-    let narrowed = spec.param_ref.is_some()
-        || spec.match_resources.as_ref().is_some_and(|m| {
-            m.resource_rules.as_ref().is_some_and(|r| !r.is_empty())
-                || m.exclude_resource_rules
-                    .as_ref()
-                    .is_some_and(|r| !r.is_empty())
-                || m.object_selector
-                    .as_ref()
-                    .is_some_and(|s| s != &Default::default())
-        });
-    BindingSeen {
-        uid,
-        generation,
-        policy_name: spec.policy_name.clone(),
-        validation_actions: spec.validation_actions.clone(),
-        narrowed,
     }
 }

@@ -24,10 +24,14 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchResources, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
-use crate::contract::{KEY_PREFIX, NODE_LABEL};
+use crate::contract::{ANN_POLICY_RULES, KEY_PREFIX, NODE_LABEL};
 use crate::plan::owners::{normalise, overlaps, raw_path};
 
 /// The version of the policy's rules this agent relies on (`contract::ANN_POLICY_RULES` on the policy). Version 2
@@ -65,6 +69,91 @@ pub struct BindingSeen {
     pub validation_actions: Vec<String>,
     /// A `paramRef` or `matchResources` that could leave some PVs out.
     pub narrowed: bool,
+}
+
+impl PolicySeen {
+    /// What `in_force` judges of a policy as the API server returned it.
+    pub fn of(p: &ValidatingAdmissionPolicy) -> PolicySeen {
+        let (uid, generation) = ids(&p.metadata);
+        let spec = p.spec.as_ref();
+        let dirs = spec
+            .and_then(|s| s.variables.as_ref())
+            .and_then(|vs| vs.iter().find(|v| v.name == "dirs"))
+            .map(|v| v.expression.clone());
+        PolicySeen {
+            uid,
+            generation,
+            failure_policy: spec.and_then(|s| s.failure_policy.clone()),
+            matches_pv_writes: spec
+                .and_then(|s| s.match_constraints.as_ref())
+                .is_some_and(matches_pv_writes),
+            rules: p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANN_POLICY_RULES))
+                .cloned(),
+            dirs,
+        }
+    }
+}
+
+impl BindingSeen {
+    /// What `in_force` judges of a binding as the API server returned it.
+    pub fn of(b: &ValidatingAdmissionPolicyBinding) -> BindingSeen {
+        let (uid, generation) = ids(&b.metadata);
+        let spec = &b.spec;
+        BindingSeen {
+            uid,
+            generation,
+            policy_name: spec.policy_name.clone(),
+            validation_actions: spec.validation_actions.clone(),
+            narrowed: spec.param_ref.is_some()
+                || spec.match_resources.as_ref().is_some_and(leaves_some_out),
+        }
+    }
+}
+
+fn ids(meta: &ObjectMeta) -> (String, i64) {
+    (
+        meta.uid.clone().unwrap_or_default(),
+        meta.generation.unwrap_or_default(),
+    )
+}
+
+/// Some rule matches CREATE and UPDATE of every PersistentVolume (core group, `*` counts), with no resource names,
+/// and nothing is excluded or selected away.
+fn matches_pv_writes(m: &MatchResources) -> bool {
+    let any = |list: &Option<Vec<String>>, want: &str| {
+        list.as_ref()
+            .is_some_and(|l| l.iter().any(|x| x == want || x == "*"))
+    };
+    let rule = m.resource_rules.as_ref().is_some_and(|rules| {
+        rules.iter().any(|r| {
+            any(&r.api_groups, "")
+                && any(&r.resources, "persistentvolumes")
+                && any(&r.operations, "CREATE")
+                && any(&r.operations, "UPDATE")
+                && r.resource_names.as_ref().is_none_or(Vec::is_empty)
+        })
+    });
+    rule && !excluding(m)
+}
+
+/// Exclusions or an object selector: some PVs the rules match could still be left out.
+fn excluding(m: &MatchResources) -> bool {
+    m.exclude_resource_rules
+        .as_ref()
+        .is_some_and(|r| !r.is_empty())
+        || m.object_selector
+            .as_ref()
+            .is_some_and(|s| s != &Default::default())
+}
+
+/// A binding's `matchResources` that narrows what its policy matches: any rules of its own, exclusions or an
+/// object selector.
+fn leaves_some_out(m: &MatchResources) -> bool {
+    m.resource_rules.as_ref().is_some_and(|r| !r.is_empty()) || excluding(m)
 }
 
 /// What identifies one state of the policy and its binding: any change (an edit, a delete and create) changes it.

@@ -206,3 +206,85 @@ fn a_restart_resumes_narrow_on_its_record_and_its_first_check_widens_when_the_po
     assert_eq!(n.mode(), &Mode::Wide);
     let _ = Duration::ZERO;
 }
+
+/// A policy as the API server returns it, its `matchConstraints` given.
+fn policy_object(match_constraints: serde_json::Value) -> ValidatingAdmissionPolicy {
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": NAME, "uid": "p-1", "generation": 3,
+            "annotations": {ANN_POLICY_RULES: RULES_VERSION},
+        },
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": match_constraints,
+            "variables": [{"name": "dirs", "expression": "[]"}],
+            "validations": [{"expression": "true"}],
+        },
+    }))
+    .expect("a policy")
+}
+
+fn pv_rule(operations: &[&str]) -> serde_json::Value {
+    json!({"apiGroups": [""], "apiVersions": ["v1"], "resources": ["persistentvolumes"], "operations": operations})
+}
+
+#[rstest]
+#[case::as_rendered(json!({"resourceRules": [pv_rule(&["CREATE", "UPDATE"])]}), true)]
+#[case::wildcards(json!({"resourceRules": [{"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"], "operations": ["*"]}]}), true)]
+#[case::split_over_two_rules(json!({"resourceRules": [pv_rule(&["CREATE"]), pv_rule(&["UPDATE"])]}), false)]
+#[case::create_only(json!({"resourceRules": [pv_rule(&["CREATE"])]}), false)]
+#[case::no_rules(json!({}), false)]
+#[case::named_pvs_only(json!({"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["persistentvolumes"], "operations": ["CREATE", "UPDATE"], "resourceNames": ["a"]}]}), false)]
+#[case::another_group(json!({"resourceRules": [{"apiGroups": ["example.com"], "apiVersions": ["v1"], "resources": ["persistentvolumes"], "operations": ["*"]}]}), false)]
+#[case::excluding(json!({"resourceRules": [pv_rule(&["CREATE", "UPDATE"])], "excludeResourceRules": [pv_rule(&["UPDATE"])]}), false)]
+#[case::object_selector(json!({"resourceRules": [pv_rule(&["CREATE", "UPDATE"])], "objectSelector": {"matchLabels": {"a": "b"}}}), false)]
+#[case::empty_object_selector(json!({"resourceRules": [pv_rule(&["CREATE", "UPDATE"])], "objectSelector": {}}), true)]
+fn a_policy_matches_every_pv_write_only_with_one_rule_for_both_and_nothing_left_out(
+    #[case] match_constraints: serde_json::Value,
+    #[case] matches: bool,
+) {
+    let seen = PolicySeen::of(&policy_object(match_constraints));
+    assert_eq!(seen.matches_pv_writes, matches);
+    assert_eq!(
+        (
+            seen.uid.as_str(),
+            seen.generation,
+            seen.rules.as_deref(),
+            seen.dirs.as_deref()
+        ),
+        ("p-1", 3, Some(RULES_VERSION), Some("[]"))
+    );
+}
+
+#[rstest]
+#[case::as_rendered(json!({}), false)]
+#[case::param_ref(json!({"paramRef": {"name": "p", "parameterNotFoundAction": "Deny"}}), true)]
+#[case::own_rules(json!({"matchResources": {"resourceRules": [pv_rule(&["CREATE"])]}}), true)]
+#[case::exclusions(json!({"matchResources": {"excludeResourceRules": [pv_rule(&["UPDATE"])]}}), true)]
+#[case::object_selector(json!({"matchResources": {"objectSelector": {"matchLabels": {"a": "b"}}}}), true)]
+#[case::empty_match_resources(json!({"matchResources": {}}), false)]
+fn a_binding_that_could_leave_some_pvs_out_is_narrowed(
+    #[case] extra: serde_json::Value,
+    #[case] narrowed: bool,
+) {
+    let mut spec = json!({"policyName": NAME, "validationActions": ["Deny"]});
+    spec.as_object_mut()
+        .expect("an object")
+        .extend(extra.as_object().expect("an object").clone());
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": NAME, "uid": "b-1", "generation": 2},
+        "spec": spec,
+    }))
+    .expect("a binding");
+    let seen = BindingSeen::of(&binding);
+    assert_eq!(seen.narrowed, narrowed);
+    assert_eq!(
+        (
+            seen.uid.as_str(),
+            seen.generation,
+            seen.policy_name.as_str()
+        ),
+        ("b-1", 2, NAME)
+    );
+    assert_eq!(seen.validation_actions, ["Deny"]);
+}
