@@ -546,20 +546,26 @@ async fn wait_narrow(agent: &Agent, want: f64, what: &str) {
     .await;
 }
 
+/// `agent_under_the_policy` given the policy's name, once its PV watch is narrow.
+async fn narrow_agent_under_the_policy() -> (Door, Agent, PathBuf, Mount, PersistentVolume) {
+    let policy = format!("--admission-policy={POLICY}");
+    let under = agent_under_the_policy(&[&policy]).await;
+    wait_narrow(
+        &under.1,
+        1.0,
+        "the agent narrows its PV watch under the policy",
+    )
+    .await;
+    under
+}
+
 /// Issue 34: the agent given the policy's name watches only its own node's PVs once the policy has held (and at
 /// once after a restart under the same policy); the policy refuses what such a watch would miss (our annotations
 /// set, our node label changed); and when the policy is gone and a forged PV reaches a Released disk, the agent
 /// checks the policy before the wipe, watches every PV again, and does not wipe while the forged PV exists.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_narrow_agent_checks_the_policy_before_a_wipe_and_widens_once_it_is_gone() {
-    let policy = format!("--admission-policy={POLICY}");
-    let (d, mut agent, vol1, _m, ours) = agent_under_the_policy(&[&policy]).await;
-    wait_narrow(
-        &agent,
-        1.0,
-        "the agent narrows its PV watch under the policy",
-    )
-    .await;
+    let (d, mut agent, vol1, _m, ours) = narrow_agent_under_the_policy().await;
     let pvs: Api<PersistentVolume> = Api::all(d.admin.clone());
     let name = ours.metadata.name.clone().expect("named");
 
@@ -631,34 +637,9 @@ async fn a_narrow_agent_checks_the_policy_before_a_wipe_and_widens_once_it_is_go
     // The policy goes; a copy of our PV (no label: the narrow watch cannot see it) is stored.
     d.cp.kubectl(&["delete", "validatingadmissionpolicybinding", POLICY]);
     d.wait_enforced(false).await;
-    let mut copy = ours.clone();
-    copy.metadata = kube::api::ObjectMeta {
-        name: Some("forged-copy".into()),
-        ..Default::default()
-    };
-    copy.spec.as_mut().expect("a spec").claim_ref = None;
-    copy.status = None;
-    pvs.create(&PostParams::default(), &copy)
-        .await
-        .expect("a forged PV is stored once the binding is gone");
+    store_forged_copy(&d, &ours).await;
 
-    Api::<PersistentVolumeClaim>::namespaced(d.admin.clone(), &app)
-        .delete("data", &DeleteParams::default())
-        .await
-        .expect("claim deleted");
-    crate::node_agent::wait_event(
-        &d.admin,
-        "node-1",
-        "AdmissionPolicyNotInForce",
-        Duration::from_secs(60),
-    )
-    .await;
-    wait_narrow(&agent, 0.0, "the agent widens its PV watch").await;
-    crate::node_agent::wait_event(&d.admin, &name, "WipeRefused", Duration::from_secs(60)).await;
-    assert!(
-        vol1.join("secret.txt").exists(),
-        "the disk was not wiped while the forged PV reaches it"
-    );
+    release_and_see_the_wipe_refused(&d, &agent, &app, &name, &vol1).await;
     let now = pvs.get(&name).await.expect("our PV is there");
     assert_eq!(phase(&now), "Released");
 
@@ -671,6 +652,51 @@ async fn a_narrow_agent_checks_the_policy_before_a_wipe_and_widens_once_it_is_go
     agent.process.take();
 }
 
+/// Stores a copy of `ours` without our label or a claim (`forged-copy`): the narrow watch cannot see it, and only
+/// a cluster without the policy's binding admits it.
+async fn store_forged_copy(d: &Door, ours: &PersistentVolume) {
+    let mut copy = ours.clone();
+    copy.metadata = kube::api::ObjectMeta {
+        name: Some("forged-copy".into()),
+        ..Default::default()
+    };
+    copy.spec.as_mut().expect("a spec").claim_ref = None;
+    copy.status = None;
+    Api::<PersistentVolume>::all(d.admin.clone())
+        .create(&PostParams::default(), &copy)
+        .await
+        .expect("a forged PV is stored once the binding is gone");
+}
+
+/// Releases claim `data` of namespace `app` on our PV `name` at `vol`, which the forged copy also reaches: the
+/// agent checks the policy before the wipe, says it is not in force on the Node, widens, and refuses the wipe; the
+/// tenant's `secret.txt` stays.
+async fn release_and_see_the_wipe_refused(
+    d: &Door,
+    agent: &Agent,
+    app: &str,
+    name: &str,
+    vol: &Path,
+) {
+    Api::<PersistentVolumeClaim>::namespaced(d.admin.clone(), app)
+        .delete("data", &DeleteParams::default())
+        .await
+        .expect("claim deleted");
+    crate::node_agent::wait_event(
+        &d.admin,
+        "node-1",
+        "AdmissionPolicyNotInForce",
+        Duration::from_secs(60),
+    )
+    .await;
+    wait_narrow(agent, 0.0, "the agent widens its PV watch").await;
+    crate::node_agent::wait_event(&d.admin, name, "WipeRefused", Duration::from_secs(60)).await;
+    assert!(
+        vol.join("secret.txt").exists(),
+        "the disk was not wiped while the forged PV reaches it"
+    );
+}
+
 /// Issue 34, point 2: what a narrow agent's restart costs the API server. Every request node-1's agent makes from
 /// its start until it is ready and narrow, and for the settle time after (as `verb resource`), counted from the
 /// audit log: one streaming watch per kind it watches (its first events are the objects: no list), no probe for
@@ -681,14 +707,7 @@ async fn a_narrow_agent_checks_the_policy_before_a_wipe_and_widens_once_it_is_go
 #[tokio::test(flavor = "multi_thread")]
 async fn a_narrow_agents_restart_costs_one_request_per_watch_and_its_first_wipe_checks_the_policy()
 {
-    let policy = format!("--admission-policy={POLICY}");
-    let (d, mut agent, vol1, _m, ours) = agent_under_the_policy(&[&policy]).await;
-    wait_narrow(
-        &agent,
-        1.0,
-        "the agent narrows its PV watch under the policy",
-    )
-    .await;
+    let (d, mut agent, vol1, _m, ours) = narrow_agent_under_the_policy().await;
     agent.process.take();
     let audit = d.cp.dir.join("logs/audit.log");
     let before: std::collections::BTreeSet<String> = crate::support::audit::entries(&audit)
@@ -741,37 +760,11 @@ async fn a_narrow_agents_restart_costs_one_request_per_watch_and_its_first_wipe_
     agent.process.take();
     d.cp.kubectl(&["delete", "validatingadmissionpolicybinding", POLICY]);
     d.wait_enforced(false).await;
-    let mut copy = ours.clone();
-    copy.metadata = kube::api::ObjectMeta {
-        name: Some("forged-copy".into()),
-        ..Default::default()
-    };
-    copy.spec.as_mut().expect("a spec").claim_ref = None;
-    copy.status = None;
-    let pvs: Api<PersistentVolume> = Api::all(d.admin.clone());
-    pvs.create(&PostParams::default(), &copy)
-        .await
-        .expect("a forged PV is stored once the binding is gone");
+    store_forged_copy(&d, &ours).await;
     agent.start(&d.cp);
     agent.wait_ready().await;
     wait_narrow(&agent, 1.0, "the agent resumes narrow from its record").await;
-    Api::<PersistentVolumeClaim>::namespaced(d.admin.clone(), &app)
-        .delete("data", &DeleteParams::default())
-        .await
-        .expect("claim deleted");
-    crate::node_agent::wait_event(
-        &d.admin,
-        "node-1",
-        "AdmissionPolicyNotInForce",
-        Duration::from_secs(60),
-    )
-    .await;
-    wait_narrow(&agent, 0.0, "the agent widens its PV watch").await;
     let name = ours.metadata.name.clone().expect("named");
-    crate::node_agent::wait_event(&d.admin, &name, "WipeRefused", Duration::from_secs(60)).await;
-    assert!(
-        vol1.join("secret.txt").exists(),
-        "the disk was not wiped while the forged PV reaches it"
-    );
+    release_and_see_the_wipe_refused(&d, &agent, &app, &name, &vol1).await;
     agent.process.take();
 }
