@@ -6,7 +6,7 @@
 //!                             LocalDisk -> node, pending pods as PendingPod
 //!  every TICK: renew the Lease ──> leader? ──> cleanup::plan (pure, on a blocking thread, only when the stores
 //!                                         │     changed or a gone node's grace period is running) ──┐
-//!                                         └─> explain::plan_explanations (pure, blocking thread) ───┴─> write,
+//!                                         └─> pending::plan_pending_events (pure, blocking thread) ───┴─> write,
 //!                                             each one only while the Lease is still held (else dropped, counted)
 //! ```
 //!
@@ -15,9 +15,9 @@
 //! stays a small fraction of the snapshot's. Every write goes through the program's one effects writer
 //! (`crate::effects`), where 404 and 409 mean already done.
 
-pub mod explain;
 pub mod lease;
 pub mod metrics;
+pub mod pending;
 pub mod recover;
 #[cfg(test)]
 mod tests;
@@ -34,9 +34,9 @@ use kube::runtime::watcher;
 use tokio::sync::{Notify, watch as tokio_watch};
 use tracing::{info, warn};
 
-use self::explain::{Explain, PendingPod, plan_explanations};
 use self::lease::Elector;
 use self::metrics::{Metrics, Work, WorkLabels, WriteKind, WriteLabels, WriteVerdict};
+use self::pending::{PendingPod, PendingReasons, plan_pending_events};
 use crate::cleanup::{CleanupAction, CleanupPlan, Inputs, Settings, Volume, plan};
 use crate::contract::NODE_LABEL;
 use crate::effects::{self, Applied, Failed, Reason, Uncounted};
@@ -54,8 +54,8 @@ pub struct Config {
     /// Clean up after deleted nodes.
     pub node_cleanup: bool,
     pub settings: Settings,
-    /// Explain pending pods with the extender's reasons.
-    pub explain: Option<Arc<dyn Explain>>,
+    /// The extender's reasons why pending pods fit no node, for their Events.
+    pub explain: Option<Arc<dyn PendingReasons>>,
     pub lease_namespace: String,
     pub identity: String,
     /// Recover StatefulSet replicas whose local volume is lost (issue 37), when set.
@@ -257,7 +257,7 @@ async fn work<N: Send + Sync + 'static>(
 /// One Warning Event per pending pod and distinct explanation; a failed publish is tried again on the next look.
 async fn explain_pending(
     writer: &Writer,
-    explain: &Arc<dyn Explain>,
+    explain: &Arc<dyn PendingReasons>,
     pods: &Store<PendingPod>,
     memory: &mut Memory,
 ) {
@@ -271,7 +271,7 @@ async fn explain_pending(
     let planned = tokio::task::spawn_blocking(move || {
         let _timer = work;
         let now = k8s_openapi::jiff::Timestamp::now();
-        plan_explanations(&pods, now, PENDING_AFTER, &published, |p| {
+        plan_pending_events(&pods, now, PENDING_AFTER, &published, |p| {
             explain.explain(p)
         })
     })

@@ -12,7 +12,7 @@
 //! snapshot always give the same answer, and `localpv explain` runs them offline on a dumped cluster. `server`,
 //! `watch`, `cache` and `tls` are the shell around them. Replicas share no state: each builds its own snapshot
 //! from its watches. The replica holding the Lease also runs `crate::controller` (node clean-up and pending-pod
-//! explanations), which reads the node store and, through `pending::Explainer`, the cache; the controller knows
+//! explanations), which reads the node store and, through `pending::SnapshotReasons`, the cache; the controller knows
 //! nothing of the extender.
 
 pub mod cache;
@@ -269,8 +269,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let stores = feed::Stores::default();
     let controller = (opts.node_cleanup || opts.explain_pending || opts.recovery).then(|| {
         let explain = opts.explain_pending.then(|| {
-            let explainer = pending::Explainer::new(cache.clone());
-            Arc::new(explainer) as Arc<dyn crate::controller::explain::Explain>
+            let explainer = pending::SnapshotReasons::new(cache.clone());
+            Arc::new(explainer) as Arc<dyn crate::controller::pending::PendingReasons>
         });
         let cfg = crate::controller::Config {
             node_cleanup: opts.node_cleanup,

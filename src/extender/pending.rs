@@ -4,8 +4,8 @@
 //! extender is never called and the pod's FailedScheduling event carries only the in-tree summary ("didn't find
 //! available persistent volumes to bind"). The Lease holder therefore looks at pending pods itself and, for those
 //! whose delayed local claims fit no node, adds one Event with the reason per node, grouped. Pure apart from
-//! `Explainer`, which reads the latest snapshot for the leader-gated controller (`crate::controller`): it looks
-//! every few seconds and publishes what `controller::explain::plan_explanations` says.
+//! `SnapshotReasons`, which reads the latest snapshot for the leader-gated controller (`crate::controller`): it looks
+//! every few seconds and publishes what `controller::pending::plan_pending_events` says.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -16,7 +16,7 @@ use super::cache::Cache;
 use super::decide::{PodClaims, Verdict};
 use super::snapshot::Snapshot;
 use super::wire::Pod;
-use crate::controller::explain::{Explain, PendingPod};
+use crate::controller::pending::{PendingPod, PendingReasons};
 
 /// Nodes listed by name per reason before the rest are only counted.
 const NAMES_PER_REASON: usize = 3;
@@ -78,8 +78,8 @@ pub fn explain_claims(snap: &Snapshot, namespace: &str, claim_names: &[String]) 
     ))
 }
 
-/// The controller's `Explain` over the extender's latest snapshot: one snapshot for all the pods of a look.
-pub struct Explainer {
+/// The controller's `PendingReasons` over the extender's latest snapshot: one snapshot for all the pods of a look.
+pub struct SnapshotReasons {
     cache: Arc<Cache>,
     memo: Mutex<Memo>,
 }
@@ -94,16 +94,16 @@ struct Memo {
     by_pod: HashMap<String, Option<String>>,
 }
 
-impl Explainer {
-    pub fn new(cache: Arc<Cache>) -> Explainer {
-        Explainer {
+impl SnapshotReasons {
+    pub fn new(cache: Arc<Cache>) -> SnapshotReasons {
+        SnapshotReasons {
             cache,
             memo: Mutex::default(),
         }
     }
 }
 
-impl Explain for Explainer {
+impl PendingReasons for SnapshotReasons {
     fn claims(&self, pod: &KubePod) -> Vec<String> {
         Pod::from(pod).claim_names()
     }
@@ -148,7 +148,7 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
-    use crate::controller::explain::plan_explanations;
+    use crate::controller::pending::plan_pending_events;
     use crate::extender::fixtures::{PvBuilder, PvcBuilder, local_class, node, pv, pvc};
 
     fn snapshot(pvs: Vec<PvBuilder>, pvcs: Vec<PvcBuilder>) -> Snapshot {
@@ -205,7 +205,7 @@ mod tests {
             let explain = |p: &&PendingPod| explain_claims(&snap, &p.namespace, &p.claims);
             pods.iter().map(explain).collect()
         };
-        plan_explanations(pods, now, Duration::from_secs(5), &published, explain)
+        plan_pending_events(pods, now, Duration::from_secs(5), &published, explain)
             .into_iter()
             .map(|e| (e.uid, e.message, e.publish))
             .collect()
@@ -246,7 +246,7 @@ mod tests {
             snapshot(small(), vec![pvc("data").request("50Gi")]),
             true,
         ));
-        let explainer = Explainer::new(cache.clone());
+        let explainer = SnapshotReasons::new(cache.clone());
         let pod = pending_pod("old", 30, &["data"]);
         let first = explainer.explain(&[&pod]);
         assert!(

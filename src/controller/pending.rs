@@ -1,5 +1,5 @@
 //! Which pending pods get an explanation Event, and which of those are new. Pure: the controller hands in the
-//! pods of its store and the extender's `Explain`, and publishes what `plan_explanations` returns.
+//! pods of its store and the extender's `PendingReasons`, and publishes what `plan_pending_events` returns.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ pub struct PendingPod {
     pub name: String,
     pub uid: Option<String>,
     pub created: Option<Timestamp>,
-    /// The claims its volumes use, as `Explain::claims` names them.
+    /// The claims its volumes use, as `PendingReasons::claims` names them.
     pub claims: Vec<String>,
 }
 
@@ -34,7 +34,7 @@ impl PendingPod {
 }
 
 /// Why pods fit no node, in the extender's words; implemented over its latest snapshot.
-pub trait Explain: Send + Sync {
+pub trait PendingReasons: Send + Sync {
     /// The claims a pod's volumes use, by name (persistentVolumeClaim and generic ephemeral volumes).
     fn claims(&self, pod: &Pod) -> Vec<String>;
     /// For each pod, why no node can take it; `None` when one can or the pod has no claims of ours to explain.
@@ -54,7 +54,7 @@ pub struct Explanation {
 /// The pods among `pods` pending at least `after` (by creation time) that no node can take, with their
 /// explanations. `published` maps pod uid to the message last published; the caller keeps, for the next look, the
 /// entries it published (or did not need to).
-pub fn plan_explanations(
+pub fn plan_pending_events(
     pods: &[Arc<PendingPod>],
     now: Timestamp,
     after: Duration,
