@@ -9,10 +9,17 @@
 //! `h2` (a proxy that speaks only HTTP/1.1) the same client falls back to HTTP/1.1; with a proxy configured
 //! (`HTTPS_PROXY`), kube's own client is used unchanged.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use http::{Request, Response};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::{Connect, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{Body, ConfigExt};
 use kube::{Client, Config};
@@ -68,6 +75,66 @@ pub fn build(config: Config) -> Result<Client, kube::Error> {
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .map_err(tower::BoxError::from)
-        .service(http);
+        .service(FirstAlone::new(http));
     Ok(Client::new(service, config.default_namespace))
+}
+
+/// The HTTP client, sending its first request alone: requests that start together before any connection exists
+/// (a process opening its watches) would each open one, and hyper keeps every one that came up as HTTP/2 before
+/// the others were pooled. Once one request has had its answer, its connection is in the pool and every later
+/// request shares it; after a request fails (the connection may be gone) the next ones go alone again.
+#[derive(Clone)]
+struct FirstAlone<C> {
+    client: HttpClient<C, Body>,
+    connected: Arc<AtomicBool>,
+    gate: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl<C> FirstAlone<C> {
+    fn new(client: HttpClient<C, Body>) -> Self {
+        FirstAlone {
+            client,
+            connected: Arc::new(AtomicBool::new(false)),
+            gate: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+}
+
+type Answer = Result<Response<Incoming>, hyper_util::client::legacy::Error>;
+
+impl<C> tower::Service<Request<Body>> for FirstAlone<C>
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    type Response = Response<Incoming>;
+    type Error = hyper_util::client::legacy::Error;
+    type Future = Pin<Box<dyn Future<Output = Answer> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // NB: hyper's pooled client is always ready; it connects inside the request's future.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let (client, connected, gate) = (
+            self.client.clone(),
+            self.connected.clone(),
+            self.gate.clone(),
+        );
+        Box::pin(async move {
+            if connected.load(Ordering::Acquire) {
+                let answer = client.request(req).await;
+                if answer.is_err() {
+                    // NB: the connection may be gone (an API server restarted): the requests after this one
+                    // go alone again until one has an answer, so they do not each open a connection.
+                    connected.store(false, Ordering::Release);
+                }
+                return answer;
+            }
+            let _alone = gate.lock().await;
+            let answer = client.request(req).await;
+            connected.store(answer.is_ok(), Ordering::Release);
+            answer
+        })
+    }
 }

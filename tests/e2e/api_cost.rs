@@ -13,7 +13,7 @@ use crate::support::eventually;
 use crate::support::extender::ExtenderProcess;
 
 /// The established TCP connections process `pid` holds to local port `port`.
-fn connections_to(pid: u32, port: u16) -> Result<usize, String> {
+pub fn connections_to(pid: u32, port: u16) -> Result<usize, String> {
     let mut inodes = BTreeSet::new();
     let fds = fs::read_dir(format!("/proc/{pid}/fd")).map_err(|e| format!("fds of {pid}: {e}"))?;
     for fd in fds.flatten() {
@@ -50,7 +50,7 @@ fn connections_to(pid: u32, port: u16) -> Result<usize, String> {
     Ok(count)
 }
 
-fn api_port(api_url: &str) -> u16 {
+pub fn api_port(api_url: &str) -> u16 {
     api_url
         .rsplit(':')
         .next()

@@ -503,4 +503,18 @@ async fn the_agent_rides_out_an_api_server_outage_without_crashing_or_duplicatin
     let both = vec![vol1, agent.disk("vol2").display().to_string()];
     let pvs = wait_pvs(&client, "node-1", &both, "Pending").await;
     assert_eq!(pvs.len(), 2, "one PV per disk");
+    // Its watches came back together over one new connection, not one each.
+    let pid = agent.process.as_ref().and_then(|p| p.pid()).expect("pid");
+    let port = crate::api_cost::api_port(&cp.api_url);
+    crate::support::eventually(
+        "the agent to hold one connection to the API server again",
+        Duration::from_secs(20),
+        || async move {
+            match crate::api_cost::connections_to(pid, port)? {
+                1 => Ok(()),
+                n => Err(format!("{n} connections")),
+            }
+        },
+    )
+    .await;
 }
