@@ -7,14 +7,17 @@ set -euo pipefail
 
 # The end-to-end subset run again on the oldest supported Kubernetes (K8S_OLDEST_VERSION): the agent (publish, a
 # claim's lifetime with a wipe, under the chart's admission policy as that API server evaluates it, and the
-# narrow PV watch it allows, widened when the policy goes), the extender
+# narrow PV watch it allows, widened when the policy goes; one HTTP/2 connection per process and a restart of one
+# streaming watch per kind, which needs that version's WatchList), the extender
 # called by that version's kube-scheduler (node names and whole nodes), delayed binding by that scheduler and PV
 # controller, and the chart (every rendering accepted by that API server; the documented helm install and the
 # scheduler configuration its NOTES print). About 2 minutes; the whole end-to-end tier took 8 (docs/testing.md).
 oldest_tests=(
   admission::a_narrow_agent_checks_the_policy_before_a_wipe_and_widens_once_it_is_gone
+  admission::a_narrow_agents_restart_costs_one_request_per_watch_and_its_first_wipe_checks_the_policy
   admission::the_agent_runs_a_claim_lifetime_under_the_policy_with_its_pod_bound_token
   admission::the_policy_refuses_foreign_pvs_and_admits_the_agents_own
+  api_cost::the_agent_and_the_extender_each_hold_one_connection_to_the_api_server
   chart_scheduler::kube_scheduler_with_the_configuration_the_notes_print_calls_the_extender_over_tls
   extender::extender_places_pods_explains_pending_ones_and_holds_pods_while_down::case_1_node_names
   extender::extender_places_pods_explains_pending_ones_and_holds_pods_while_down::case_2_whole_nodes
