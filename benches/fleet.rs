@@ -278,6 +278,29 @@ impl Probe {
         }
     }
 
+    /// The live heap in MiB: the API server collects garbage (`/debug/pprof/heap?gc=1`, served with profiling on,
+    /// its default), then `go_memstats_heap_alloc_bytes` is what survived.
+    async fn live_heap_mib(&self) -> f64 {
+        let gc = http::Request::get("/debug/pprof/heap?gc=1")
+            .body(Vec::new())
+            .expect("request builds");
+        let answered = self.client.request_stream(gc).await;
+        drop(answered.expect("kube-apiserver serves /debug/pprof/heap to the admin"));
+        let req = http::Request::get("/metrics")
+            .body(Vec::new())
+            .expect("request builds");
+        let text = self
+            .client
+            .request_text(req)
+            .await
+            .expect("kube-apiserver serves /metrics to the admin");
+        text.lines()
+            .find_map(|l| l.strip_prefix("go_memstats_heap_alloc_bytes "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .expect("kube-apiserver reports go_memstats_heap_alloc_bytes")
+            / (1024.0 * 1024.0)
+    }
+
     /// Samples now and every `every` seconds for `secs`.
     async fn window(&self, secs: u64, every: u64) -> Vec<Sample> {
         let start = Instant::now();
@@ -302,6 +325,9 @@ struct Phase {
     /// Bytes sent per second, per interval.
     bytes: Vec<f64>,
     secs: f64,
+    /// The API server's live heap right after a garbage collection it was asked for at the end of the phase
+    /// (MiB; baseline and steady state only): resident memory moves by tens of MiB with the collector's timing.
+    live_heap: Vec<f64>,
 }
 
 impl Phase {
@@ -872,7 +898,8 @@ async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
     };
     let probe = Arc::new(Probe::find(&cp));
     eprintln!("== {}: baseline {} s", kind.key(), sizes.baseline);
-    let baseline = Phase::of(&probe.window(sizes.baseline, sizes.every).await);
+    let mut baseline = Phase::of(&probe.window(sizes.baseline, sizes.every).await);
+    baseline.live_heap = vec![probe.live_heap_mib().await];
     // The same churn with no agent yet: what the churn itself costs, which the fleet's figures leave out.
     let churn_alone = sampled(
         &probe,
@@ -901,7 +928,8 @@ async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
     let before = pv_names(&client).await;
 
     eprintln!("== {}: steady state {} s", kind.key(), sizes.steady);
-    let steady = Phase::of(&probe.window(sizes.steady, sizes.every).await);
+    let mut steady = Phase::of(&probe.window(sizes.steady, sizes.every).await);
+    steady.live_heap = vec![probe.live_heap_mib().await];
     let agents_rss = fleet.pids().into_iter().map(rss_mib).sum::<f64>();
 
     eprintln!(
@@ -1162,6 +1190,12 @@ fn emit(o: &Outcome, nodes: usize) {
         &[per_1000(&o.steady.api_rss, &o.baseline.api_rss, nodes)],
     );
     figure(
+        &format!("fleet.{k}.per1000.apiserver_live_heap"),
+        &format!("API server live heap (after a forced collection) added per 1,000 {t} agents"),
+        "MiB",
+        &[per_1000(&o.steady.live_heap, &o.baseline.live_heap, nodes)],
+    );
+    figure(
         &format!("fleet.{k}.publish_secs"),
         &format!("{nodes} {t} agents started until every disk is an Available PV"),
         "s",
@@ -1307,6 +1341,15 @@ fn report(outcomes: &[Outcome], sizes: &Sizes) {
             "API server memory (MiB)",
             Box::new(move |o| {
                 format!("{:.0}", per_1000(&o.steady.api_rss, &o.baseline.api_rss, n))
+            }),
+        ),
+        (
+            "API server live heap, after a forced collection (MiB)",
+            Box::new(move |o| {
+                format!(
+                    "{:.0}",
+                    per_1000(&o.steady.live_heap, &o.baseline.live_heap, n)
+                )
             }),
         ),
         (
