@@ -29,6 +29,7 @@ mod cleanup;
 mod config_reload;
 mod extender;
 mod failure;
+mod false_alarm;
 mod inventory;
 mod monitoring;
 mod node_agent;
