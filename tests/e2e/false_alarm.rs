@@ -23,6 +23,7 @@ use serde_json::json;
 use crate::attack_rawdev::claim_block;
 use crate::failure::{available, configure, health_of};
 use crate::node_agent::{events_of, obj, phase, plane_with_agent, pvs_of, wait_event};
+use crate::support::agent::http_get;
 use crate::support::cluster::Options;
 use crate::support::disks::LoopDevice;
 use crate::support::eventually;
@@ -254,6 +255,25 @@ async fn one_transient_read_error_degrades_heals_after_the_quiet_period_and_reco
     wait_event(&client, "data-web-0", "DiskDegraded", WAIT).await;
     // The extender's Lease holder saw the Degraded disk too: it tells the pod.
     wait_event(&client, "web-0", "DiskDegraded", WAIT).await;
+    // The disk's own series say so (issue 37, point 2).
+    let series = |metric: &str| {
+        format!("localpv_node_{metric}{{storage_class=\"local-storage\",entry=\"flaky\"}} ")
+    };
+    let sample = |metric: &str| {
+        let text = http_get(agent.port, "/metrics")
+            .map(|(_, t)| t)
+            .unwrap_or_default();
+        let prefix = series(metric);
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str())?.trim().parse::<f64>().ok())
+    };
+    eventually("the disk's health series to say Degraded", WAIT, || async {
+        match sample("disk_health_state") {
+            Some(1.0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
 
     let back = wait_event(&client, name(&pv), "DiskHealthy", WAIT).await;
     assert!(back.contains("it was Degraded"), "{back}");
@@ -265,6 +285,16 @@ async fn one_transient_read_error_degrades_heals_after_the_quiet_period_and_reco
         }
     })
     .await;
+
+    eventually("the disk's health series to say Healthy", WAIT, || async {
+        match sample("disk_health_state") {
+            Some(0.0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let errors = sample("disk_io_errors_total").expect("the disk's error counter");
+    assert!(errors >= 1.0, "the transient error stays counted: {errors}");
 
     // Recovery passes (1 s apart) had time to act: nothing was deleted.
     tokio::time::sleep(Duration::from_secs(3)).await;
