@@ -5,7 +5,8 @@
 //! ```text
 //!  LOG SENSE page 2Fh (informational exceptions) ──> parse_log_page ──> informational_exception ─┐
 //!  LOG SENSE page 03h (read error counters)      ──> parse_log_page ──> uncorrected_errors ──────┼─> scsi_hardware
-//!  LOG SENSE page 02h (write error counters)     ──> parse_log_page ──> uncorrected_errors ──────┘     ─> Hardware
+//!  LOG SENSE page 02h (write error counters)     ──> parse_log_page ──> uncorrected_errors ──────┤     ─> Hardware
+//!  LOG SENSE page 11h (solid state media)        ──> parse_log_page ──> endurance_used ──────────┘
 //! ```
 //!
 //! Layouts (T10 SPC-4/SPC-5, "Log parameters" and the pages named): a 4-byte page header (page code in bits 5-0 of
@@ -13,7 +14,9 @@
 //! 4-byte header (parameter code in bytes 0-1, control byte, length of the value in byte 3) and its value. The
 //! informational exceptions general parameter (code 0000h) holds the exception's additional sense code (ASC) and
 //! qualifier (ASCQ) and the most recent temperature (degrees Celsius, FFh: none). The error counter pages count in
-//! parameter 0006h the errors the drive could not correct, as a big-endian number as long as the parameter.
+//! parameter 0006h the errors the drive could not correct, as a big-endian number as long as the parameter. The
+//! solid state media page (an SSD's) gives in parameter 0001h, byte 3 of its value, the percentage of the rated
+//! endurance used.
 
 use super::{Hardware, HardwareSource, Warning};
 
@@ -21,6 +24,7 @@ use super::{Hardware, HardwareSource, Warning};
 pub const INFORMATIONAL_EXCEPTIONS: u8 = 0x2F;
 pub const READ_ERRORS: u8 = 0x03;
 pub const WRITE_ERRORS: u8 = 0x02;
+pub const SOLID_STATE_MEDIA: u8 = 0x11;
 
 /// The error counter pages' "total uncorrected errors" parameter.
 const UNCORRECTED: u16 = 0x0006;
@@ -134,6 +138,11 @@ pub fn uncorrected_errors(page: &LogPage<'_>) -> Option<u64> {
     )
 }
 
+/// The percentage used endurance indicator (parameter 0001h) of a solid state media page (11h).
+pub fn endurance_used(page: &LogPage<'_>) -> Option<u8> {
+    page.parameter(0x0001)?.value.get(3).copied()
+}
+
 impl InformationalException {
     /// The warning the exception raises, if any: 5Dh (failure predicted, not the test report FFh) fails the disk;
     /// 0Bh/01h is a temperature warning; any other exception is a warning that degrades it.
@@ -152,13 +161,25 @@ pub fn predicts_failure(asc: u8, ascq: u8) -> bool {
     asc == ASC_FAILURE_PREDICTED && ascq != ASCQ_TEST
 }
 
+/// What a SCSI disk's log pages said, each `None` when the disk did not answer that page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScsiPages {
+    pub exception: Option<InformationalException>,
+    pub read_uncorrected: Option<u64>,
+    pub write_uncorrected: Option<u64>,
+    /// Percentage of the rated endurance used (an SSD's solid state media page).
+    pub endurance_used: Option<u8>,
+}
+
 /// The SCSI log pages as a health signal; `None` when the drive answered none of them.
-pub fn scsi_hardware(
-    exception: Option<InformationalException>,
-    read_uncorrected: Option<u64>,
-    write_uncorrected: Option<u64>,
-) -> Option<Hardware> {
-    if exception.is_none() && read_uncorrected.is_none() && write_uncorrected.is_none() {
+pub fn scsi_hardware(pages: ScsiPages) -> Option<Hardware> {
+    let ScsiPages {
+        exception,
+        read_uncorrected,
+        write_uncorrected,
+        endurance_used,
+    } = pages;
+    if pages == ScsiPages::default() {
         return None;
     }
     Some(Hardware {
@@ -167,7 +188,7 @@ pub fn scsi_hardware(
         media_errors: read_uncorrected
             .unwrap_or(0)
             .saturating_add(write_uncorrected.unwrap_or(0)),
-        percentage_used: None,
+        percentage_used: endurance_used,
     })
 }
 

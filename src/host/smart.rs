@@ -4,8 +4,8 @@
 //!   DATA, READ THRESHOLDS and RETURN STATUS through ATA PASS-THROUGH (`sys::ata_smart_read_via`,
 //!   `sys::ata_smart_return_status_via`), the 16-byte form first and the 12-byte one when the bridge answers
 //!   nothing to it (SAT bridges that know only the older form);
-//! - another SCSI disk (SAS, a RAID controller's or a virtual disk): LOG SENSE of the informational exceptions and
-//!   the read and write error counter pages (`sys::scsi_log_sense`);
+//! - another SCSI disk (SAS, a RAID controller's or a virtual disk): LOG SENSE of the informational exceptions, the
+//!   read and write error counter and the solid state media pages (`sys::scsi_log_sense`);
 //!
 //! parsed by the pure `health::smart` and `health::scsi`.
 //!
@@ -230,10 +230,13 @@ fn read_ata_via(
     ))
 }
 
-/// The informational exceptions and the read and write error counter log pages of the SCSI disk at `node`, opened
-/// read-only. A page the disk does not keep is left out; none: no reading.
+/// The informational exceptions, the read and write error counter and the solid state media log pages of the SCSI
+/// disk at `node`, opened read-only. A page the disk does not keep (a spinning disk has no solid state media page)
+/// is left out; none: no reading.
 fn read_scsi(node: &Path) -> Option<Hardware> {
-    use crate::health::scsi::{self, INFORMATIONAL_EXCEPTIONS, READ_ERRORS, WRITE_ERRORS};
+    use crate::health::scsi::{
+        self, INFORMATIONAL_EXCEPTIONS, READ_ERRORS, SOLID_STATE_MEDIA, WRITE_ERRORS,
+    };
     let fd = open_read_only(node)
         .map_err(|error| debug!(path = %node.display(), %error, "no SCSI log pages"))
         .ok()?;
@@ -251,11 +254,14 @@ fn read_scsi(node: &Path) -> Option<Hardware> {
     let uncorrected = |code: u8| {
         page(code).and_then(|d| scsi::uncorrected_errors(&scsi::parse_log_page(&d, code).ok()?))
     };
-    scsi::scsi_hardware(
+    let endurance_used = page(SOLID_STATE_MEDIA)
+        .and_then(|d| scsi::endurance_used(&scsi::parse_log_page(&d, SOLID_STATE_MEDIA).ok()?));
+    scsi::scsi_hardware(scsi::ScsiPages {
         exception,
-        uncorrected(READ_ERRORS),
-        uncorrected(WRITE_ERRORS),
-    )
+        read_uncorrected: uncorrected(READ_ERRORS),
+        write_uncorrected: uncorrected(WRITE_ERRORS),
+        endurance_used,
+    })
 }
 
 #[cfg(test)]

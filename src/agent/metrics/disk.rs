@@ -62,7 +62,7 @@ impl DiskMetrics {
         );
         r.register(
             "disk_media_errors",
-            "Media errors the drive reports (NVMe media and data integrity errors; ATA reallocated, pending and uncorrectable sectors), for disks whose drive health log is read",
+            "Media errors the drive reports (NVMe media and data integrity errors; ATA reallocated, pending and uncorrectable sectors; SCSI uncorrected read and write errors), for disks whose drive health log is read",
             m.media_errors.clone(),
         );
         r.register(
@@ -72,7 +72,7 @@ impl DiskMetrics {
         );
         r.register(
             "disk_hardware_warnings",
-            "Warnings the drive raises about itself now (NVMe critical warning bits, ATA SMART status and attributes at threshold), for disks whose drive health log is read",
+            "Warnings the drive raises about itself now (NVMe critical warning bits, ATA SMART status and attributes at threshold, SCSI informational exceptions), for disks whose drive health log is read",
             m.hardware_warnings.clone(),
         );
         m

@@ -20,6 +20,7 @@ const IE_HOT: &str = include_str!("../../../tests/fixtures/scsi/ie-temperature.h
 const IE_TEST: &str = include_str!("../../../tests/fixtures/scsi/ie-test-trigger.hex");
 const READ: &str = include_str!("../../../tests/fixtures/scsi/read-errors.hex");
 const WRITE: &str = include_str!("../../../tests/fixtures/scsi/write-errors.hex");
+const WORN: &str = include_str!("../../../tests/fixtures/scsi/ssd-media-worn.hex");
 const READ_CUT: &str = include_str!("../../../tests/fixtures/scsi/read-errors-cut.hex");
 
 fn exception(text: &str) -> InformationalException {
@@ -101,7 +102,7 @@ fn another_page_or_a_short_answer_is_refused() {
 
 #[test]
 fn nothing_answered_is_no_reading() {
-    assert_eq!(scsi_hardware(None, None, None), None);
+    assert_eq!(scsi_hardware(ScsiPages::default()), None);
 }
 
 fn at(secs: u64) -> SystemTime {
@@ -121,11 +122,12 @@ fn judged(first: Hardware, then: Hardware) -> (State, Cause, String) {
 }
 
 fn reading(ie: &str, read: &str) -> Hardware {
-    scsi_hardware(
-        Some(exception(ie)),
-        uncorrected(read, READ_ERRORS),
-        uncorrected(WRITE, WRITE_ERRORS),
-    )
+    scsi_hardware(ScsiPages {
+        exception: Some(exception(ie)),
+        read_uncorrected: uncorrected(read, READ_ERRORS),
+        write_uncorrected: uncorrected(WRITE, WRITE_ERRORS),
+        endurance_used: None,
+    })
     .expect("a reading")
 }
 
@@ -173,4 +175,24 @@ fn a_temperature_exception_degrades_and_another_exception_warns() {
     let (state, _, message) = judged(healthy, other);
     assert_eq!(state, State::Degraded);
     assert!(message.contains("ASC 0Bh ASCQ 02h"), "{message}");
+}
+
+#[test]
+fn an_ssd_past_its_rated_endurance_is_degraded_not_failed() {
+    let bytes = hex(WORN);
+    let used = endurance_used(&parse_log_page(&bytes, SOLID_STATE_MEDIA).expect("page 11h"));
+    assert_eq!(used, Some(102));
+    let healthy = reading(IE_NONE, READ);
+    let worn = Hardware {
+        percentage_used: used,
+        ..healthy.clone()
+    };
+    let (state, cause, message) = judged(healthy, worn);
+    assert_eq!((state, cause), (State::Degraded, Cause::HardwareWarning));
+    assert!(message.ends_with("102% of endurance used"), "{message}");
+    let only_media = scsi_hardware(ScsiPages {
+        endurance_used: used,
+        ..ScsiPages::default()
+    });
+    assert_eq!(only_media.map(|h| h.percentage_used), Some(Some(102)));
 }
