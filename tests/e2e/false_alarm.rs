@@ -1,6 +1,7 @@
 //! Issue 37's false alarms, on a real control plane with real loop devices: a disk that goes and comes back within
 //! `diskGoneGracePeriod`, and one transient read error. Each goes `Degraded` and back to `Healthy`, never
-//! `Failed`; its Bound PV and claim are told both (`DiskDegraded`, then `DiskHealthy`) and keep their UIDs; nothing
+//! `Failed`; its Bound PV and claim (and, with recovery on, the pod) are told both (`DiskDegraded`, then
+//! `DiskHealthy`) and keep their UIDs; nothing
 //! is withdrawn, deleted or wiped for them; with recovery on and opted in for the claim's StatefulSet, no claim or
 //! pod is deleted.
 //!
@@ -278,6 +279,9 @@ async fn one_transient_read_error_degrades_heals_after_the_quiet_period_and_reco
     let back = wait_event(&client, name(&pv), "DiskHealthy", WAIT).await;
     assert!(back.contains("it was Degraded"), "{back}");
     wait_event(&client, "data-web-0", "DiskHealthy", WAIT).await;
+    // And the extender's Lease holder gives the pod it told the all-clear too.
+    let pod_back = wait_event(&client, "web-0", "DiskHealthy", WAIT).await;
+    assert!(pod_back.contains("Healthy again"), "{pod_back}");
     eventually("the LocalDisk to say Healthy", WAIT, || async {
         match health_of(&client, std::slice::from_ref(&vol)).await?[..] {
             [None] => Ok(()),
