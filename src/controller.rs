@@ -369,7 +369,8 @@ async fn recover_lost<N: Send + Sync + 'static>(
         return;
     }
     // NB: copied every tick, so only what the pass reads: no node when no node signal is on, and only the disks
-    // that are unhealthy or drained (a healthy cluster copies none).
+    // that are unhealthy or drained, or publish a PV whose pods were told of a failing disk (a healthy cluster
+    // copies none).
     let signals = &settings.signals;
     let any_signal = signals.any();
     let nodes: BTreeMap<String, NodeState> = match &st.node_states {
@@ -384,10 +385,13 @@ async fn recover_lost<N: Send + Sync + 'static>(
         }),
     };
     let pvs = st.pvs.shared();
+    let told = memory.recovery.told_pvs();
     let disks: Vec<Disk> = st.disks.read(|items| {
-        let telling = items
-            .values()
-            .filter(|d| d.health.is_some() || d.drain.is_some());
+        let telling = items.values().filter(|d| {
+            d.health.is_some()
+                || d.drain.is_some()
+                || d.pv.as_ref().is_some_and(|pv| told.contains(pv))
+        });
         telling.map(|d| Disk::clone(d)).collect()
     });
     let _timer = writer.timed(Work::Recovery);

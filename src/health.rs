@@ -13,20 +13,22 @@
 //! - `Degraded` on the first sign: a filesystem error counter above the one first seen (ext4 `errors_count` is
 //!   kept in the superblock across mounts, so only a rise is news), a failed probe, the device's media error count
 //!   above the one first seen, its spare capacity under its threshold, its temperature past a threshold, its rated
-//!   endurance used up, unreadable sectors (ATA).
+//!   endurance used up, unreadable sectors (ATA), a SCSI informational exception other than a failure prediction.
 //! - `Failed` when new errors reach `failed_after_errors`, when the filesystem shut itself down or was remounted
 //!   read-only by its error policy, when the device says it is failing (NVMe media read-only, reliability degraded
 //!   before the endurance is used up, backup failed; ATA SMART status failing or a pre-fail attribute at its
-//!   threshold), or when the device is gone for longer than `gone_grace`.
+//!   threshold; a SCSI failure prediction, ASC 5Dh), or when the device is gone for longer than `gone_grace`.
+//! - Back to `Healthy` only after `healthy_after` with no new sign (a transient error does not flap), or at once
+//!   when a device that was only gone is back within `gone_grace` (a false alarm). A `Failed` disk stays `Failed`
+//!   while it is found; a replaced one is another identity, judged afresh.
 //!
-//! [`smart`] parses the device's health log pages into [`Hardware`].
-//! - Back to `Healthy` only after `healthy_after` with no new sign (a transient error does not flap), except that a
-//!   `Failed` disk stays `Failed` until its device is replaced (another identity) or it is gone and back clean.
+//! [`smart`] parses an NVMe or ATA drive's health log into [`Hardware`], [`scsi`] a SCSI disk's log pages.
 
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+pub mod scsi;
 pub mod smart;
 
 /// How a disk is doing.
@@ -88,6 +90,8 @@ pub enum HardwareSource {
     Nvme,
     /// ATA SMART data, thresholds and return status.
     Ata,
+    /// SCSI log pages: informational exceptions (2Fh), read and write error counters (03h, 02h).
+    Scsi,
 }
 
 /// A warning the device raises about itself.
@@ -112,6 +116,9 @@ pub enum Warning {
     AttributeAtThreshold { id: u8, prefail: bool },
     /// ATA sectors the drive could not read (attributes 197 pending, 198 offline uncorrectable).
     UnreadableSectors { count: u64 },
+    /// A SCSI informational exception (log page 2Fh) by its additional sense code and qualifier: 5Dh predicts
+    /// failure; any other is a warning.
+    Exception { asc: u8, ascq: u8 },
 }
 
 impl Warning {
@@ -123,6 +130,7 @@ impl Warning {
             | Warning::PersistentMemoryReadOnly
             | Warning::SmartFailing
             | Warning::AttributeAtThreshold { prefail: true, .. } => State::Failed,
+            Warning::Exception { asc, ascq } if scsi::predicts_failure(asc, ascq) => State::Failed,
             // NB: bit 2 together with 100% endurance used is what some vendors report for a worn drive that still
             // works (smartmontools issue 537, a Samsung answer): Degraded (no new claims), not Failed for good.
             Warning::ReliabilityDegraded if !worn_out => State::Failed,
@@ -144,6 +152,10 @@ impl Warning {
                 format!("{kind} attribute {id} at its threshold")
             }
             Warning::UnreadableSectors { count } => format!("{count} unreadable sectors"),
+            Warning::Exception { asc, ascq } if scsi::predicts_failure(asc, ascq) => {
+                format!("failure predicted (ASC {asc:02X}h ASCQ {ascq:02X}h)")
+            }
+            Warning::Exception { asc, ascq } => format!("ASC {asc:02X}h ASCQ {ascq:02X}h"),
         }
     }
 }
@@ -154,8 +166,8 @@ pub struct Hardware {
     pub source: HardwareSource,
     /// The warnings the device raises now.
     pub warnings: Vec<Warning>,
-    /// Media and data integrity errors since manufacture (NVMe), or reallocated plus pending plus uncorrectable
-    /// sectors (ATA 5 + 197 + 198): only a rise is news.
+    /// Media and data integrity errors since manufacture (NVMe), reallocated plus pending plus uncorrectable
+    /// sectors (ATA 5 + 197 + 198), or uncorrected read plus write errors (SCSI): only a rise is news.
     pub media_errors: u64,
     /// Percentage of the rated endurance used (may exceed 100).
     pub percentage_used: Option<u8>,
@@ -181,6 +193,7 @@ impl Hardware {
         let (name, warning_word) = match self.source {
             HardwareSource::Nvme => ("NVMe", "critical warning"),
             HardwareSource::Ata => ("ATA SMART", "warning"),
+            HardwareSource::Scsi => ("SCSI", "informational exception"),
         };
         if !self.warnings.is_empty() {
             let list: Vec<String> = self.warnings.iter().map(|w| w.describe()).collect();
@@ -190,6 +203,7 @@ impl Hardware {
             let errors = match self.source {
                 HardwareSource::Nvme => "media errors",
                 HardwareSource::Ata => "bad sectors",
+                HardwareSource::Scsi => "uncorrected errors",
             };
             let mut part = format!("{errors} {}", self.media_errors);
             if new_media_errors > 0 {

@@ -39,10 +39,12 @@ use crate::contract::{ANN_RECOVERY, Phase, TAINT_OUT_OF_SERVICE};
 use crate::health::State;
 
 mod facts;
+mod healthy;
 #[cfg(test)]
 mod tests;
 
 pub use facts::{Claim, Disk, NodeState, PodState, Set};
+pub use healthy::{ToldPod, healthy_again};
 
 /// What a claim, a StatefulSet or a class asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -2,10 +2,17 @@
 //!
 //! Every function takes an open file descriptor owned by the caller and returns a plain `Result`; the unsafe blocks
 //! are one ioctl each, with the argument layout the kernel expects (see `include/uapi/linux/fs.h`,
-//! `include/uapi/linux/nvme_ioctl.h`, `include/scsi/sg.h`).
+//! `include/uapi/linux/nvme_ioctl.h`, `include/scsi/sg.h`). The SCSI commands sent through SG_IO (ATA
+//! PASS-THROUGH, LOG SENSE), all read-only, are in `sys::scsi`, re-exported here.
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+mod scsi;
+pub use scsi::{
+    AtaSmart, PassThrough, ata_smart_read, ata_smart_read_via, ata_smart_return_status,
+    ata_smart_return_status_via, log_sense_cdb, scsi_log_sense,
+};
 
 // _IOR(0x12, 114, size_t)
 nix::ioctl_read!(blk_getsize64, 0x12, 114, u64);
@@ -173,166 +180,6 @@ pub fn nvme_smart_log(fd: impl AsFd) -> nix::Result<[u8; 512]> {
         return Err(nix::errno::Errno::EREMOTEIO);
     }
     Ok(page)
-}
-
-/// `struct sg_io_hdr` of `include/scsi/sg.h`, field for field (88 bytes on 64-bit targets).
-#[repr(C)]
-struct SgIoHdr {
-    interface_id: i32,
-    dxfer_direction: i32,
-    cmd_len: u8,
-    mx_sb_len: u8,
-    iovec_count: u16,
-    dxfer_len: u32,
-    dxferp: *mut u8,
-    cmdp: *const u8,
-    sbp: *mut u8,
-    timeout: u32,
-    flags: u32,
-    pack_id: i32,
-    usr_ptr: *mut u8,
-    status: u8,
-    masked_status: u8,
-    msg_status: u8,
-    sb_len_wr: u8,
-    host_status: u16,
-    driver_status: u16,
-    resid: i32,
-    duration: u32,
-    info: u32,
-}
-
-#[cfg(target_pointer_width = "64")]
-const _: () = assert!(size_of::<SgIoHdr>() == 88, "struct sg_io_hdr is 88 bytes");
-
-// SG_IO (0x2285, an old-style request number without direction bits; include/scsi/sg.h).
-nix::ioctl_readwrite_bad!(sg_io, 0x2285, SgIoHdr);
-
-/// An ATA SMART command (B0h), sent through SCSI ATA PASS-THROUGH (16) (T10 SAT): what the kernel's ATA
-/// translation (libata, for `sd` disks on SATA ports) hands to the drive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AtaSmart {
-    /// SMART READ DATA (feature D0h): the 512-byte attribute sector.
-    ReadData,
-    /// SMART READ THRESHOLDS (feature D1h): the 512-byte threshold sector (obsolete since ACS-3; many drives still
-    /// answer).
-    ReadThresholds,
-    /// SMART RETURN STATUS (feature DAh): no data, the verdict in the LBA Mid and High registers.
-    ReturnStatus,
-}
-
-/// Bytes of sense data asked for: fixed format is 18, descriptor format with the ATA Status Return descriptor 22.
-const SENSE_LEN: usize = 32;
-
-impl AtaSmart {
-    /// The 16-byte CDB. Byte 1: the protocol (PIO Data-In 4, Non-data 3) shifted left once. Byte 2: for the reads,
-    /// T_DIR from the device, BYTE_BLOCK, T_LENGTH in the COUNT field (0Eh: one 512-byte block); for the status,
-    /// CK_COND (20h), so the translator returns the ATA registers as sense data. FEATURE in byte 4, COUNT in byte
-    /// 6, the SMART signature 4Fh/C2h in LBA (15:8) and (23:16) (bytes 10 and 12), COMMAND B0h in byte 14.
-    pub fn cdb(self) -> [u8; 16] {
-        let (protocol, flags, feature, count) = match self {
-            AtaSmart::ReadData => (4, 0x0E, 0xD0, 1),
-            AtaSmart::ReadThresholds => (4, 0x0E, 0xD1, 1),
-            AtaSmart::ReturnStatus => (3, 0x20, 0xDA, 0),
-        };
-        let mut cdb = [0u8; 16];
-        cdb[0] = 0x85;
-        cdb[1] = protocol << 1;
-        cdb[2] = flags;
-        cdb[4] = feature;
-        cdb[6] = count;
-        cdb[10] = 0x4F;
-        cdb[12] = 0xC2;
-        cdb[14] = 0xB0;
-        cdb
-    }
-}
-
-/// What SG_IO answered: the SCSI status, the host and driver status, and the sense data written.
-struct SgAnswer {
-    status: u8,
-    host_status: u16,
-    driver_status: u16,
-    sense: Vec<u8>,
-}
-
-/// One SG_IO with `cdb` on the SCSI generic interface of the block device open at `fd`, reading into `data` when
-/// given.
-fn sg_command(
-    fd: impl AsFd,
-    cdb: &[u8; 16],
-    data: Option<&mut [u8; 512]>,
-) -> nix::Result<SgAnswer> {
-    const SG_DXFER_NONE: i32 = -1;
-    const SG_DXFER_FROM_DEV: i32 = -3;
-    let mut sense = [0u8; SENSE_LEN];
-    let (direction, len, ptr) = match data {
-        Some(buf) => (SG_DXFER_FROM_DEV, buf.len() as u32, buf.as_mut_ptr()),
-        None => (SG_DXFER_NONE, 0, std::ptr::null_mut()),
-    };
-    let mut hdr = SgIoHdr {
-        interface_id: i32::from(b'S'),
-        dxfer_direction: direction,
-        cmd_len: cdb.len() as u8,
-        mx_sb_len: SENSE_LEN as u8,
-        iovec_count: 0,
-        dxfer_len: len,
-        dxferp: ptr,
-        cmdp: cdb.as_ptr(),
-        sbp: sense.as_mut_ptr(),
-        // NB: bounded: a drive busy with its own recovery may take seconds to answer.
-        timeout: 5_000,
-        flags: 0,
-        pack_id: 0,
-        usr_ptr: std::ptr::null_mut(),
-        status: 0,
-        masked_status: 0,
-        msg_status: 0,
-        sb_len_wr: 0,
-        host_status: 0,
-        driver_status: 0,
-        resid: 0,
-        duration: 0,
-        info: 0,
-    };
-    // SAFETY: the ioctl reads one `sg_io_hdr`, the 16 bytes at `cmdp`, and writes at most `dxfer_len` bytes to
-    // `dxferp` (the caller's 512-byte buffer, or none), at most `mx_sb_len` bytes to `sbp` (`sense`) and the output
-    // fields of the header; all outlive the call.
-    unsafe { sg_io(fd.as_fd().as_raw_fd(), &mut hdr) }?;
-    let written = usize::from(hdr.sb_len_wr).min(SENSE_LEN);
-    Ok(SgAnswer {
-        status: hdr.status,
-        host_status: hdr.host_status,
-        driver_status: hdr.driver_status,
-        sense: sense[..written].to_vec(),
-    })
-}
-
-/// SMART READ DATA or READ THRESHOLDS of the ATA drive open at `fd` (an `sd` disk opened read-only): the sector for
-/// `health::smart::parse_ata_attributes` / `parse_ata_thresholds`. Read-only commands; the kernel asks for
-/// CAP_SYS_RAWIO. `ENOTTY` (or `EINVAL`) on a device without a SCSI generic interface (a loop device, NVMe);
-/// `EREMOTEIO` when the drive or the translator answered with an error instead of the sector.
-pub fn ata_smart_read(fd: impl AsFd, what: AtaSmart) -> nix::Result<[u8; 512]> {
-    if what == AtaSmart::ReturnStatus {
-        return Err(nix::errno::Errno::EINVAL);
-    }
-    let mut sector = [0u8; 512];
-    let answer = sg_command(fd, &what.cdb(), Some(&mut sector))?;
-    // NB: driver_status' low nibble is the driver's verdict; DRIVER_SENSE (08h) only says sense data came back.
-    if answer.status != 0 || answer.host_status != 0 || answer.driver_status & 0x07 != 0 {
-        return Err(nix::errno::Errno::EREMOTEIO);
-    }
-    Ok(sector)
-}
-
-/// SMART RETURN STATUS of the ATA drive open at `fd`: the sense data the translator returns with the ATA registers
-/// (CK_COND), for `health::smart::ata_registers`. Empty when the translator returned none.
-pub fn ata_smart_return_status(fd: impl AsFd) -> nix::Result<Vec<u8>> {
-    let answer = sg_command(fd, &AtaSmart::ReturnStatus.cdb(), None)?;
-    if answer.host_status != 0 {
-        return Err(nix::errno::Errno::EREMOTEIO);
-    }
-    Ok(answer.sense)
 }
 
 /// The extended attribute holding the agent's volume id on a volume's root directory. In the `trusted.` namespace
@@ -521,24 +368,4 @@ pub fn mount_events() -> nix::Result<OwnedFd> {
     };
     nix::errno::Errno::result(rc)?;
     Ok(group)
-}
-
-#[cfg(test)]
-mod ata_tests {
-    use super::AtaSmart;
-
-    #[test]
-    fn the_smart_commands_are_ata_pass_through_16_with_the_smart_signature() {
-        let read = [
-            0x85, 0x08, 0x0E, 0, 0xD0, 0, 1, 0, 0, 0, 0x4F, 0, 0xC2, 0, 0xB0, 0,
-        ];
-        assert_eq!(AtaSmart::ReadData.cdb(), read);
-        let mut thresholds = read;
-        thresholds[4] = 0xD1;
-        assert_eq!(AtaSmart::ReadThresholds.cdb(), thresholds);
-        let status = [
-            0x85, 0x06, 0x20, 0, 0xDA, 0, 0, 0, 0, 0, 0x4F, 0, 0xC2, 0, 0xB0, 0,
-        ];
-        assert_eq!(AtaSmart::ReturnStatus.cdb(), status);
-    }
 }

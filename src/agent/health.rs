@@ -1,21 +1,36 @@
 //! The agent's side of disk health (issue 37): every `diskHealthCheckPeriod` it looks at every found disk (`Host::health`:
 //! sysfs, `statvfs`, one direct read), judges each (`health::judge`, pure) against what it remembered, and hands the
-//! disks that are not healthy to the planner and the inventory as `Discovery::unhealthy`.
+//! disks that are not healthy to the planner and the inventory as `Discovery::unhealthy`, and to the metrics as one
+//! [`DiskSample`] per disk.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use tracing::{info, warn};
 
 use crate::disk::{Discovery, DiscoveryClass, DiskHealth};
-use crate::health::{self, Policy, Record, State};
+use crate::health::{self, Hardware, Policy, Record, State};
 use crate::host::Host;
 use crate::host::health::HealthProbe;
+
+/// What the metrics show of one found disk, by its class and entry (`localpv disks` names it `NODE/ENTRY`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskSample {
+    pub class: String,
+    pub entry: String,
+    pub state: State,
+    /// I/O errors seen on the disk since the agent first looked at it: rises of the filesystem's error counter and
+    /// failed probes (what `health::judge` counts towards `failed_after_errors`), never reset while it is found.
+    pub io_errors: u64,
+    /// The drive's own health log as last read (NVMe, ATA), when the agent reads one for it.
+    pub hardware: Option<Hardware>,
+}
 
 #[derive(Default)]
 pub struct HealthBook {
     records: HashMap<PathBuf, Record>,
+    samples: BTreeMap<PathBuf, DiskSample>,
     next: Option<Instant>,
     round: u64,
 }
@@ -53,6 +68,7 @@ impl HealthBook {
             })
             .unwrap_or_default();
         let mut seen = HashMap::with_capacity(found.disks.len());
+        let mut samples = BTreeMap::new();
         for disk in &found.disks {
             let Some(class) = classes.iter().find(|c| c.name == disk.class) else {
                 continue;
@@ -80,10 +96,26 @@ impl HealthBook {
                     }
                 }
             }
+            // NB: `new_errors` only grows until the disk is Healthy again, where it restarts at 0 with no error seen.
+            let new = after
+                .new_errors
+                .saturating_sub(before.map_or(0, |r| r.new_errors));
+            let io_errors = self.samples.get(&disk.host_path).map_or(0, |s| s.io_errors) + new;
+            samples.insert(
+                disk.host_path.clone(),
+                DiskSample {
+                    class: disk.class.clone(),
+                    entry: disk.entry.clone(),
+                    state: after.state,
+                    io_errors,
+                    hardware: signals.hardware.clone(),
+                },
+            );
             seen.insert(disk.host_path.clone(), after);
         }
         // NB: a disk no longer found is forgotten; its PV's side (a vanished disk) is the planner's DiskMissing.
         self.records = seen;
+        self.samples = samples;
         self.next = Some(Instant::now() + period);
     }
 
@@ -104,6 +136,11 @@ impl HealthBook {
             .collect();
         unhealthy.sort_by(|a, b| a.host_path.cmp(&b.host_path));
         found.unhealthy = unhealthy;
+    }
+
+    /// Every found disk as last looked at, for the per-disk metrics.
+    pub fn samples(&self) -> impl Iterator<Item = &DiskSample> {
+        self.samples.values()
     }
 
     /// How many disks are in each state, for the metrics.

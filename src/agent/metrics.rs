@@ -1,5 +1,6 @@
 //! Node agent metrics. Labels are small closed sets (phases, verbs, outcomes, reasons, classes of the config):
-//! never node, PV, claim or path names. The node is the scrape target's: the chart's ServiceMonitor sets a `node`
+//! never node, PV or claim names, nor paths; the one exception is [`disk`]'s per-disk series, labelled by class and
+//! entry (bounded by the disks the node holds). The node is the scrape target's: the chart's ServiceMonitor sets a `node`
 //! target label from the pod's node.
 //!
 //! Every known label set is created at registration, at zero (`telemetry::at_zero` says why).
@@ -30,6 +31,9 @@ const UNUSABLE_REASONS: [UnusableReason; 6] = [
 
 /// The writer's request labels (`effects::Writer` counts through [`Metrics`]).
 pub use crate::effects::{Verb as ApiVerb, WriteOutcome as ApiOutcome};
+
+mod disk;
+pub use disk::DiskMetrics;
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum StepOutcome {
@@ -94,6 +98,7 @@ pub struct Metrics {
     pub wipe_entries: Counter,
     pub capacity: Family<CapacityLabels, Gauge>,
     pub disks_health: Family<HealthLabels, Gauge>,
+    pub disk: Arc<DiskMetrics>,
     pub pv_watch_narrow: Gauge,
 }
 
@@ -126,10 +131,15 @@ impl Metrics {
             wipe_entries: Counter::default(),
             capacity: Family::default(),
             disks_health: Family::default(),
+            disk: Arc::default(),
             pv_watch_narrow: Gauge::default(),
         };
         m.zero_label_sets();
         let r = reg.sub_registry_with_prefix("localpv_node");
+        let m = Metrics {
+            disk: Arc::new(DiskMetrics::register(r)),
+            ..m
+        };
         r.register(
             "discovery_passes",
             "Discovery passes run",

@@ -623,6 +623,7 @@ impl Agent {
             .map(|b| b.not_before - now)
             .min();
         self.s.metrics.set_health(&self.health.counts());
+        self.s.metrics.disk.publish(self.health.samples());
         let wakes = cadence::Wakes {
             plan: plan.requeue_after,
             health: Some(self.health.wait(now)),

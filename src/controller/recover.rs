@@ -7,6 +7,7 @@
 //!  per lost volume: recovery::decide ──> Recover: Events (PV, claim, pod, set), delete claim, delete pod
 //!                                    ├─> DryRun / Hold: Events once, until the decision changes
 //!  per pod using a claim on a failing disk: DiskDegraded / DiskFailed Event, once per state
+//!  per pod told, once its claim's disk is healthy again: DiskHealthy Event
 //! ```
 //!
 //! Reads of claims, StatefulSets and pods are direct (a GET or a namespaced list per pass, only for the few
@@ -26,18 +27,20 @@ use kube::runtime::events::EventType;
 use kube::{Client, Resource};
 use tracing::{info, warn};
 
+mod tell;
 #[cfg(test)]
 mod tests;
+
+use tell::{all_clear, clear_claim_health, tell_pods};
 
 use super::Writer;
 use super::metrics::{Verdict, VerdictLabels, WriteKind, WriteVerdict};
 use crate::cleanup::Volume;
 use crate::effects::{self, Applied, Failed, Reason};
-use crate::health::State;
 use crate::logging::error_text;
 use crate::recovery::{
-    self, Ask, Claim, Decision, Disk, Failing, Lost, NodeSignals, NodeState, PodState, Policy,
-    Scene, Set, Sources, Steps,
+    self, Ask, Claim, Decision, Disk, Lost, NodeSignals, NodeState, PodState, Policy, Scene, Set,
+    Sources, Steps,
 };
 
 /// How often a recovery's pod delete is tried before the pass gives up on it, and the pause between tries.
@@ -59,9 +62,17 @@ pub struct Memory {
     decisions: recovery::Memory,
     /// `pv:<uid>` or `pod:<uid>` -> the last thing said about it; a key not seen in a pass is forgotten.
     told: BTreeMap<String, String>,
+    /// The pods told their disk was failing, by `pod:<uid>` as in `told`: to give them the all-clear.
+    told_pods: BTreeMap<String, recovery::ToldPod>,
 }
 
 impl Memory {
+    /// The PVs under the claims of pods told their disk was failing: their LocalDisks are read even when healthy,
+    /// to give those pods the all-clear.
+    pub(super) fn told_pvs(&self) -> BTreeSet<String> {
+        self.told_pods.values().map(|t| t.pv.clone()).collect()
+    }
+
     /// This replica just became the leader: the previous leader may have recovered a replica a moment ago, so the
     /// cluster's interval counts from now (a new leader waits one interval before its first recovery).
     pub(super) fn began_leading(&mut self, now: SystemTime) {
@@ -102,6 +113,7 @@ pub(super) async fn pass(
     let mut seen = BTreeSet::new();
     if namespaces.is_empty() {
         clear_claim_health(writer, memory, &mut seen).await;
+        all_clear(writer, inputs, memory, &mut seen).await;
         memory.told.retain(|k, _| seen.contains(k));
         return;
     }
@@ -132,28 +144,8 @@ pub(super) async fn pass(
         }
     }
     clear_claim_health(writer, memory, &mut seen).await;
+    all_clear(writer, inputs, memory, &mut seen).await;
     memory.told.retain(|k, _| seen.contains(k));
-}
-
-/// Clears the health status of claims written before whose disk is no longer failing (or no longer theirs); a
-/// clear that fails stays in `seen`, to be tried again next pass.
-async fn clear_claim_health(writer: &Writer, memory: &mut Memory, seen: &mut BTreeSet<String>) {
-    let stale: Vec<String> = memory
-        .told
-        .keys()
-        .filter(|k| k.starts_with("claim:") && !seen.contains(*k))
-        .cloned()
-        .collect();
-    for key in stale {
-        let Some((namespace, claim)) = key.trim_start_matches("claim:").split_once('/') else {
-            continue;
-        };
-        if write_claim_health(writer, namespace, claim, None).await {
-            memory.told.remove(&key);
-        } else {
-            seen.insert(key);
-        }
-    }
 }
 
 fn pv_key(l: &Lost) -> String {
@@ -186,99 +178,6 @@ async fn read_claim(client: &Client, ns: &str, name: &str) -> Result<Option<Clai
         Err(error) => {
             warn!(namespace = ns, claim = name, error = %error_text(&error), "recovery: failed to read the claim; nothing done for it this pass");
             Err(())
-        }
-    }
-}
-
-/// The claim's `status.healthStatus` (served by Kubernetes behind the `CSIVolumeHealth` gate; a server without it
-/// drops the field): one condition while its disk is Degraded or Failed, none once it is healthy.
-fn health_status(f: Option<&Failing<'_>>) -> serde_json::Value {
-    let Some(f) = f else {
-        return serde_json::json!({"status": {"healthStatus": null}});
-    };
-    let (status, reason) = match f.state {
-        State::Failed => ("Inaccessible", Reason::DiskFailed),
-        _ => ("Degraded", Reason::DiskDegraded),
-    };
-    let message = format!(
-        "disk {} on node {} (PV {}) is {}{}",
-        f.disk.name,
-        f.disk.node,
-        f.pv,
-        f.state.as_str(),
-        f.disk
-            .health_message
-            .as_deref()
-            .map(|m| format!(": {m}"))
-            .unwrap_or_default()
-    );
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    serde_json::json!({"status": {"healthStatus": {
-        "healthConditions": [{"status": status, "reason": reason.as_str(), "message": message}],
-        "lastTransitionTime": now,
-    }}})
-}
-
-/// Writes (or clears, with `f` None) a claim's health status once per state; true when written.
-async fn write_claim_health(
-    writer: &Writer,
-    namespace: &str,
-    claim: &str,
-    f: Option<&Failing<'_>>,
-) -> bool {
-    if !writer.lease.holds() {
-        return false;
-    }
-    let patch = health_status(f);
-    let sent = writer
-        .effects
-        .merge_patch_status::<PersistentVolumeClaim>(Some(namespace), claim, &patch)
-        .await;
-    let outcome = match sent {
-        Ok(Applied::Done(_)) => WriteVerdict::Applied,
-        Ok(Applied::Moot) => WriteVerdict::AlreadyDone,
-        Err(Failed) => WriteVerdict::Failed,
-    };
-    writer.count(WriteKind::ClaimHealth, outcome);
-    outcome != WriteVerdict::Failed
-}
-
-/// One Event per pod using a claim on a failing disk and state.
-async fn tell_pods(
-    writer: &Writer,
-    f: &Failing<'_>,
-    scene: &Scene,
-    memory: &mut Memory,
-    seen: &mut BTreeSet<String>,
-) {
-    let (reason, word) = match f.state {
-        State::Failed => (Reason::DiskFailed, "Failed"),
-        _ => (Reason::DiskDegraded, "Degraded"),
-    };
-    let claim_key = format!("claim:{}/{}", f.namespace, f.claim);
-    seen.insert(claim_key.clone());
-    if memory.told.get(&claim_key).map(String::as_str) != Some(word)
-        && write_claim_health(writer, f.namespace, f.claim, Some(f)).await
-    {
-        memory.told.insert(claim_key, word.into());
-    }
-    for pod in recovery::pods_using(f.claim, scene) {
-        let key = format!("pod:{}", pod.uid);
-        seen.insert(key.clone());
-        if memory.told.get(&key).map(String::as_str) == Some(word) {
-            continue;
-        }
-        let why = match (&f.disk.health_reason, &f.disk.health_message) {
-            (Some(r), Some(m)) => format!(" ({r}: {m})"),
-            _ => String::new(),
-        };
-        let note = format!(
-            "disk {} on node {} under claim {} (PV {}) is {word}{why}; see docs/failure.md",
-            f.disk.name, f.disk.node, f.claim, f.pv
-        );
-        let regarding = effects::reference::<Pod>(Some(f.namespace), &pod.name, Some(&pod.uid));
-        if writer.note(&regarding, reason, &note).await {
-            memory.told.insert(key, word.into());
         }
     }
 }

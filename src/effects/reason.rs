@@ -27,6 +27,8 @@ pub enum Reason {
     DiskDegraded,
     /// The disk under the PV failed.
     DiskFailed,
+    /// The disk under the PV, `Degraded` before, is `Healthy` again (a transient error, a device back in time).
+    DiskHealthy,
     /// An operator cordoned the disk: its Available PV is withdrawn.
     DiskCordoned,
     /// A raw device of a Filesystem class is held by another user though no claim explains it: its Available PV
@@ -63,7 +65,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for tests and documentation checks.
-    pub const ALL: [Reason; 28] = [
+    pub const ALL: [Reason; 29] = [
         Reason::DiskMissing,
         Reason::DiskReturned,
         Reason::DiskIdentityChanged,
@@ -76,6 +78,7 @@ impl Reason {
         Reason::DuplicateIdentity,
         Reason::DiskDegraded,
         Reason::DiskFailed,
+        Reason::DiskHealthy,
         Reason::DiskCordoned,
         Reason::DeviceInUse,
         Reason::Adopted,
@@ -109,6 +112,7 @@ impl Reason {
             Reason::DuplicateIdentity => "DuplicateIdentity",
             Reason::DiskDegraded => "DiskDegraded",
             Reason::DiskFailed => "DiskFailed",
+            Reason::DiskHealthy => "DiskHealthy",
             Reason::DiskCordoned => "DiskCordoned",
             Reason::DeviceInUse => "DeviceInUse",
             Reason::Adopted => "Adopted",

@@ -35,7 +35,7 @@ pub struct LinuxHost {
     pub udev_data: PathBuf,
     /// This process's mount table kept current from mount events, used while `mountinfo` is this process's own.
     live: Arc<LiveMounts>,
-    /// The last NVMe health log reading of each namespace (read at most every `smart::SMART_LOG_PERIOD`).
+    /// The last health log reading of each drive (NVMe, ATA, SCSI; read at most every `smart::SMART_LOG_PERIOD`).
     hardware: Arc<super::smart::HardwareBook>,
 }
 

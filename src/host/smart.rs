@@ -1,19 +1,25 @@
 //! The device's own health log, read on the host (issue 37, point 1): which drive a volume lives on (sysfs), then
-//! for an NVMe namespace one Get Log Page 02h (`sys::nvme_smart_log`), for an ATA drive behind the kernel's SCSI
-//! translation SMART READ DATA, READ THRESHOLDS and RETURN STATUS through ATA PASS-THROUGH (16)
-//! (`sys::ata_smart_read`, `sys::ata_smart_return_status`), parsed by the pure `health::smart`.
+//! - an NVMe namespace: one Get Log Page 02h (`sys::nvme_smart_log`);
+//! - an ATA drive behind the kernel's SCSI translation (vendor "ATA"), or any disk behind a USB bridge: SMART READ
+//!   DATA, READ THRESHOLDS and RETURN STATUS through ATA PASS-THROUGH (`sys::ata_smart_read_via`,
+//!   `sys::ata_smart_return_status_via`), the 16-byte form first and the 12-byte one when the bridge answers
+//!   nothing to it (SAT bridges that know only the older form);
+//! - another SCSI disk (SAS, a RAID controller's or a virtual disk): LOG SENSE of the informational exceptions, the
+//!   read and write error counter and the solid state media pages (`sys::scsi_log_sense`);
+//!
+//! parsed by the pure `health::smart` and `health::scsi`.
 //!
 //! ```text
 //!  DevId M:m ──> /sys/dev/block/M:m ──> partition? its disk ──> dm/md with one slave? that slave (again)
-//!            ──> an NVMe namespace (nvme0n1) or an ATA disk (sda, vendor "ATA") ──> HardwareBook: read it if its
-//!                last reading is older than SMART_LOG_PERIOD ──> Option<Hardware>
+//!            ──> Drive: Nvme (nvme0n1) | Ata (sda, vendor "ATA") | Usb (an sd disk under a USB port) | Scsi (sd)
+//!            ──> HardwareBook: read it if its last reading is older than SMART_LOG_PERIOD ──> Option<Hardware>
 //! ```
 //!
-//! Bounded: one read per namespace per `SMART_LOG_PERIOD` (10 minutes), however many disks live on it and however
-//! often the agent looks; between reads every look gets the last reading. Anything that prevents a reading (not
-//! NVMe nor ATA, `ENOTTY`, `EINVAL`, no permission, a controller error) is "no hardware signal", never an error
-//! state. SCSI disks that are not ATA (SAS, most USB bridges, virtual disks) are sent nothing: their vendor is not
-//! "ATA", and an ATA command is not theirs to answer.
+//! Bounded: one read per drive per `SMART_LOG_PERIOD` (10 minutes), however many disks live on it and however
+//! often the agent looks; between reads every look gets the last reading. Anything that prevents a reading
+//! (`ENOTTY`, `EINVAL`, no permission, a page the disk does not keep, a controller error) is "no hardware signal",
+//! never an error state. Every command sent is read-only. A disk behind a USB bridge is sent ATA commands only, never
+//! LOG SENSE: a USB bridge that is not SAT answers neither, and some wedge on SCSI commands they do not expect.
 
 use std::collections::HashMap;
 use std::fs;
@@ -40,12 +46,16 @@ pub enum Drive {
     Nvme(String),
     /// An ATA drive the kernel presents as a SCSI disk (`sda`; libata says vendor "ATA").
     Ata(String),
+    /// A disk behind a USB bridge (usb-storage, uas) whose vendor is not "ATA": asked in ATA (SAT), if it speaks it.
+    Usb(String),
+    /// Another SCSI disk (a SAS drive, a RAID controller's volume, a virtual disk): asked for its log pages.
+    Scsi(String),
 }
 
 impl Drive {
     pub fn name(&self) -> &str {
         match self {
-            Drive::Nvme(name) | Drive::Ata(name) => name,
+            Drive::Nvme(name) | Drive::Ata(name) | Drive::Usb(name) | Drive::Scsi(name) => name,
         }
     }
 }
@@ -64,8 +74,7 @@ pub fn drive(sys: &Path, dev: DevId) -> Option<Drive> {
             .unwrap_or_default();
         match slaves.as_slice() {
             [] if is_nvme_namespace(&node) => return name_of(&node).map(Drive::Nvme),
-            [] if is_ata_disk(&node) => return name_of(&node).map(Drive::Ata),
-            [] => return None,
+            [] => return scsi_drive(&node),
             [one] => node = fs::canonicalize(one).ok()?,
             _ => return None,
         }
@@ -77,15 +86,27 @@ pub fn drive(sys: &Path, dev: DevId) -> Option<Drive> {
 pub fn nvme_namespace(sys: &Path, dev: DevId) -> Option<String> {
     match drive(sys, dev)? {
         Drive::Nvme(name) => Some(name),
-        Drive::Ata(_) => None,
+        _ => None,
     }
 }
 
-/// An `sd` disk whose SCSI device says vendor "ATA": what libata (and the translators that follow it) shows for an
-/// ATA drive, so ATA PASS-THROUGH reaches a drive that speaks ATA.
-fn is_ata_disk(node: &Path) -> bool {
-    let named = name_of(node).is_some_and(|n| n.starts_with("sd"));
-    named && fs::read_to_string(node.join("device/vendor")).is_ok_and(|v| v.trim() == "ATA")
+/// An `sd` disk by what its SCSI device says: vendor "ATA" is what libata (and the translators that follow it)
+/// shows for an ATA drive, so ATA PASS-THROUGH reaches a drive that speaks ATA; a disk under a USB port (a
+/// `usbN` bus in its sysfs path) is a bridge's; any other with a vendor is a SCSI disk. `None` for what is not an
+/// `sd` disk or shows no vendor.
+fn scsi_drive(node: &Path) -> Option<Drive> {
+    let name = name_of(node).filter(|n| n.starts_with("sd"))?;
+    let vendor = fs::read_to_string(node.join("device/vendor")).ok()?;
+    let on_usb = node.components().any(|c| {
+        let c = c.as_os_str().to_string_lossy();
+        c.strip_prefix("usb")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    });
+    Some(match vendor.trim() {
+        "ATA" => Drive::Ata(name),
+        _ if on_usb => Drive::Usb(name),
+        _ => Drive::Scsi(name),
+    })
 }
 
 fn name_of(node: &Path) -> Option<String> {
@@ -139,7 +160,8 @@ pub fn hardware(sys: &Path, dev_dir: &Path, book: &HardwareBook, dev: DevId) -> 
         SMART_LOG_PERIOD,
         || match drive {
             Drive::Nvme(_) => read_nvme(&node),
-            Drive::Ata(_) => read_ata(&node),
+            Drive::Ata(_) | Drive::Usb(_) => read_ata(&node),
+            Drive::Scsi(_) => read_scsi(&node),
         },
     )
 }
@@ -161,24 +183,36 @@ fn read_nvme(node: &Path) -> Option<Hardware> {
         .ok()
 }
 
-/// SMART READ DATA, READ THRESHOLDS and RETURN STATUS of the ATA drive at `node`, opened read-only. A drive that
-/// answers only some of them gives what it answered; none: no reading.
+/// SMART READ DATA, READ THRESHOLDS and RETURN STATUS of the ATA drive at `node`, opened read-only, through ATA
+/// PASS-THROUGH (16), else (12). A drive that answers only some of them gives what it answered; none: no reading.
 fn read_ata(node: &Path) -> Option<Hardware> {
-    use crate::health::smart::{self, AtaRegisters};
-    use crate::sys::{AtaSmart, ata_smart_read, ata_smart_return_status};
+    use crate::sys::PassThrough;
     let fd = open_read_only(node)
         .map_err(|error| debug!(path = %node.display(), %error, "no ATA SMART data"))
         .ok()?;
+    read_ata_via(&fd, node, PassThrough::Sixteen)
+        .or_else(|| read_ata_via(&fd, node, PassThrough::Twelve))
+}
+
+fn read_ata_via(
+    fd: &std::os::fd::OwnedFd,
+    node: &Path,
+    form: crate::sys::PassThrough,
+) -> Option<Hardware> {
+    use crate::health::smart::{self, AtaRegisters};
+    use crate::sys::{AtaSmart, ata_smart_read_via, ata_smart_return_status_via};
     let sector = |what: AtaSmart| {
-        ata_smart_read(&fd, what)
-            .map_err(|error| debug!(path = %node.display(), ?what, %error, "no ATA SMART sector"))
+        ata_smart_read_via(fd, what, form)
+            .map_err(
+                |error| debug!(path = %node.display(), ?what, ?form, %error, "no ATA SMART sector"),
+            )
             .ok()
     };
     let attributes = sector(AtaSmart::ReadData).and_then(|s| smart::parse_ata_attributes(&s).ok());
     let thresholds = sector(AtaSmart::ReadThresholds)
         .and_then(|s| smart::parse_ata_thresholds(&s).ok())
         .unwrap_or_default();
-    let failing = ata_smart_return_status(&fd)
+    let failing = ata_smart_return_status_via(fd, form)
         .ok()
         .and_then(|sense| smart::ata_registers(&sense))
         .and_then(
@@ -196,6 +230,40 @@ fn read_ata(node: &Path) -> Option<Hardware> {
     ))
 }
 
+/// The informational exceptions, the read and write error counter and the solid state media log pages of the SCSI
+/// disk at `node`, opened read-only. A page the disk does not keep (a spinning disk has no solid state media page)
+/// is left out; none: no reading.
+fn read_scsi(node: &Path) -> Option<Hardware> {
+    use crate::health::scsi::{
+        self, INFORMATIONAL_EXCEPTIONS, READ_ERRORS, SOLID_STATE_MEDIA, WRITE_ERRORS,
+    };
+    let fd = open_read_only(node)
+        .map_err(|error| debug!(path = %node.display(), %error, "no SCSI log pages"))
+        .ok()?;
+    let page = |code: u8| {
+        crate::sys::scsi_log_sense(&fd, code)
+            .map_err(
+                |error| debug!(path = %node.display(), page = code, %error, "no SCSI log page"),
+            )
+            .ok()
+    };
+    let exception = page(INFORMATIONAL_EXCEPTIONS).and_then(|d| {
+        let parsed = scsi::parse_log_page(&d, INFORMATIONAL_EXCEPTIONS).ok()?;
+        scsi::informational_exception(&parsed)
+    });
+    let uncorrected = |code: u8| {
+        page(code).and_then(|d| scsi::uncorrected_errors(&scsi::parse_log_page(&d, code).ok()?))
+    };
+    let endurance_used = page(SOLID_STATE_MEDIA)
+        .and_then(|d| scsi::endurance_used(&scsi::parse_log_page(&d, SOLID_STATE_MEDIA).ok()?));
+    scsi::scsi_hardware(scsi::ScsiPages {
+        exception,
+        read_uncorrected: uncorrected(READ_ERRORS),
+        write_uncorrected: uncorrected(WRITE_ERRORS),
+        endurance_used,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::symlink;
@@ -204,7 +272,8 @@ mod tests {
 
     /// A fake sysfs with an NVMe namespace and its partition, a multipath namespace, a loop device, an LV on the
     /// NVMe partition, a striped dm device over two devices; a SATA disk (vendor "ATA", padded as the kernel pads
-    /// it), its partition and an LV on that, a SAS disk and a disk that shows no vendor.
+    /// it), its partition and an LV on that, a SAS disk, a disk that shows no vendor, and two disks behind USB
+    /// bridges (one whose bridge reports the drive's "ATA", one its own vendor).
     fn fake_sys() -> tempfile::TempDir {
         let root = tempfile::tempdir().expect("a temporary directory");
         let sys = root.path();
@@ -218,6 +287,12 @@ mod tests {
             sys.join(ata).join("block/sda"),
             sys.join(sas).join("block/sdb"),
         );
+        let usb = "devices/pci0000:00/0000:00:14.0/usb2/2-1/2-1:1.0/host6/target6:0:0/6:0:0:0";
+        let usb_ata = "devices/pci0000:00/0000:00:14.0/usb2/2-2/2-2:1.0/host7/target7:0:0/7:0:0:0";
+        let (sde, sdf) = (
+            sys.join(usb).join("block/sde"),
+            sys.join(usb_ata).join("block/sdf"),
+        );
         for dir in [
             pci.join("nvme0n1p2"),
             multipath.clone(),
@@ -228,6 +303,8 @@ mod tests {
             virt.join("sdc"),
             sda.join("sda1"),
             sdb.clone(),
+            sde.clone(),
+            sdf.clone(),
             sys.join("dev/block"),
         ] {
             fs::create_dir_all(dir).expect("a directory");
@@ -237,6 +314,8 @@ mod tests {
             (sda.join("sda1/partition"), "1\n"),
             (sys.join(ata).join("vendor"), "ATA     \n"),
             (sys.join(sas).join("vendor"), "SEAGATE \n"),
+            (sys.join(usb).join("vendor"), "WD      \n"),
+            (sys.join(usb_ata).join("vendor"), "ATA     \n"),
         ] {
             fs::write(file, text).expect("a file");
         }
@@ -267,6 +346,10 @@ mod tests {
             (sda.join("sda1"), "devices/virtual/block/dm-2/slaves/sda1"),
             (sys.join(ata), &format!("{ata}/block/sda/device")),
             (sys.join(sas), &format!("{sas}/block/sdb/device")),
+            (sde.clone(), "dev/block/8:64"),
+            (sdf.clone(), "dev/block/8:80"),
+            (sys.join(usb), &format!("{usb}/block/sde/device")),
+            (sys.join(usb_ata), &format!("{usb_ata}/block/sdf/device")),
         ];
         for (target, link) in links {
             symlink(target, sys.join(link)).expect("a symlink");
@@ -361,11 +444,26 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_scsi_disk_that_is_not_ata_is_sent_nothing() {
+    /// What each `sd` disk is asked in: a SAS disk its log pages, a disk behind a USB bridge ATA (SAT) whatever
+    /// vendor the bridge reports, a disk that shows no vendor nothing at all.
+    #[rstest::rstest]
+    #[case::sas(DevId::new(8, 16), Some(Drive::Scsi("sdb".into())))]
+    #[case::no_vendor(DevId::new(8, 32), None)]
+    #[case::usb_bridge(DevId::new(8, 64), Some(Drive::Usb("sde".into())))]
+    #[case::usb_bridge_saying_ata(DevId::new(8, 80), Some(Drive::Ata("sdf".into())))]
+    fn each_scsi_disk_is_asked_in_its_own_language(
+        #[case] dev: DevId,
+        #[case] want: Option<Drive>,
+    ) {
         let sys = fake_sys();
-        for dev in [DevId::new(8, 16), DevId::new(8, 32)] {
-            assert_eq!(drive(sys.path(), dev), None, "{dev}");
+        assert_eq!(drive(sys.path(), dev), want, "{dev}");
+        assert_eq!(nvme_namespace(sys.path(), dev), None, "{dev}");
+    }
+
+    #[test]
+    fn a_drive_that_cannot_be_opened_gives_no_reading() {
+        let sys = fake_sys();
+        for dev in [DevId::new(8, 16), DevId::new(8, 32), DevId::new(8, 64)] {
             assert_eq!(
                 hardware(sys.path(), sys.path(), &HardwareBook::default(), dev),
                 None,

@@ -193,11 +193,17 @@ impl<'a> Planner<'a> {
         if pv.is_unclaimed() && disk.is_some() && self.pv_overlaps(pv, disk) {
             return;
         }
+        // NB: health needs only a weak match (same device, no id refuting it): a raw device that is gone has lost
+        // the ids it could confirm itself with (a detached loop device's backing file, a pulled drive's serial),
+        // and telling the tenant or withdrawing an unclaimed PV is safe on a weak match. Cordons and held devices
+        // keep the strong one.
+        let maybe_same =
+            disk.is_some_and(|d| identity::may_be_same(pv.mode, pv.recorded.as_ref(), d));
         if let Some(disk) = disk
-            && check == Some(IdentityCheck::Same)
+            && maybe_same
             && (self.pv_on_unhealthy_disk(pv, disk)
-                || self.pv_on_cordoned_disk(pv, disk)
-                || self.pv_on_held_device(pv, disk))
+                || check == Some(IdentityCheck::Same)
+                    && (self.pv_on_cordoned_disk(pv, disk) || self.pv_on_held_device(pv, disk)))
         {
             return;
         }

@@ -24,7 +24,7 @@ use crate::support::eventually;
 const CLASS: &str = "raw-block";
 
 /// Binds a `volumeMode: Block` claim `name` of `class` to `pv`.
-async fn claim_block(
+pub(crate) async fn claim_block(
     client: &kube::Client,
     ns: &str,
     name: &str,

@@ -21,13 +21,13 @@ fn name(pv: &PersistentVolume) -> &str {
 }
 
 /// Appends `lines` (configuration keys) to the agent's configuration, before it starts.
-fn configure(agent: &crate::support::agent::Agent, lines: &str) {
+pub(crate) fn configure(agent: &crate::support::agent::Agent, lines: &str) {
     let config = std::fs::read_to_string(&agent.config).expect("agent config");
     std::fs::write(&agent.config, format!("{config}{lines}")).expect("agent config written");
 }
 
 /// node-1's PV for `vol`, once Available.
-async fn available(client: &kube::Client, vol: &std::path::Path) -> PersistentVolume {
+pub(crate) async fn available(client: &kube::Client, vol: &std::path::Path) -> PersistentVolume {
     pv_at(client, "node-1", vol, "Available", Duration::from_secs(60)).await
 }
 
@@ -274,7 +274,7 @@ async fn a_disk_whose_writes_fail_is_marked_unhealthy_and_withdrawn() {
 }
 
 /// The `status.health` of the LocalDisk at each of `vols` (None: healthy, or no such LocalDisk).
-async fn health_of(
+pub(crate) async fn health_of(
     client: &kube::Client,
     vols: &[std::path::PathBuf],
 ) -> Result<Vec<Option<String>>, String> {

@@ -30,6 +30,7 @@ mod cleanup;
 mod config_reload;
 mod extender;
 mod failure;
+mod false_alarm;
 mod inventory;
 mod monitoring;
 mod node_agent;

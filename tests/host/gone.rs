@@ -168,3 +168,60 @@ fn a_mounted_filesystem_whose_loop_is_detached_is_not_gone_until_its_backing_fil
         (State::Degraded, Cause::DeviceGone)
     );
 }
+
+/// The false alarm (issue 37): a raw loop device detached and the same backing file attached again under the same
+/// number. Gone, discovery still lists it but its identity lost the serial (a loop device's is its backing file);
+/// back, it shows the very identity it had, and the judgement goes Degraded then Healthy at once, never Failed.
+#[test]
+fn a_raw_device_detached_and_attached_again_is_the_same_disk_and_healthy_again() {
+    let scene = Scene::new();
+    let backing = scene.root().join("back.img");
+    fs::File::create(&backing)
+        .and_then(|f| f.set_len(64 << 20))
+        .expect("backing file");
+    // NB: a number of its own, far above the ones `losetup --find` hands out: no one takes it while detached.
+    let device = crate::disks::LoopDevice::attach_apart(&backing, &crate::disks::Unwatched);
+    scene.symlink(device.path(), &scene.block().join("dev1"));
+    let class = scene.block_class();
+    let before = found(&class, "dev1");
+    assert!(
+        before.identity.serial.is_some(),
+        "a loop device's serial is its backing file: {before:?}"
+    );
+    let policy = Policy::default();
+    let t0 = SystemTime::now();
+    let first = judge(None, &look(&class, &before), &policy, t0);
+
+    device.detach_only();
+    wait_detached(device.path(), &backing.display().to_string());
+    let gone = found(&class, "dev1");
+    let signals = look(&class, &gone);
+    assert!(signals.gone, "{signals:?}");
+    assert_eq!(gone.identity.serial, None, "nothing to confirm it with");
+    let degraded = judge(
+        Some(&first),
+        &signals,
+        &policy,
+        t0 + Duration::from_secs(10),
+    );
+    assert_eq!(
+        (degraded.state, degraded.cause),
+        (State::Degraded, Cause::DeviceGone)
+    );
+
+    device.reattach();
+    let back = found(&class, "dev1");
+    assert_eq!(back.identity, before.identity, "the same disk");
+    let signals = look(&class, &back);
+    assert_eq!(signals, Signals::default(), "back, no sign");
+    let healthy = judge(
+        Some(&degraded),
+        &signals,
+        &policy,
+        t0 + Duration::from_secs(20),
+    );
+    assert_eq!(
+        (healthy.state, healthy.cause),
+        (State::Healthy, Cause::NoErrors)
+    );
+}

@@ -1,6 +1,6 @@
 //! The device health log readers on a real loop device (issue 37, point 1): this machine has no NVMe or ATA device,
 //! so what is checked is that a disk that is neither gives no hardware signal, no error or sign of failing, and that
-//! the kernel refuses both kinds of command cleanly.
+//! the kernel refuses every kind of command cleanly (NVMe, ATA PASS-THROUGH 16 and 12, SCSI LOG SENSE).
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -71,4 +71,23 @@ fn a_loop_device_has_no_hardware_health_log_and_no_sign() {
         refused.is_err(),
         "a loop device answered SMART RETURN STATUS: {refused:?}"
     );
+    // The 12-byte form and SCSI LOG SENSE alike.
+    let twelve = localpv::sys::PassThrough::Twelve;
+    let refused = localpv::sys::ata_smart_read_via(&file, AtaSmart::ReadData, twelve);
+    assert!(
+        refused.is_err(),
+        "a loop device answered ATA PASS-THROUGH (12)"
+    );
+    let refused = localpv::sys::ata_smart_return_status_via(&file, twelve);
+    assert!(
+        refused.is_err(),
+        "a loop device answered ATA PASS-THROUGH (12): {refused:?}"
+    );
+    for page in [0x2F, 0x03, 0x02] {
+        let refused = localpv::sys::scsi_log_sense(&file, page);
+        assert!(
+            refused.is_err(),
+            "a loop device answered LOG SENSE {page:#x}: {refused:?}"
+        );
+    }
 }

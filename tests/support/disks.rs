@@ -240,6 +240,46 @@ impl LoopDevice {
         }
     }
 
+    /// `backing` attached under a loop number of its own, far above the lowest free one that `losetup --find`
+    /// hands out (the kernel's LOOP_CTL_GET_FREE), so the test may detach it ([`LoopDevice::detach_only`]) and
+    /// attach the same backing again as the same device ([`LoopDevice::reattach`]) without another process
+    /// taking the number in between. `losetup` makes the device through `/dev/loop-control` when it is missing.
+    pub fn attach_apart(backing: &Path, watchdog: &dyn Watchdog) -> LoopDevice {
+        let start = 200 + std::process::id() % 40;
+        for n in start..start + 40 {
+            if Path::new(&format!("/sys/block/loop{n}/loop")).exists() {
+                continue;
+            }
+            let device = format!("/dev/loop{n}");
+            let attached = Command::new("losetup")
+                .args([device.as_str(), &backing.display().to_string()])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if attached {
+                watchdog.track_loop(&device);
+                return LoopDevice {
+                    device,
+                    backing: backing.to_path_buf(),
+                };
+            }
+        }
+        panic!("no free loop number in {start}..{}", start + 40);
+    }
+
+    /// Detaches the device and keeps its number (and the guard): what the kernel shows of a raw loop device
+    /// detached (size 0, no `loop/`) until [`LoopDevice::reattach`].
+    pub fn detach_only(&self) {
+        run("losetup", &["-d", &self.device]);
+    }
+
+    /// Attaches the same backing file again under the same number: the same device, back.
+    pub fn reattach(&self) {
+        run(
+            "losetup",
+            &[&self.device, &self.backing.display().to_string()],
+        );
+    }
+
     pub fn path(&self) -> &Path {
         Path::new(&self.device)
     }

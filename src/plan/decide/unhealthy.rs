@@ -3,7 +3,9 @@
 //! - without a PV: held (`DiskDegraded` / `DiskFailed` on its LocalDisk), also when it is dirty: a wipe of a failing
 //!   disk proves nothing, and its data may still be wanted;
 //! - its Available PV is withdrawn (deleted, with an Event), and published again only once the disk is `Healthy`;
-//! - its Released PV is not wiped (an Event once), its Bound PV gets an Event once: the tenant is told.
+//! - its Released PV is not wiped (an Event once), its Bound PV gets an Event once: the tenant is told;
+//! - once the disk is `Healthy` again (a transient error gone quiet, a device back within the grace), a PV that was
+//!   told gets `DiskHealthy` (with its claim): the all-clear for whoever read the warning.
 //!
 //! A disk an operator cordoned (`localpv disks cordon`) is held and its Available PV withdrawn the same way; its
 //! Bound and Released PVs go on as usual (a cordon only stops publishing).
@@ -86,6 +88,7 @@ impl Planner<'_> {
     /// one is told. True when that decided the PV (nothing else is planned for it).
     pub(super) fn pv_on_unhealthy_disk(&mut self, pv: &PvView, disk: &Disk) -> bool {
         let Some(health) = self.health_of(disk).cloned() else {
+            self.healthy_again(pv);
             return false;
         };
         let (_, condition, reason) = words(&health);
@@ -114,5 +117,28 @@ impl Planner<'_> {
         self.condition(pv, condition, EventType::Warning, reason, message);
         self.tell_claim(pv);
         pv.phase == crate::contract::Phase::Released
+    }
+
+    /// A PV told its disk was `Degraded` (or `Failed`) in the last pass, on that disk healthy now: says so, once,
+    /// on the PV and its claim. Nothing else changes for it (it was never withdrawn, wiped or deleted).
+    fn healthy_again(&mut self, pv: &PvView) {
+        let uid = &pv.pv_ref.uid;
+        let was = [Condition::DiskDegraded, Condition::DiskFailed]
+            .into_iter()
+            .find(|c| self.inputs.memory.had(uid, *c));
+        let Some(was) = was else {
+            return;
+        };
+        let was = match was {
+            Condition::DiskFailed => State::Failed,
+            _ => State::Degraded,
+        };
+        let message = format!(
+            "the disk at {} is Healthy again (it was {}): no new sign seen since",
+            pv.path.display(),
+            was.as_str()
+        );
+        self.event(&pv.pv_ref, EventType::Normal, Reason::DiskHealthy, message);
+        self.tell_claim(pv);
     }
 }

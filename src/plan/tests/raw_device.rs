@@ -207,3 +207,50 @@ fn a_reference_pv_over_a_raw_device_is_adopted_as_the_device_and_wiped_as_one_on
     let wiped: Vec<WipeMethod> = w.settle().iter().flat_map(wipes).collect();
     assert_eq!(wiped, [WipeMethod::Block(BlockWipe::default())]);
 }
+
+/// A device gone under its Bound PV (issue 37): gone, it shows no serial to confirm itself with (a detached loop
+/// device has no backing file, a pulled drive no serial), yet the PV and its claim are told; back with its serial
+/// within the grace, they are told it is healthy again, and nothing else is planned for the PV.
+#[test]
+fn a_bound_pv_whose_device_is_gone_and_back_is_told_both() {
+    let d = raw("nvme1", "S1");
+    let pv = device_pv(Pv::test().bound(), &d);
+    let mut gone = d.clone();
+    gone.identity.serial = None;
+    gone.capacity_bytes = 0;
+    let mut w = world(vec![gone], vec![pv]);
+    w.found.unhealthy.push(crate::disk::DiskHealth {
+        host_path: d.host_path.clone(),
+        state: crate::health::State::Degraded,
+        cause: crate::health::Cause::DeviceGone,
+        message: "the device is gone".into(),
+    });
+    let plans = w.settle();
+    assert_eq!(said(&plans[0]), ["event uid-nvme1 DiskDegraded"]);
+    w.found.disks = vec![Arc::new(d)];
+    w.found.unhealthy.clear();
+    let plans = w.settle();
+    assert_eq!(said(&plans[0]), ["event uid-nvme1 DiskHealthy"]);
+    assert_eq!(w.existing.len(), 1, "the PV stays");
+}
+
+/// An unclaimed PV on a device that is gone is withdrawn though the device cannot confirm its identity any more.
+#[test]
+fn an_available_pv_whose_device_is_gone_is_withdrawn() {
+    let d = raw("nvme1", "S1");
+    let pv = device_pv(Pv::test(), &d);
+    let mut gone = d.clone();
+    gone.identity.serial = None;
+    let mut w = world(vec![gone], vec![pv]);
+    w.found.unhealthy.push(crate::disk::DiskHealth {
+        host_path: d.host_path.clone(),
+        state: crate::health::State::Degraded,
+        cause: crate::health::Cause::DeviceGone,
+        message: "the device is gone".into(),
+    });
+    let plan = w.plan();
+    assert_eq!(
+        said(&plan),
+        ["delete uid-nvme1", "event uid-nvme1 DiskDegraded"]
+    );
+}

@@ -79,6 +79,61 @@ fn a_bound_pv_on_a_degraded_disk_gets_one_event_and_nothing_else() {
     assert_eq!(said, ["event uid-vol1 DiskDegraded"]);
 }
 
+/// A false alarm (a transient error gone quiet, a device back within the grace): the PV and its claim were told, and
+/// are told it is over, once (a Released PV's claimRef still names its claim); nothing else is planned for the PV.
+#[rstest]
+#[case::bound(Pv::test().bound(), true)]
+#[case::released_retained(Pv::test().released().policy("Retain"), true)]
+fn a_pv_told_of_a_degraded_disk_is_told_once_when_it_is_healthy_again(
+    #[case] pv: Pv,
+    #[case] claimed: bool,
+) {
+    let mut world = World::new(vec![disk("vol1")], vec![pv.build()]);
+    sick(&mut world, "vol1", State::Degraded);
+    world.settle();
+    world.found.unhealthy.clear();
+    let plan = world.plan();
+    let said: Vec<String> = summary(&plan)
+        .into_iter()
+        .filter(|s| !s.starts_with("ledger"))
+        .collect();
+    assert!(
+        said.contains(&"event uid-vol1 DiskHealthy".to_string()),
+        "{said:?}"
+    );
+    assert!(
+        !said
+            .iter()
+            .any(|s| s.starts_with("delete") || s.starts_with("wipe")),
+        "{said:?}"
+    );
+    let claims = plan
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::Event(e) if e.claim.is_some()))
+        .count();
+    assert_eq!(claims, usize::from(claimed), "{said:?}");
+    world.apply(&plan);
+    let again = summary(&world.plan());
+    assert!(
+        !again.iter().any(|s| s.contains("DiskHealthy")),
+        "said once: {again:?}"
+    );
+}
+
+#[test]
+fn a_pv_on_a_disk_that_was_always_healthy_is_never_told_it_is_healthy() {
+    let mut world = World::new(vec![disk("vol1")], vec![Pv::test().bound().build()]);
+    let plans = world.settle();
+    assert!(
+        !plans
+            .iter()
+            .flat_map(summary)
+            .any(|s| s.contains("DiskHealthy")),
+        "{plans:?}"
+    );
+}
+
 #[test]
 fn the_bound_claim_is_told_too() {
     let mut world = World::new(vec![disk("vol1")], vec![Pv::test().bound().build()]);

@@ -1,0 +1,301 @@
+//! SCSI commands through SG_IO on a block device's SCSI generic interface (issue 37): ATA PASS-THROUGH (16 and 12,
+//! T10 SAT) for the SMART commands of an ATA drive, and LOG SENSE (SPC) for a SCSI disk's log pages. Every command
+//! sent is read-only. Part of `sys`, the one module allowed `unsafe`: one ioctl, in `sg_command`.
+
+use std::os::fd::{AsFd, AsRawFd};
+
+/// `struct sg_io_hdr` of `include/scsi/sg.h`, field for field (88 bytes on 64-bit targets).
+#[repr(C)]
+struct SgIoHdr {
+    interface_id: i32,
+    dxfer_direction: i32,
+    cmd_len: u8,
+    mx_sb_len: u8,
+    iovec_count: u16,
+    dxfer_len: u32,
+    dxferp: *mut u8,
+    cmdp: *const u8,
+    sbp: *mut u8,
+    timeout: u32,
+    flags: u32,
+    pack_id: i32,
+    usr_ptr: *mut u8,
+    status: u8,
+    masked_status: u8,
+    msg_status: u8,
+    sb_len_wr: u8,
+    host_status: u16,
+    driver_status: u16,
+    resid: i32,
+    duration: u32,
+    info: u32,
+}
+
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(size_of::<SgIoHdr>() == 88, "struct sg_io_hdr is 88 bytes");
+
+// SG_IO (0x2285, an old-style request number without direction bits; include/scsi/sg.h).
+nix::ioctl_readwrite_bad!(sg_io, 0x2285, SgIoHdr);
+
+/// An ATA SMART command (B0h), sent through SCSI ATA PASS-THROUGH (16) (T10 SAT): what the kernel's ATA
+/// translation (libata, for `sd` disks on SATA ports) hands to the drive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtaSmart {
+    /// SMART READ DATA (feature D0h): the 512-byte attribute sector.
+    ReadData,
+    /// SMART READ THRESHOLDS (feature D1h): the 512-byte threshold sector (obsolete since ACS-3; many drives still
+    /// answer).
+    ReadThresholds,
+    /// SMART RETURN STATUS (feature DAh): no data, the verdict in the LBA Mid and High registers.
+    ReturnStatus,
+}
+
+/// Bytes of sense data asked for: fixed format is 18, descriptor format with the ATA Status Return descriptor 22.
+const SENSE_LEN: usize = 32;
+
+/// Which ATA PASS-THROUGH command carries an ATA command: the 16-byte form (85h) libata and most translators
+/// take, or the 12-byte form (A1h) some USB bridges take instead (T10 SAT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PassThrough {
+    Sixteen,
+    Twelve,
+}
+
+impl AtaSmart {
+    /// The CDB of `form`.
+    pub fn cdb_of(self, form: PassThrough) -> Vec<u8> {
+        match form {
+            PassThrough::Sixteen => self.cdb().to_vec(),
+            PassThrough::Twelve => self.cdb12().to_vec(),
+        }
+    }
+
+    /// The 12-byte CDB (A1h): the same protocol (byte 1) and flags (byte 2) as the 16-byte form, then FEATURE
+    /// (byte 3), COUNT (4), LBA Low, Mid and High (5-7: the SMART signature 4Fh/C2h in Mid and High), DEVICE (8)
+    /// and COMMAND (9).
+    pub fn cdb12(self) -> [u8; 12] {
+        let long = self.cdb();
+        let mut cdb = [0u8; 12];
+        cdb[0] = 0xA1;
+        cdb[1] = long[1];
+        cdb[2] = long[2];
+        cdb[3] = long[4];
+        cdb[4] = long[6];
+        cdb[5] = long[8];
+        cdb[6] = long[10];
+        cdb[7] = long[12];
+        cdb[8] = long[13];
+        cdb[9] = long[14];
+        cdb
+    }
+
+    /// The 16-byte CDB. Byte 1: the protocol (PIO Data-In 4, Non-data 3) shifted left once. Byte 2: for the reads,
+    /// T_DIR from the device, BYTE_BLOCK, T_LENGTH in the COUNT field (0Eh: one 512-byte block); for the status,
+    /// CK_COND (20h), so the translator returns the ATA registers as sense data. FEATURE in byte 4, COUNT in byte
+    /// 6, the SMART signature 4Fh/C2h in LBA (15:8) and (23:16) (bytes 10 and 12), COMMAND B0h in byte 14.
+    pub fn cdb(self) -> [u8; 16] {
+        let (protocol, flags, feature, count) = match self {
+            AtaSmart::ReadData => (4, 0x0E, 0xD0, 1),
+            AtaSmart::ReadThresholds => (4, 0x0E, 0xD1, 1),
+            AtaSmart::ReturnStatus => (3, 0x20, 0xDA, 0),
+        };
+        let mut cdb = [0u8; 16];
+        cdb[0] = 0x85;
+        cdb[1] = protocol << 1;
+        cdb[2] = flags;
+        cdb[4] = feature;
+        cdb[6] = count;
+        cdb[10] = 0x4F;
+        cdb[12] = 0xC2;
+        cdb[14] = 0xB0;
+        cdb
+    }
+}
+
+/// What SG_IO answered: the SCSI status, the host and driver status, and the sense data written.
+struct SgAnswer {
+    status: u8,
+    host_status: u16,
+    driver_status: u16,
+    /// Bytes of the data buffer not written.
+    resid: usize,
+    sense: Vec<u8>,
+}
+
+impl SgAnswer {
+    /// The device answered GOOD and neither the host adapter nor the driver saw an error.
+    /// NB: driver_status' low nibble is the driver's verdict; DRIVER_SENSE (08h) only says sense data came back.
+    fn good(&self) -> bool {
+        self.status == 0 && self.host_status == 0 && self.driver_status & 0x07 == 0
+    }
+}
+
+/// One SG_IO with `cdb` on the SCSI generic interface of the block device open at `fd`, reading into `data` when
+/// given. The answer says how many bytes of `data` the device left unwritten (`resid`).
+fn sg_command(fd: impl AsFd, cdb: &[u8], data: Option<&mut [u8]>) -> nix::Result<SgAnswer> {
+    const SG_DXFER_NONE: i32 = -1;
+    const SG_DXFER_FROM_DEV: i32 = -3;
+    let mut sense = [0u8; SENSE_LEN];
+    let (direction, len, ptr) = match data {
+        Some(buf) => (
+            SG_DXFER_FROM_DEV,
+            u32::try_from(buf.len()).unwrap_or(u32::MAX),
+            buf.as_mut_ptr(),
+        ),
+        None => (SG_DXFER_NONE, 0, std::ptr::null_mut()),
+    };
+    let mut hdr = SgIoHdr {
+        interface_id: i32::from(b'S'),
+        dxfer_direction: direction,
+        cmd_len: u8::try_from(cdb.len()).map_err(|_| nix::errno::Errno::EINVAL)?,
+        mx_sb_len: SENSE_LEN as u8,
+        iovec_count: 0,
+        dxfer_len: len,
+        dxferp: ptr,
+        cmdp: cdb.as_ptr(),
+        sbp: sense.as_mut_ptr(),
+        // NB: bounded: a drive busy with its own recovery may take seconds to answer.
+        timeout: 5_000,
+        flags: 0,
+        pack_id: 0,
+        usr_ptr: std::ptr::null_mut(),
+        status: 0,
+        masked_status: 0,
+        msg_status: 0,
+        sb_len_wr: 0,
+        host_status: 0,
+        driver_status: 0,
+        resid: 0,
+        duration: 0,
+        info: 0,
+    };
+    // SAFETY: the ioctl reads one `sg_io_hdr`, the `cmd_len` bytes at `cmdp` (`cdb`), and writes at most
+    // `dxfer_len` bytes to `dxferp` (the caller's buffer of that length, or none), at most `mx_sb_len` bytes to
+    // `sbp` (`sense`) and the output fields of the header; all outlive the call.
+    unsafe { sg_io(fd.as_fd().as_raw_fd(), &mut hdr) }?;
+    let written = usize::from(hdr.sb_len_wr).min(SENSE_LEN);
+    Ok(SgAnswer {
+        status: hdr.status,
+        host_status: hdr.host_status,
+        driver_status: hdr.driver_status,
+        resid: usize::try_from(hdr.resid).unwrap_or(0),
+        sense: sense[..written].to_vec(),
+    })
+}
+
+/// SMART READ DATA or READ THRESHOLDS of the ATA drive open at `fd` (an `sd` disk opened read-only): the sector for
+/// `health::smart::parse_ata_attributes` / `parse_ata_thresholds`. Read-only commands; the kernel asks for
+/// CAP_SYS_RAWIO. `ENOTTY` (or `EINVAL`) on a device without a SCSI generic interface (a loop device, NVMe);
+/// `EREMOTEIO` when the drive or the translator answered with an error instead of the sector.
+pub fn ata_smart_read(fd: impl AsFd, what: AtaSmart) -> nix::Result<[u8; 512]> {
+    ata_smart_read_via(fd, what, PassThrough::Sixteen)
+}
+
+/// [`ata_smart_read`] through the 16- or the 12-byte ATA PASS-THROUGH.
+pub fn ata_smart_read_via(
+    fd: impl AsFd,
+    what: AtaSmart,
+    form: PassThrough,
+) -> nix::Result<[u8; 512]> {
+    if what == AtaSmart::ReturnStatus {
+        return Err(nix::errno::Errno::EINVAL);
+    }
+    let mut sector = [0u8; 512];
+    let answer = sg_command(fd, &what.cdb_of(form), Some(&mut sector))?;
+    if !answer.good() {
+        return Err(nix::errno::Errno::EREMOTEIO);
+    }
+    Ok(sector)
+}
+
+/// SMART RETURN STATUS of the ATA drive open at `fd`: the sense data the translator returns with the ATA registers
+/// (CK_COND), for `health::smart::ata_registers`. Empty when the translator returned none.
+pub fn ata_smart_return_status(fd: impl AsFd) -> nix::Result<Vec<u8>> {
+    ata_smart_return_status_via(fd, PassThrough::Sixteen)
+}
+
+/// [`ata_smart_return_status`] through the 16- or the 12-byte ATA PASS-THROUGH.
+pub fn ata_smart_return_status_via(fd: impl AsFd, form: PassThrough) -> nix::Result<Vec<u8>> {
+    let answer = sg_command(fd, &AtaSmart::ReturnStatus.cdb_of(form), None)?;
+    if answer.host_status != 0 {
+        return Err(nix::errno::Errno::EREMOTEIO);
+    }
+    Ok(answer.sense)
+}
+
+/// LOG SENSE (10) of page `page` (subpage 0, cumulative values) from the SCSI disk open at `fd` (opened
+/// read-only): the page as returned, for `health::scsi::parse_log_page`. A read-only command of every SCSI disk
+/// (SPC); the kernel lets a process with read access send it. `ENOTTY` (or `EINVAL`) on a device without a SCSI
+/// generic interface; `EREMOTEIO` when the disk answered with an error (a page it does not keep: ILLEGAL REQUEST).
+pub fn scsi_log_sense(fd: impl AsFd, page: u8) -> nix::Result<Vec<u8>> {
+    // NB: 252 bytes, as smartmontools asks: some older disks and bridges reject a longer allocation length. The
+    // pages read (2Fh general parameter, error counters) fit with room to spare; a longer page comes back cut.
+    let mut data = vec![0u8; LOG_SENSE_LEN];
+    let answer = sg_command(fd, &log_sense_cdb(page), Some(&mut data))?;
+    if !answer.good() {
+        return Err(nix::errno::Errno::EREMOTEIO);
+    }
+    data.truncate(LOG_SENSE_LEN.saturating_sub(answer.resid));
+    Ok(data)
+}
+
+const LOG_SENSE_LEN: usize = 252;
+
+/// The LOG SENSE (10) CDB (SPC-5): opcode 4Dh; byte 2 the page control (01b: cumulative values) in bits 7-6 and the
+/// page code in bits 5-0; byte 3 the subpage; bytes 7-8 the allocation length, big-endian.
+pub fn log_sense_cdb(page: u8) -> [u8; 10] {
+    let [high, low] = (LOG_SENSE_LEN as u16).to_be_bytes();
+    [0x4D, 0, 0x40 | (page & 0x3F), 0, 0, 0, 0, high, low, 0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AtaSmart;
+
+    #[test]
+    fn the_smart_commands_are_ata_pass_through_16_with_the_smart_signature() {
+        let read = [
+            0x85, 0x08, 0x0E, 0, 0xD0, 0, 1, 0, 0, 0, 0x4F, 0, 0xC2, 0, 0xB0, 0,
+        ];
+        assert_eq!(AtaSmart::ReadData.cdb(), read);
+        let mut thresholds = read;
+        thresholds[4] = 0xD1;
+        assert_eq!(AtaSmart::ReadThresholds.cdb(), thresholds);
+        let status = [
+            0x85, 0x06, 0x20, 0, 0xDA, 0, 0, 0, 0, 0, 0x4F, 0, 0xC2, 0, 0xB0, 0,
+        ];
+        assert_eq!(AtaSmart::ReturnStatus.cdb(), status);
+    }
+
+    /// T10 SAT's ATA PASS-THROUGH (12): the same command, FEATURE in byte 3, COUNT in 4, the signature in 6 and 7,
+    /// COMMAND in 9.
+    #[test]
+    fn the_smart_commands_in_the_12_byte_form_carry_the_same_registers() {
+        assert_eq!(
+            AtaSmart::ReadData.cdb12(),
+            [0xA1, 0x08, 0x0E, 0xD0, 1, 0, 0x4F, 0xC2, 0, 0xB0, 0, 0]
+        );
+        assert_eq!(
+            AtaSmart::ReadThresholds.cdb12(),
+            [0xA1, 0x08, 0x0E, 0xD1, 1, 0, 0x4F, 0xC2, 0, 0xB0, 0, 0]
+        );
+        assert_eq!(
+            AtaSmart::ReturnStatus.cdb12(),
+            [0xA1, 0x06, 0x20, 0xDA, 0, 0, 0x4F, 0xC2, 0, 0xB0, 0, 0]
+        );
+        assert_eq!(
+            AtaSmart::ReturnStatus.cdb_of(super::PassThrough::Twelve),
+            AtaSmart::ReturnStatus.cdb12().to_vec()
+        );
+    }
+
+    /// SPC-5 LOG SENSE (10): page control 01b (cumulative) with the page code, 252 bytes allowed.
+    #[test]
+    fn log_sense_asks_for_the_cumulative_page_in_252_bytes() {
+        assert_eq!(
+            super::log_sense_cdb(0x2F),
+            [0x4D, 0, 0x6F, 0, 0, 0, 0, 0, 0xFC, 0]
+        );
+        assert_eq!(super::log_sense_cdb(0x03)[2], 0x43);
+    }
+}
