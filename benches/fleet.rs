@@ -257,15 +257,19 @@ impl Probe {
         }
     }
 
-    async fn sample(&self) -> Sample {
+    /// The API server's `/metrics` now, as text.
+    async fn metrics(&self) -> String {
         let req = http::Request::get("/metrics")
             .body(Vec::new())
             .expect("request builds");
-        let text = self
-            .client
+        self.client
             .request_text(req)
             .await
-            .expect("kube-apiserver serves /metrics to the admin");
+            .expect("kube-apiserver serves /metrics to the admin")
+    }
+
+    async fn sample(&self) -> Sample {
+        let text = self.metrics().await;
         let (requests, watches, bytes) = parse_metrics(&text);
         Sample {
             at: Instant::now(),
@@ -286,15 +290,9 @@ impl Probe {
             .expect("request builds");
         let answered = self.client.request_stream(gc).await;
         drop(answered.expect("kube-apiserver serves /debug/pprof/heap to the admin"));
-        let req = http::Request::get("/metrics")
-            .body(Vec::new())
-            .expect("request builds");
-        let text = self
-            .client
-            .request_text(req)
+        self.metrics()
             .await
-            .expect("kube-apiserver serves /metrics to the admin");
-        text.lines()
+            .lines()
             .find_map(|l| l.strip_prefix("go_memstats_heap_alloc_bytes "))
             .and_then(|v| v.trim().parse::<f64>().ok())
             .expect("kube-apiserver reports go_memstats_heap_alloc_bytes")

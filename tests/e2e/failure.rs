@@ -273,6 +273,29 @@ async fn a_disk_whose_writes_fail_is_marked_unhealthy_and_withdrawn() {
     disk.set(Mode::Ok);
 }
 
+/// The Healthy condition's reason on the LocalDisk at `vol`, and its health (None: healthy).
+pub async fn disk_says(
+    client: &kube::Client,
+    vol: &std::path::Path,
+) -> Result<(Option<String>, String), String> {
+    let disk = Api::<LocalDisk>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .find(|d| d.spec.path == vol.display().to_string())
+        .ok_or("no LocalDisk for the disk")?;
+    let status = disk.status.ok_or("no status")?;
+    let reason = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Healthy")
+        .map(|c| c.reason.clone())
+        .unwrap_or_default();
+    Ok((status.health, reason))
+}
+
 /// The `status.health` of the LocalDisk at each of `vols` (None: healthy, or no such LocalDisk).
 pub(crate) async fn health_of(
     client: &kube::Client,
@@ -328,22 +351,8 @@ async fn a_device_gone_under_a_bound_pv_is_degraded_at_once_and_failed_past_the_
         "the LocalDisk to say Failed with DeviceGone",
         Duration::from_secs(30),
         || async {
-            let disk = Api::<LocalDisk>::all(client.clone())
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .into_iter()
-                .find(|d| d.spec.path == vol.display().to_string())
-                .ok_or("no LocalDisk for the disk")?;
-            let status = disk.status.ok_or("no status")?;
-            let reason = status
-                .conditions
-                .iter()
-                .find(|c| c.type_ == "Healthy")
-                .map(|c| c.reason.clone());
-            match (status.health.as_deref(), reason.as_deref()) {
-                (Some("Failed"), Some("DeviceGone")) => Ok(()),
+            match disk_says(&client, &vol).await? {
+                (Some(health), reason) if health == "Failed" && reason == "DeviceGone" => Ok(()),
                 other => Err(format!("{other:?}")),
             }
         },

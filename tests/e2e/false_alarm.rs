@@ -12,17 +12,15 @@
 //! kernel keeps serving it until the unmount; see `tests/host/gone.rs`.)
 
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use localpv::contract::ANN_RECOVERY;
-use localpv::inventory::LocalDisk;
 use serde_json::json;
 
 use crate::attack_rawdev::claim_block;
-use crate::failure::{available, configure, health_of};
+use crate::failure::{available, configure, disk_says, health_of};
 use crate::node_agent::{events_of, obj, phase, plane_with_agent, pvs_of, wait_event};
 use crate::support::agent::http_get;
 use crate::support::cluster::Options;
@@ -34,26 +32,6 @@ const WAIT: Duration = Duration::from_secs(60);
 
 fn name(pv: &PersistentVolume) -> &str {
     pv.metadata.name.as_deref().expect("name")
-}
-
-/// The Healthy condition's reason on the LocalDisk at `vol`, and its health (None: healthy).
-async fn disk_says(client: &kube::Client, vol: &Path) -> Result<(Option<String>, String), String> {
-    let disk = Api::<LocalDisk>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?
-        .items
-        .into_iter()
-        .find(|d| d.spec.path == vol.display().to_string())
-        .ok_or("no LocalDisk for the disk")?;
-    let status = disk.status.ok_or("no status")?;
-    let reason = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Healthy")
-        .map(|c| c.reason.clone())
-        .unwrap_or_default();
-    Ok((status.health, reason))
 }
 
 /// Reasons of the Events about `name` that must never appear for a false alarm.

@@ -219,12 +219,7 @@ fn a_bound_pv_whose_device_is_gone_and_back_is_told_both() {
     gone.identity.serial = None;
     gone.capacity_bytes = 0;
     let mut w = world(vec![gone], vec![pv]);
-    w.found.unhealthy.push(crate::disk::DiskHealth {
-        host_path: d.host_path.clone(),
-        state: crate::health::State::Degraded,
-        cause: crate::health::Cause::DeviceGone,
-        message: "the device is gone".into(),
-    });
+    w.found.unhealthy.push(device_gone(&d));
     let plans = w.settle();
     assert_eq!(said(&plans[0]), ["event uid-nvme1 DiskDegraded"]);
     w.found.disks = vec![Arc::new(d)];
@@ -232,6 +227,16 @@ fn a_bound_pv_whose_device_is_gone_and_back_is_told_both() {
     let plans = w.settle();
     assert_eq!(said(&plans[0]), ["event uid-nvme1 DiskHealthy"]);
     assert_eq!(w.existing.len(), 1, "the PV stays");
+}
+
+/// What the health judgement says of `d` while its device is gone (within the grace).
+fn device_gone(d: &Disk) -> crate::disk::DiskHealth {
+    crate::disk::DiskHealth {
+        host_path: d.host_path.clone(),
+        state: crate::health::State::Degraded,
+        cause: crate::health::Cause::DeviceGone,
+        message: "the device is gone".into(),
+    }
 }
 
 /// An unclaimed PV on a device that is gone is withdrawn though the device cannot confirm its identity any more.
@@ -242,12 +247,7 @@ fn an_available_pv_whose_device_is_gone_is_withdrawn() {
     let mut gone = d.clone();
     gone.identity.serial = None;
     let mut w = world(vec![gone], vec![pv]);
-    w.found.unhealthy.push(crate::disk::DiskHealth {
-        host_path: d.host_path.clone(),
-        state: crate::health::State::Degraded,
-        cause: crate::health::Cause::DeviceGone,
-        message: "the device is gone".into(),
-    });
+    w.found.unhealthy.push(device_gone(&d));
     let plan = w.plan();
     assert_eq!(
         said(&plan),
