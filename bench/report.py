@@ -343,7 +343,13 @@ def fleet_rows(s):
     if not any(k.startswith("fleet.") for k in s.figures):
         return
     narrow = "localpv-narrow" if any(k.startswith("fleet.localpv-narrow.") for k in s.figures) else "localpv"
-    for m, what, most, target in FLEET_TARGETS:
+    targets = list(FLEET_TARGETS)
+    # NB: the live heap after a forced collection, where the run measured it (from 2026-11-29), is what the agents
+    # add; resident memory moves by tens of MiB with the collector's timing.
+    heap = "per1000.apiserver_live_heap"
+    if f"fleet.{narrow}.{heap}" in s.figures and f"fleet.reference.{heap}" in s.figures:
+        targets[0] = (heap, "API server memory added (live heap after a forced collection)") + FLEET_TARGETS[0][2:]
+    for m, what, most, target in targets:
         ours, wide, theirs = f"fleet.{narrow}.{m}", f"fleet.localpv.{m}", f"fleet.reference.{m}"
 
         def verdict(o=ours, t=theirs, most=most):
