@@ -384,7 +384,8 @@ async fn shapes(c: &RealCluster) -> Vec<Shape> {
     out
 }
 
-/// What a group's disks left on the host: mounts to drop, links and directories to remove.
+/// What a group's disks left on the host: mounts to drop (lazily), then links and directories (the mount points
+/// too) to remove, so the next group's `hostDir` holds only its own entries.
 #[derive(Default)]
 struct Made {
     mounts: Vec<Mount>,
@@ -418,7 +419,10 @@ fn make_disks(c: &RealCluster, group: &Group, disks: &[Disk], made: &mut Made) {
             .expect("class");
         let at = on_host(c, d.node, &format!("{}/{}", class.host_dir, d.entry));
         match d.kind {
-            Kind::Tmpfs => made.mounts.push(Mount::tmpfs(&at, "16M", c.undo())),
+            Kind::Tmpfs => {
+                made.mounts.push(Mount::tmpfs(&at, "16M", c.undo()));
+                made.paths.push(at);
+            }
             Kind::Dir => {
                 fs::create_dir_all(&at).expect("a plain directory");
                 made.paths.push(at);
@@ -653,8 +657,19 @@ async fn every_reference_chart_example_publishes_on_real_nodes_what_the_referenc
             make_disks(&c, group, disks, &mut made);
             current = disks;
         }
-        wait_shapes(&c, group, current, &expected(group, current)).await;
-        eprintln!("{}: {:.1?}", group.name, step.elapsed());
+        let want = expected(group, current);
+        assert!(
+            !want.is_empty(),
+            "{}: a group publishes something",
+            group.name
+        );
+        wait_shapes(&c, group, current, &want).await;
+        eprintln!(
+            "{}: {} PVs as the reference publishes them, in {:.1?}",
+            group.name,
+            want.len(),
+            step.elapsed()
+        );
     }
     made.clear();
     eprintln!("every example: {:.1?}", started.elapsed());
