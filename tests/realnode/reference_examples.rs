@@ -4,9 +4,10 @@
 //!
 //! Examples whose classes render the same (the ConfigMap's `storageClassMap` and what shapes a PV) form one group:
 //! one `helm upgrade` with the group's files merged in order (the pod settings of each apply together), then
-//! the group's disks are made on the nodes and the PVs must be exactly the group's expectation. Groups follow one
-//! another in one cluster; a group's disks and PVs are removed before the next (as an operator starting afresh
-//! would find them), so each group's PVs are judged alone. Each node sees a `/mnt` of its own, so the examples'
+//! the group's disks are made on the nodes and the PVs must be exactly the group's expectation; where the reference
+//! publishes nothing, the entry's LocalDisk must give localpv's reason. Groups follow one another in one cluster; a
+//! group's disks and PVs are removed before the next (as an operator starting afresh would find them), so each
+//! group's PVs are judged alone. Each node sees a `/mnt` of its own, so the examples'
 //! `hostDir`s (`/mnt/disks`, `/mnt/fast-disks`, `/mnt/disks/by-uuid/...`) stand as written, and the EKS example's
 //! `/dev/disk/kubernetes` is a directory of device links of each node's own.
 //!
@@ -42,8 +43,8 @@ enum Publishes {
     /// A Filesystem PV, with this `local.fsType`.
     Filesystem(Option<&'static str>),
     Block,
-    /// No PV; the reference's discovery error says why.
-    Nothing(&'static str),
+    /// No PV: the reference's discovery error says why; localpv's LocalDisk gives the reason after it.
+    Nothing(&'static str, &'static str),
 }
 
 /// What the test puts at an entry on the node.
@@ -100,9 +101,11 @@ const fn disk(
     }
 }
 
-const NOT_MOUNTED: Publishes = Publishes::Nothing("is not a valid mount point");
-const FS_IN_BLOCK: Publishes =
-    Publishes::Nothing("of filesystem mode cannot be used to create block volume");
+const NOT_MOUNTED: Publishes = Publishes::Nothing("is not a valid mount point", "NotAMountPoint");
+const FS_IN_BLOCK: Publishes = Publishes::Nothing(
+    "of filesystem mode cannot be used to create block volume",
+    "WrongVolumeMode",
+);
 const FS: Publishes = Publishes::Filesystem(None);
 
 /// Disks come in list order: those that publish nothing first, so the pass that publishes the last PV has seen them.
@@ -359,7 +362,7 @@ fn expected(group: &Group, disks: &[Disk]) -> Vec<Shape> {
             let (mode, fs_type) = match d.publishes {
                 Publishes::Filesystem(t) => ("Filesystem", t.map(str::to_string)),
                 Publishes::Block => ("Block", None),
-                Publishes::Nothing(_) => return None,
+                Publishes::Nothing(..) => return None,
             };
             let affinity = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "kubernetes.io/hostname", "operator": "In", "values": [d.node]}]}]}});
@@ -463,7 +466,9 @@ async fn wait_shapes(c: &RealCluster, group: &Group, disks: &[Disk], want: &[Sha
     let none: Vec<String> = disks
         .iter()
         .filter_map(|d| match d.publishes {
-            Publishes::Nothing(why) => Some(format!("{} {}/{}: {why}", d.node, d.class, d.entry)),
+            Publishes::Nothing(why, _) => {
+                Some(format!("{} {}/{}: {why}", d.node, d.class, d.entry))
+            }
             _ => None,
         })
         .collect();
@@ -484,6 +489,48 @@ async fn wait_shapes(c: &RealCluster, group: &Group, disks: &[Disk], want: &[Sha
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(shapes(c).await, want, "{}: PVs changed", group.name);
+}
+
+/// Waits until every entry the reference publishes nothing for has a LocalDisk on its node with localpv's reason.
+async fn wait_reasons(c: &RealCluster, group: &Group, disks: &[Disk]) {
+    let want: Vec<(String, String, String)> = disks
+        .iter()
+        .filter_map(|d| match d.publishes {
+            Publishes::Nothing(_, reason) => {
+                let class = group.classes.iter().find(|k| k.name == d.class)?;
+                let path = format!("{}/{}", class.host_dir, d.entry);
+                Some((d.node.to_string(), path, reason.to_string()))
+            }
+            _ => None,
+        })
+        .collect();
+    let deadline = Instant::now() + POD_TIMEOUT;
+    loop {
+        let list: Value =
+            serde_json::from_str(&c.kubectl(&["get", "localdisks", "-o", "json"])).expect("json");
+        let seen: Vec<(String, String, String)> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| {
+                let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                (
+                    s(&d["spec"]["node"]),
+                    s(&d["spec"]["path"]),
+                    s(&d["status"]["reason"]),
+                )
+            })
+            .collect();
+        if want.iter().all(|w| seen.contains(w)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: LocalDisks after {POD_TIMEOUT:?}: want {want:#?} among {seen:#?}",
+            group.name
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }
 
 /// The node agent's RBAC as our chart renders it for these files, under names of its own: what an operator who
@@ -664,6 +711,7 @@ async fn every_reference_chart_example_publishes_on_real_nodes_what_the_referenc
             group.name
         );
         wait_shapes(&c, group, current, &want).await;
+        wait_reasons(&c, group, current).await;
         eprintln!(
             "{}: {} PVs as the reference publishes them, in {:.1?}",
             group.name,
