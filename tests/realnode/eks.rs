@@ -74,7 +74,7 @@ async fn wait_disks(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_reference_eks_values_run_as_written_with_loop_devices_for_nvme_disks() {
-    let c = RealCluster::start_with(2, &[], Some(Path::new(DEV_DIR))).await;
+    let c = RealCluster::start_with(2, &[], Some(Path::new(DEV_DIR)), &[]).await;
     let mut devices = Vec::new();
     for (node, name) in [
         ("node-1", "nvme-1"),

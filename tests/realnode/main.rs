@@ -16,6 +16,7 @@ mod migrate_doc;
 mod migrate_lsp;
 mod publish;
 mod recovery;
+mod reference_examples;
 mod release;
 mod restart;
 mod startup_taint;

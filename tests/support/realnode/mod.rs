@@ -51,17 +51,20 @@ impl RealCluster {
     /// As [`RealCluster::start`], node `index` (1-based) registering with the taints `taints` names for it
     /// (`key[=value]:Effect`).
     pub async fn start_tainted(count: usize, taints: &[(usize, &str)]) -> RealCluster {
-        RealCluster::start_with(count, taints, None).await
+        RealCluster::start_with(count, taints, None, &[]).await
     }
 
     /// As [`RealCluster::start_tainted`]; with `dev_dir` (a path under `/dev`, such as `/dev/disk/kubernetes`)
     /// every node sees a directory of its own there, on the host's devtmpfs (`RealNode::dev_dir`), as a node's
     /// bootstrap would make one. The directories, and `dev_dir` with its parents when the host lacked them, are
-    /// removed at teardown.
+    /// removed at teardown. Likewise every node sees a directory of its own at each of `own_dirs` (absolute
+    /// paths outside `/dev`, such as `/mnt`), kept under its disk directory (`RealNode::own`); the host's own
+    /// directory there stays as it is (created, and removed at teardown, only when missing).
     pub async fn start_with(
         count: usize,
         taints: &[(usize, &str)],
         dev_dir: Option<&Path>,
+        own_dirs: &[&Path],
     ) -> RealCluster {
         if let Err(missing) = net::check_tools() {
             panic!("missing prerequisite for the real-node tier: {missing}");
@@ -105,6 +108,19 @@ impl RealCluster {
                 undo.push(&format!("rmdir {}", created.display()));
             }
         }
+        for target in own_dirs {
+            assert!(
+                target.is_absolute() && !target.starts_with("/dev") && target != &Path::new("/"),
+                "{} is not an absolute path outside /dev",
+                target.display()
+            );
+            let mut missing: Vec<&Path> = target.ancestors().take_while(|p| !p.exists()).collect();
+            fs::create_dir_all(target).expect("an own dir's mount point can be created");
+            missing.reverse();
+            for created in missing {
+                undo.push(&format!("rmdir {}", created.display()));
+            }
+        }
         let mut cluster = RealCluster {
             dir,
             nodes: Vec::new(),
@@ -122,6 +138,7 @@ impl RealCluster {
             let node = RealNode::start(NodeSpec {
                 taints: &own,
                 dev_dir,
+                own_dirs,
                 run_dir: &cluster.dir,
                 run_cgroup: &run_cgroup,
                 index,

@@ -29,6 +29,8 @@ pub struct RealNode {
     pub component: Component,
     /// The host's side (on devtmpfs) of the directory the node sees at `NodeSpec::dev_dir`.
     pub dev_dir: Option<PathBuf>,
+    /// Each of `NodeSpec::own_dirs` (as the node sees it) with its host side (under `disks`).
+    pub own_dirs: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Sysctls the kubelet sets at start-up and fails without, with the values it wants.
@@ -106,6 +108,9 @@ pub struct NodeSpec<'a> {
     pub taints: &'a [&'a str],
     /// A path under `/dev` where the node sees a directory of its own (see `RealCluster::start_with`).
     pub dev_dir: Option<&'a Path>,
+    /// Absolute paths outside `/dev` (such as `/mnt`) where the node sees a directory of its own, on its shared
+    /// disk directory, so what the host mounts there later reaches the node (see `RealCluster::start_with`).
+    pub own_dirs: &'a [&'a Path],
 }
 
 impl RealNode {
@@ -210,14 +215,34 @@ impl RealNode {
             inner += &format!("mount --bind {} {}\n", own.display(), target.display());
             own
         });
+        // NB: each is bound after `{dd}/mnt` is, from under that shared mount, so host mounts there propagate.
+        let own_dirs: Vec<(PathBuf, PathBuf)> = s
+            .own_dirs
+            .iter()
+            .map(|target| {
+                let rel = target.strip_prefix("/").expect("an own dir is absolute");
+                let own = disks.join("own").join(rel);
+                fs::create_dir_all(&own).expect("the node's own dir can be created");
+                (target.to_path_buf(), own)
+            })
+            .collect();
         let dd = dir.display();
         inner += &format!(
             "mount --bind {dd}/varlib /var/lib\nmount --bind {dd}/varlog /var/log\nmount --bind {dd}/run /run\n\
              mount --bind {dd}/mnt {run}/mnt\n\
+             {own}\
              containerd --config {dd}/containerd.toml > {dd}/logs/containerd.log 2>&1 &\n\
              i=0; until [ -S {sock} ]; do i=$((i+1)); if [ $i -gt 300 ]; then echo 'containerd did not open its socket; see {dd}/logs/containerd.log'; exit 1; fi; sleep 0.1; done\n\
              exec {kubelet} --config={dd}/kubelet.yaml --kubeconfig={kc} --hostname-override={name} --node-ip={ip} --v=2 > {dd}/logs/kubelet.log 2>&1\n",
             run = s.run_dir.display(),
+            own = own_dirs
+                .iter()
+                .map(|(target, own)| format!(
+                    "mount --bind {} {}\n",
+                    own.display(),
+                    target.display()
+                ))
+                .collect::<String>(),
             sock = socket.display(),
             kubelet = kubelet.display(),
             kc = kubeconfig.display(),
@@ -243,7 +268,16 @@ impl RealNode {
             socket,
             component,
             dev_dir,
+            own_dirs,
         }
+    }
+
+    /// The host path of what this node sees at `node_path`, a path inside one of its own dirs.
+    pub fn own(&self, node_path: &Path) -> PathBuf {
+        self.own_dirs
+            .iter()
+            .find_map(|(target, own)| Some(own.join(node_path.strip_prefix(target).ok()?)))
+            .unwrap_or_else(|| panic!("{} is in no own dir of {}", node_path.display(), self.name))
     }
 
     /// The last lines of containerd's and the kubelet's logs.
