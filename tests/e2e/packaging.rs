@@ -366,23 +366,6 @@ fn rendered_config_maps_are_valid_node_agent_configuration() {
     }
 }
 
-/// A stand-in for the Prometheus Operator's ServiceMonitor CRD, so the all-on rendering can be applied.
-const SERVICE_MONITOR_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: servicemonitors.monitoring.coreos.com
-spec:
-  group: monitoring.coreos.com
-  names: {kind: ServiceMonitor, plural: servicemonitors, singular: servicemonitor, listKind: ServiceMonitorList}
-  scope: Namespaced
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-";
-
 /// Stand-ins for cert-manager's CRDs, so the cert-manager renderings can be applied.
 const CERT_MANAGER_CRDS: &str = "apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -438,7 +421,10 @@ pub(crate) fn install_crds(cp: &ControlPlane) {
     let stub = cp.dir.join("servicemonitor-crd.yaml");
     fs::write(
         &stub,
-        format!("{SERVICE_MONITOR_CRD}---\n{CERT_MANAGER_CRDS}"),
+        format!(
+            "{}---\n{CERT_MANAGER_CRDS}",
+            crate::support::SERVICE_MONITOR_CRD
+        ),
     )
     .expect("written");
     apply(cp, &stub);

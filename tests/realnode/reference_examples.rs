@@ -306,23 +306,6 @@ fn operator_rbac(c: &RealCluster, files: &[PathBuf]) -> PathBuf {
     path
 }
 
-/// A stand-in for the Prometheus Operator's ServiceMonitor CRD (`baremetal-prometheus.yaml` enables one).
-const SERVICE_MONITOR_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: servicemonitors.monitoring.coreos.com
-spec:
-  group: monitoring.coreos.com
-  names: {kind: ServiceMonitor, plural: servicemonitors, singular: servicemonitor, listKind: ServiceMonitorList}
-  scope: Namespaced
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-";
-
 /// What the examples ask the operator to have first: the labels `affinity` and `nodeSelector` select, the
 /// PriorityClass `priority-important`, the ServiceMonitor CRD.
 fn prerequisites(c: &RealCluster) {
@@ -337,7 +320,11 @@ fn prerequisites(c: &RealCluster) {
     let file = c.run_dir().join("prerequisites.yaml");
     let priority = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: priority-important}\n\
                     value: 1000000\n";
-    fs::write(&file, format!("{SERVICE_MONITOR_CRD}---\n{priority}")).expect("written");
+    fs::write(
+        &file,
+        format!("{}---\n{priority}", crate::support::SERVICE_MONITOR_CRD),
+    )
+    .expect("written");
     c.kubectl(&["apply", "-f", &file.display().to_string()]);
     c.kubectl(&[
         "wait",

@@ -17,6 +17,24 @@ pub mod realnode;
 pub mod reference;
 pub mod sa;
 
+/// A stand-in for the Prometheus Operator's ServiceMonitor CRD, for charts that render a ServiceMonitor (the
+/// chart's all-on rendering, the reference chart's `baremetal-prometheus.yaml`).
+pub const SERVICE_MONITOR_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: servicemonitors.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  names: {kind: ServiceMonitor, plural: servicemonitors, singular: servicemonitor, listKind: ServiceMonitorList}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+";
+
 use std::future::Future;
 use std::time::{Duration, Instant};
 
