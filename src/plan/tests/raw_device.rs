@@ -254,3 +254,27 @@ fn an_available_pv_whose_device_is_gone_is_withdrawn() {
         ["delete uid-nvme1", "event uid-nvme1 DiskDegraded"]
     );
 }
+
+/// The weak match health uses never speaks for another device: a failing device whose serial contradicts the one
+/// a Bound PV recorded (a drive swapped into the slot) tells that PV nothing about its health, withdraws nothing
+/// and wipes nothing; the tenant's disk is elsewhere.
+#[test]
+fn a_failing_device_swapped_under_a_bound_pv_tells_that_pv_nothing_about_health() {
+    let d = raw("nvme1", "S1");
+    let pv = device_pv(Pv::test().bound(), &d);
+    let other = raw("nvme1", "S2");
+    let mut w = world(vec![other.clone()], vec![pv]);
+    let mut failing = device_gone(&other);
+    failing.state = crate::health::State::Failed;
+    failing.cause = crate::health::Cause::ProbeIoError;
+    w.found.unhealthy.push(failing);
+    let plan = w.plan();
+    let said = said(&plan);
+    assert!(
+        !said.iter().any(|s| s.contains("DiskDegraded")
+            || s.contains("DiskFailed")
+            || s.starts_with("delete")),
+        "{said:?}"
+    );
+    assert!(wipes(&plan).is_empty(), "{said:?}");
+}
