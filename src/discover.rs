@@ -70,7 +70,28 @@ struct Cached {
     at: usize,
 }
 
-/// What identifies the mount a measurement was taken on.
+impl Probed {
+    /// After a mount event, forgets every filesystem measurement unless the last table carried the kernel's unique
+    /// mount ids. NB: mountinfo's ids are handed out again, so a filesystem unmounted, made again and mounted between
+    /// two reads has the id, device, path and options of the one it replaced; only measuring again tells them apart.
+    fn forget_unless_ids_unique(&mut self) {
+        let unique = self
+            .gathered
+            .as_ref()
+            .and_then(|g| g.table.as_ref())
+            .is_some_and(MountTable::ids_unique);
+        if unique {
+            return;
+        }
+        self.disks.clear();
+        if let Some(gathered) = &mut self.gathered {
+            gathered.reusable.iter_mut().for_each(|r| *r = None);
+        }
+    }
+}
+
+/// What identifies the mount a measurement was taken on: with the kernel's unique mount id, a filesystem mounted
+/// again is another mount.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ProbeKey {
     class: String,
@@ -315,6 +336,9 @@ pub fn discover_changed(
                     .iter()
                     .any(|(dir, _)| *dir == class.mount_dir))
     };
+    if changes.mounts {
+        probed.forget_unless_ids_unique();
+    }
     if changes.list_all || classes.iter().any(device_dir) {
         return discover_with(host, classes, probed);
     }

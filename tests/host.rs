@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fixtures::{Scene, blkid_identity, blockdev_size, stat_fs_total};
-use localpv::discover::discover;
+use localpv::discover::{Probed, discover, discover_changed, discover_with};
 use localpv::disk::{Discovery, DiscoveryClass, Disk, UnusableReason, VolumeMode};
 use localpv::host::linux::LinuxHost;
 use localpv::host::live::{LiveMounts, Read, difference};
@@ -479,6 +479,38 @@ fn the_live_mount_table_follows_a_mount_a_move_and_an_unmount() {
         table.mount_at(&b).is_none(),
         "the unmounted filesystem is gone"
     );
+}
+
+/// Unmount, mkfs and mount again between two passes, with no pass in between: whether the table is the live one
+/// (unique mount ids) or mountinfo's (whose ids the kernel hands out again), the second pass measures the new
+/// filesystem, never the one it replaced.
+#[test]
+fn a_filesystem_made_again_between_two_passes_is_measured_again() {
+    let own = LinuxHost::default();
+    let mut mountinfo = LinuxHost::default();
+    mountinfo.mountinfo = "/proc/thread-self/mountinfo".into();
+    for (host, table) in [(&own, "the live table"), (&mountinfo, "mountinfo")] {
+        let mut scene = Scene::new();
+        let target = scene.disks().join("vol1");
+        let device = scene.formatted("ext4", "before", &target);
+        let mut probed = Probed::default();
+        let first = discover_with(host, &[scene.fs_class()], &mut probed);
+        let (_, old_uuid, _) = blkid_identity(&device);
+        assert_eq!(disk(&first, "vol1").identity.fs_uuid, old_uuid, "{table}");
+        scene.made_again(&device, "ext4", &target);
+        let (_, new_uuid, _) = blkid_identity(&device);
+        assert_ne!(new_uuid, old_uuid, "mkfs makes a new UUID");
+        let changes = HostChanges {
+            mounts: true,
+            ..HostChanges::default()
+        };
+        let second = discover_changed(host, &[scene.fs_class()], &mut probed, &changes);
+        assert_eq!(
+            disk(&second, "vol1").identity.fs_uuid,
+            new_uuid,
+            "{table}: the new filesystem's identity, not the cached one"
+        );
+    }
 }
 
 #[test]

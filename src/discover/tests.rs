@@ -711,7 +711,7 @@ fn tmpfs_host(mounts: &[(u32, &str)]) -> FakeHost {
         .iter()
         .map(|(id, name)| mount(*id, &format!("0:{id}"), "/", name, "tmpfs", "tmpfs"))
         .collect();
-    let mut host = host(entries, &lines);
+    let mut host = host(entries, &lines).with_unique_ids();
     for (_, name) in mounts {
         host = host.with_statvfs(probe_path(name), 10, 5);
     }
@@ -997,4 +997,83 @@ fn a_raw_device_in_a_filesystem_class_is_a_device_candidate(
             assert_eq!(reasons(&discovery), vec![(name.as_str(), reason)]);
         }
     }
+}
+
+/// vol1: an ext4 filesystem with `uuid` on /dev/loop0, mounted with mountinfo id `id`.
+fn ext4_on_loop0(id: u32, uuid: &str) -> FakeHost {
+    host(
+        vec![dir("vol1")],
+        &[mount(id, "7:0", "/", "vol1", "ext4", "/dev/loop0")],
+    )
+    .with_statvfs(probe_path("vol1"), 100, 40)
+    .with_device_node(DevId::new(7, 0), "/dev/loop0")
+    .with_probe(
+        "/dev/loop0",
+        FsProbe {
+            fs_type: Some("ext4".into()),
+            uuid: Some(uuid.into()),
+            label: None,
+        },
+    )
+}
+
+fn fs_uuid(discovery: &Discovery) -> Vec<Option<&str>> {
+    discovery
+        .disks
+        .iter()
+        .map(|d| d.identity.fs_uuid.as_deref())
+        .collect()
+}
+
+#[test]
+fn a_filesystem_made_again_and_mounted_under_a_reused_mountinfo_id_is_measured_again() {
+    // Unmount, mkfs, mount between two reads of mountinfo: the kernel hands the freed id to the new mount, and the
+    // device, path and options are the same; only the filesystem is another one.
+    let mut probed = Probed::default();
+    let first = discover_with(&ext4_on_loop0(30, "u-old"), &[fs_class()], &mut probed);
+    assert_eq!(fs_uuid(&first), [Some("u-old")]);
+    let made_again = ext4_on_loop0(30, "u-new");
+    let quiet = discover_changed(
+        &made_again,
+        &[fs_class()],
+        &mut probed,
+        &HostChanges::default(),
+    );
+    assert_eq!(
+        fs_uuid(&quiet),
+        [Some("u-old")],
+        "no mount event, nothing looked at"
+    );
+    let after_event = discover_changed(&made_again, &[fs_class()], &mut probed, &named(&[]));
+    assert_eq!(
+        fs_uuid(&after_event),
+        [Some("u-new")],
+        "after a mount event, a table without unique ids cannot vouch for any measurement"
+    );
+    assert_eq!(probed.last_measured, 1);
+}
+
+#[test]
+fn a_filesystem_mounted_again_is_another_mount_to_the_mount_api() {
+    let mut probed = Probed::default();
+    let before = ext4_on_loop0(30, "u-old").with_unique_ids();
+    discover_with(&before, &[fs_class()], &mut probed);
+    // Another mount elsewhere: vol1's unique id stands, its measurement is kept.
+    let unrelated = discover_changed(
+        &ext4_on_loop0(30, "u-new").with_unique_ids(),
+        &[fs_class()],
+        &mut probed,
+        &named(&[]),
+    );
+    assert_eq!(fs_uuid(&unrelated), [Some("u-old")]);
+    assert_eq!(probed.last_measured, 0);
+    // Unmounted, made again and mounted under the freed mountinfo id: a new unique id.
+    let again = discover_changed(
+        &ext4_on_loop0(30, "u-new").with_mounts_made_again(),
+        &[fs_class()],
+        &mut probed,
+        &named(&[]),
+    );
+    assert_eq!(fs_uuid(&again), [Some("u-new")]);
+    assert_eq!(probed.last_measured, 1);
 }

@@ -49,6 +49,10 @@ pub struct FakeHost {
     pub volume_ids: Mutex<HashMap<PathBuf, Canned<VolumeTag>>>,
     /// Health signs by volume path (as this process sees it); a path not listed shows none.
     pub health: Mutex<HashMap<PathBuf, crate::health::Signals>>,
+    /// Whether the table carries the kernel's unique mount ids, as the live host's (the mount API) does: each
+    /// mount's is its mountinfo id in this generation ([`FakeHost::with_mounts_made_again`] starts another).
+    /// `None`: the table is mountinfo's, whose ids the kernel hands out again.
+    pub unique_ids: Option<u64>,
     calls: Mutex<Vec<Call>>,
     /// The last mount table answered: a mount whose line did not change is handed over as the same allocation,
     /// as the live host does.
@@ -62,6 +66,19 @@ impl FakeHost {
 
     pub fn with_mountinfo(mut self, text: &str) -> Self {
         self.mountinfo = Some(Ok(text.to_owned()));
+        self
+    }
+
+    /// The table as the mount API reads it, with unique mount ids ([`FakeHost::unique_ids`]).
+    pub fn with_unique_ids(mut self) -> Self {
+        self.unique_ids = Some(1);
+        self
+    }
+
+    /// Every mount in the table made after those of a host in the previous generation, under the same mountinfo
+    /// ids: as the mount API sees an unmount and a mount that took the freed id.
+    pub fn with_mounts_made_again(mut self) -> Self {
+        self.unique_ids = Some(self.unique_ids.unwrap_or(1) + 1);
         self
     }
 
@@ -162,6 +179,12 @@ impl Host for FakeHost {
         };
         let mut table = MountTable::parse(text.as_bytes())
             .map_err(|source| HostError::ParseMountTable { path, source })?;
+        if let Some(generation) = self.unique_ids {
+            for entry in &mut table.entries {
+                let id = generation << 32 | u64::from(entry.mount_id);
+                std::sync::Arc::make_mut(entry).unique_id = Some(id);
+            }
+        }
         let mut last = self
             .last_table
             .lock()

@@ -184,9 +184,13 @@ impl Tracked {
         match crate::sys::stat_mount(id, mountapi::MASK, &mut self.stat_buf) {
             Ok(()) => match mountapi::parse(&self.stat_buf) {
                 Ok(stated) => {
-                    let unchanged = self.by_id.get(&id).is_some_and(|e| **e == stated.entry);
+                    let entry = MountEntry {
+                        unique_id: Some(id),
+                        ..stated.entry
+                    };
+                    let unchanged = self.by_id.get(&id).is_some_and(|e| **e == entry);
                     if !unchanged {
-                        self.by_id.insert(id, Arc::new(stated.entry));
+                        self.by_id.insert(id, Arc::new(entry));
                     }
                     Ok(())
                 }

@@ -120,6 +120,8 @@ pub fn parse(buf: &[u8]) -> Result<Stated, &'static str> {
     let source = optional(SB_SOURCE, 124)?;
     let entry = MountEntry {
         mount_id: u32_at(buf, 56)?,
+        // NB: left for the caller, who keys its table by the id; equal to mountinfo's entry of the same mount.
+        unique_id: None,
         parent_id: u32_at(buf, 60)?,
         dev: DevId {
             major: u32_at(buf, 16)?,

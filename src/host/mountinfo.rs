@@ -29,7 +29,12 @@ use crate::contract::DevId;
 /// One line of mountinfo.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct MountEntry {
+    /// mountinfo's id: the kernel hands a freed one to the next mount, so an unmount and a mount between two reads
+    /// can show a different filesystem under the same id, device and path.
     pub mount_id: u32,
+    /// The mount's 64-bit id (Linux 6.8+), never reused while the system runs; `None` when the table was read from
+    /// mountinfo, which does not show it. What tells a filesystem mounted again apart from the one it replaced.
+    pub unique_id: Option<u64>,
     pub parent_id: u32,
     pub dev: DevId,
     /// Directory of the filesystem that is visible at the mount point (`/` for a whole filesystem).
@@ -58,6 +63,11 @@ pub enum MountInfoError {
 }
 
 impl MountTable {
+    /// Whether every entry carries the kernel's unique mount id (read with the mount API, not from mountinfo).
+    pub fn ids_unique(&self) -> bool {
+        !self.entries.is_empty() && self.entries.iter().all(|e| e.unique_id.is_some())
+    }
+
     /// Parse the full text of a mountinfo file. One malformed line fails the whole table: silently skipping it
     /// could hide a mount, and a hidden mount looks exactly like a disk that went away.
     pub fn parse(text: &[u8]) -> Result<Self, MountInfoError> {
@@ -130,6 +140,7 @@ fn parse_line(line: &[u8]) -> Result<MountEntry, &'static str> {
     };
     Ok(MountEntry {
         mount_id,
+        unique_id: None,
         parent_id,
         dev,
         root,

@@ -139,6 +139,17 @@ impl Scene {
         device
     }
 
+    /// Unmounts what this scene mounted on `target`, makes a new `fs_type` filesystem on `device` and mounts it
+    /// there again: the same device, path and options, another filesystem.
+    pub fn made_again(&mut self, device: &Path, fs_type: &str, target: &Path) {
+        let at = self.mounts.iter().position(|m| m.path == target);
+        self.mounts
+            .remove(at.expect("a mount of this scene"))
+            .unmount_now();
+        mkfs(fs_type, device.to_str().expect("utf-8"), None);
+        self.mounts.push(Mount::device(device, target, &Unwatched));
+    }
+
     pub fn symlink(&self, target: &Path, link: &Path) {
         symlink(target, link).expect("create symlink");
     }

@@ -119,10 +119,16 @@ impl Host for Disks {
     fn mount_table(&self) -> Result<MountTable, HostError> {
         self.counts.mount_table.fetch_add(1, Ordering::Relaxed);
         let text = self.lock().mountinfo.clone();
-        MountTable::parse(text.as_bytes()).map_err(|source| HostError::ParseMountTable {
-            path: "/proc/self/mountinfo".into(),
-            source,
-        })
+        let mut table =
+            MountTable::parse(text.as_bytes()).map_err(|source| HostError::ParseMountTable {
+                path: "/proc/self/mountinfo".into(),
+                source,
+            })?;
+        // NB: as the mount API reads it: every mount here is made once, so mountinfo's id serves as the unique one.
+        for entry in &mut table.entries {
+            std::sync::Arc::make_mut(entry).unique_id = Some(u64::from(entry.mount_id));
+        }
+        Ok(table)
     }
 
     fn canonicalize(&self, path: &Path) -> Result<PathBuf, HostError> {
