@@ -48,6 +48,7 @@ use std::time::Duration;
 use anyhow::Context;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::ListParams;
 use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
@@ -101,6 +102,9 @@ fn own_pvs_like(node: &str) -> watcher::Config {
 fn watched() -> watcher::Config {
     watcher::Config::default().timeout(WATCH_TIMEOUT_SECS)
 }
+
+/// How often the StorageClasses are listed while one the configuration names is missing.
+const CLASS_POLL_WHILE_MISSING: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Server-side timeout of each watch request, in seconds.
 const WATCH_TIMEOUT_SECS: u32 = 3600;
@@ -183,6 +187,14 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let own_node = watched().fields(&format!("metadata.name={node}"));
     let watcher = watch::Watcher::new(client.clone(), changed.clone(), shutdown.clone());
 
+    // NB: polled, not watched (issue 34): a StorageClass's reclaim policy and mount options cannot change, so a
+    // watch per node would only hear of classes created and deleted. While the configuration names one that is not
+    // there, the list is taken every 10 s; a pass that creates a PV or wipes lists them first (`pass`).
+    let classes_polled = watch::Polled::new();
+    let class_cadence = watch::Cadence {
+        fast: CLASS_POLL_WHILE_MISSING,
+        slow: config.min_resync_period,
+    };
     let setup = pass::Setup {
         node: node.clone(),
         client: client.clone(),
@@ -193,6 +205,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         nodes: nodes.clone(),
         classes: classes.clone(),
         disks: disks.clone(),
+        classes_polled: classes_polled.clone(),
         changed: changed.clone(),
         metrics,
         http: state.clone(),
@@ -238,7 +251,13 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         ),
         pvindex::run(&watcher, pvs),
         watcher.run(own_node, nodes, watch::objects()),
-        watcher.run(watched(), classes, watch::objects()),
+        watcher.poll(
+            ListParams::default(),
+            classes,
+            watch::objects::<StorageClass>(),
+            class_cadence,
+            classes_polled,
+        ),
         inventory::watch_when_installed(
             inventory::Gate {
                 client: client.clone(),

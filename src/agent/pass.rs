@@ -74,10 +74,16 @@ pub struct Setup {
     pub nodes: Arc<Store<Node>>,
     pub classes: Arc<Store<StorageClass>>,
     pub disks: Arc<Store<LocalDisk>>,
+    /// How `classes` is polled: told whether a StorageClass the configuration names is missing (polled faster while
+    /// one is), and when it was last listed.
+    pub classes_polled: Arc<crate::watch::Polled>,
     pub changed: Arc<Notify>,
     pub metrics: Metrics,
     pub http: HttpState,
 }
+
+/// A pass that creates a PV or wipes lists the StorageClasses first when the last list is older than this.
+const CLASSES_FRESH: Duration = Duration::from_secs(30);
 
 /// While a wipe runs, plan again this often so its progress reaches the inventory.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
@@ -424,7 +430,8 @@ impl Agent {
     }
 
     fn class_facts(&self) -> Vec<ClassFacts> {
-        self.s
+        let facts: Vec<ClassFacts> = self
+            .s
             .config
             .classes
             .iter()
@@ -435,7 +442,28 @@ impl Agent {
                     mount_options: sc.mount_options.clone().unwrap_or_default(),
                 }),
             })
-            .collect()
+            .collect();
+        self.s
+            .classes_polled
+            .set_missing(facts.iter().any(|f| f.storage_class.is_none()));
+        facts
+    }
+
+    /// Lists the StorageClasses now, into the store the poller keeps; false when the list failed (logged).
+    async fn relist_classes(&self) -> bool {
+        let api: kube::Api<crate::watch::Guarded<StorageClass>> =
+            kube::Api::all(self.s.client.clone());
+        match api.list(&kube::api::ListParams::default()).await {
+            Ok(list) => {
+                crate::watch::relist(&self.s.classes, list.items, &crate::watch::objects());
+                self.s.classes_polled.mark_listed();
+                true
+            }
+            Err(error) => {
+                warn!(error = %crate::logging::error_text(&error), "failed to list StorageClasses; planning on the last list");
+                false
+            }
+        }
     }
 
     /// One discovery + planning pass. Returns when to plan again without an event, if the plan asks.
@@ -530,6 +558,21 @@ impl Agent {
                 }
             },
             Fill::CheckPolicy | Fill::Planned | Fill::Wait => {}
+        }
+        // NB: a new PV takes its class's reclaim policy and mount options, and a disk whose PV went is wiped or kept
+        // by its class's policy; StorageClasses are polled, not watched, so such a plan is made again on a list taken
+        // now unless the last is recent. A failed list leaves the last one, as a broken watch would.
+        let acts = |a: &Action| matches!(a, Action::CreatePv(_) | Action::Wipe(_));
+        if plan.actions.iter().any(acts)
+            && !self.s.classes_polled.listed_within(CLASSES_FRESH)
+            && self.relist_classes().await
+        {
+            let classes = self.class_facts();
+            let facts = Facts {
+                classes: &classes,
+                ..facts
+            };
+            plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
         }
         // Otherwise an incomplete index completes with a watch event, which wakes the loop.
         let complete = cluster.is_some();

@@ -4,10 +4,12 @@
 
 use std::collections::BTreeSet;
 use std::fs;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::node_agent::{one_class_plane, plane_with_agent, pv_at};
-use crate::support::cluster::Options;
+use crate::support::agent::Agent;
+use crate::support::cluster::{ControlPlane, Options};
 use crate::support::disks::Mount;
 use crate::support::eventually;
 use crate::support::extender::ExtenderProcess;
@@ -58,7 +60,7 @@ pub fn api_port(api_url: &str) -> u16 {
         .expect("the API server's URL ends with its port")
 }
 
-/// An agent with all its watches open (PVs, its Node, StorageClasses, LocalDisks) and the extender with its own
+/// An agent with all its watches open (PVs, its Node, LocalDisks; StorageClasses are listed) and the extender with its own
 /// (PVs, claims, classes, Nodes) and its Lease each hold exactly one connection to the API server, and still one a
 /// few seconds later.
 #[tokio::test(flavor = "multi_thread")]
@@ -100,28 +102,46 @@ async fn the_agent_and_the_extender_each_hold_one_connection_to_the_api_server()
     extender.stop(Duration::from_secs(5));
 }
 
+/// A plane with the PV controller and the API server's feature gates `gates`, StorageClasses `policies`, and
+/// node-1's agent over class `class` with one tmpfs disk `vol1`, started and ready.
+async fn one_disk_agent(
+    gates: Vec<String>,
+    ns: &str,
+    policies: &[(&str, &str)],
+    class: &str,
+) -> (ControlPlane, Agent, PathBuf, Mount) {
+    let (cp, _ns, mut agent) = plane_with_agent(
+        Options {
+            controller_manager: true,
+            api_feature_gates: gates,
+            ..Options::default()
+        },
+        ns,
+        policies,
+        &["node-1"],
+        &[(class, "disks", "")],
+    )
+    .await;
+    let vol = agent.disk("vol1");
+    let mount = Mount::tmpfs(&vol, "16M", cp.reaper());
+    agent.start(&cp);
+    agent.wait_ready().await;
+    (cp, agent, vol, mount)
+}
+
 /// Streaming lists where the API server serves them, and lists where it does not: with the WatchList feature turned
 /// off (it refuses `sendInitialEvents`), the agent and the extender say so once per watch, list and watch instead,
 /// and work as before: the agent publishes its disk and is ready, the extender is ready.
 #[tokio::test(flavor = "multi_thread")]
 async fn without_streaming_lists_the_agent_and_the_extender_list_and_watch_as_before() {
-    let (cp, _ns, mut agent) = plane_with_agent(
-        Options {
-            controller_manager: true,
-            api_feature_gates: vec!["WatchList=false".into()],
-            ..Options::default()
-        },
+    let (cp, agent, vol, _mount) = one_disk_agent(
+        vec!["WatchList=false".into()],
         "nostream",
         &[("local-storage", "Delete")],
-        &["node-1"],
-        &[("local-storage", "disks", "")],
+        "local-storage",
     )
     .await;
     let client = cp.client();
-    let vol = agent.disk("vol1");
-    let _mount = Mount::tmpfs(&vol, "16M", cp.reaper());
-    agent.start(&cp);
-    agent.wait_ready().await;
     pv_at(
         &client,
         "node-1",
@@ -136,4 +156,31 @@ async fn without_streaming_lists_the_agent_and_the_extender_list_and_watch_as_be
     assert!(agent.log().contains(refused), "{}", agent.log());
     assert!(extender.log().contains(refused), "{}", extender.log());
     extender.stop(Duration::from_secs(5));
+}
+
+/// StorageClasses are listed now and then, not watched (issue 34: one watch fewer per agent). A class the
+/// configuration names but which does not exist yet is looked for every 10 s: created after the agent started, it
+/// is seen without a restart and the waiting disk is published with the class's reclaim policy.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_storage_class_created_after_the_agent_started_is_found_without_a_watch() {
+    let (cp, _agent, vol, _mount) =
+        one_disk_agent(Vec::new(), "lateclass", &[], "late-class").await;
+    let client = cp.client();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = crate::node_agent::pvs_of(&client, "node-1").await;
+    assert!(before.is_empty(), "no PV without its class: {before:?}");
+    crate::node_agent::local_storage_class(&client, "late-class", "Retain").await;
+    let pv = pv_at(
+        &client,
+        "node-1",
+        &vol,
+        "Available",
+        Duration::from_secs(60),
+    )
+    .await;
+    let spec = pv.spec.unwrap_or_default();
+    assert_eq!(
+        spec.persistent_volume_reclaim_policy.as_deref(),
+        Some("Retain")
+    );
 }

@@ -217,6 +217,10 @@ struct FakeApi {
     node: plan::NodeFacts,
     uids: AtomicU64,
     requests: Mutex<Vec<String>>,
+    /// The reclaim policy of the StorageClass a list of them shows.
+    class_policy: Mutex<&'static str>,
+    /// The reclaim policy of each PV created, in order.
+    created_policies: Mutex<Vec<String>>,
 }
 
 impl FakeApi {
@@ -232,6 +236,15 @@ impl FakeApi {
                 let mut pv = body;
                 pv["metadata"]["uid"] = json!(format!("uid-{uid}"));
                 pv["metadata"]["resourceVersion"] = json!(uid.to_string());
+                self.created_policies
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(
+                        pv["spec"]["persistentVolumeReclaimPolicy"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .into(),
+                    );
                 let mut watched = pv.clone();
                 watched["status"] = json!({"phase": "Available"});
                 self.pvs.apply(&self.node, Event::Apply(text(watched)));
@@ -247,6 +260,15 @@ impl FakeApi {
             }
             ("GET", p) if p.starts_with(&ours) => (404, not_found()),
             ("POST", p) if p.ends_with("/events") => (201, body),
+            ("GET", "/apis/storage.k8s.io/v1/storageclasses") => {
+                let policy = *self.class_policy.lock().unwrap_or_else(|e| e.into_inner());
+                let class = json!({"metadata": {"name": CLASS, "uid": "sc-uid"},
+                    "provisioner": "kubernetes.io/no-provisioner", "reclaimPolicy": policy});
+                (
+                    200,
+                    json!({"metadata": {"resourceVersion": "1"}, "items": [class]}),
+                )
+            }
             _ => (404, not_found()),
         }
     }
@@ -354,6 +376,8 @@ impl Bed {
             node: node_facts,
             uids: AtomicU64::new(1),
             requests: Mutex::new(Vec::new()),
+            class_policy: Mutex::new("Delete"),
+            created_policies: Mutex::new(Vec::new()),
         });
         let state_dir = state.path().display().to_string();
         let cli =
@@ -375,6 +399,7 @@ impl Bed {
             nodes,
             classes,
             disks,
+            classes_polled: listed_now(),
             changed: Arc::new(Notify::new()),
             metrics,
             http: HttpState::new(registry),
@@ -464,6 +489,54 @@ async fn one_event(bed: &mut Bed, name: &str) -> EventCost {
         whole: bed.whole || bed.agent.inventory_builder.work().whole,
         requests: bed.api.requests(),
     }
+}
+
+/// StorageClasses are polled, not watched (issue 34): a class deleted and made again with another reclaim policy
+/// since the last list must not give a new PV the old one. A pass that creates lists them first when the last list
+/// is old, and not again while it is recent.
+#[tokio::test]
+async fn a_new_pv_takes_the_reclaim_policy_of_a_class_listed_just_before_when_the_last_list_is_old()
+{
+    let host = Disks::new();
+    host.mount("vol1", true);
+    let mut bed = Bed::new(host);
+    *bed.api
+        .class_policy
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = "Retain";
+    bed.agent.s.classes_polled = crate::watch::Polled::new();
+    bed.wake().await;
+    let requests = bed.api.requests();
+    let at = |line: &str| requests.iter().position(|r| r.as_str() == line);
+    let (listed, created) = (
+        at("GET /apis/storage.k8s.io/v1/storageclasses"),
+        at("POST /api/v1/persistentvolumes"),
+    );
+    assert!(
+        listed.is_some() && listed < created,
+        "listed, then created: {requests:?}"
+    );
+    let api = bed.api.clone();
+    let policies = || {
+        api.created_policies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    };
+    assert_eq!(policies(), ["Retain"], "the class as it is now");
+    bed.host.mount("vol2", true);
+    bed.agent.changes.merge(HostChanges {
+        mounts: true,
+        entries: vec![(MOUNT_DIR.into(), "vol2".into())],
+        list_all: false,
+    });
+    bed.wake().await;
+    let requests = bed.api.requests();
+    assert!(
+        requests.iter().all(|r| !r.contains("storageclasses")),
+        "a recent list stands: {requests:?}"
+    );
+    assert_eq!(policies(), ["Retain", "Retain"]);
 }
 
 #[tokio::test]
@@ -622,4 +695,11 @@ fn pvs_picked_again_are_read_only_where_the_index_changed() {
         NODE,
     );
     assert_eq!(names(&fourth), names(&third));
+}
+
+/// The StorageClasses as the poller leaves them: listed just now (a pass that creates or wipes lists none again).
+fn listed_now() -> std::sync::Arc<crate::watch::Polled> {
+    let polled = crate::watch::Polled::new();
+    polled.mark_listed();
+    polled
 }
