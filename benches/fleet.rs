@@ -284,12 +284,24 @@ impl Probe {
 
     /// The live heap in MiB: the API server collects garbage (`/debug/pprof/heap?gc=1`, served with profiling on,
     /// its default), then `go_memstats_heap_alloc_bytes` is what survived.
-    async fn live_heap_mib(&self) -> f64 {
+    /// With `LOCALPV_FLEET_PROFILES` set to a directory, the heap profile is kept there as `<name>.pb.gz` (for `go
+    /// tool pprof -top -diff_base`).
+    async fn live_heap_mib(&self, name: &str) -> f64 {
         let gc = http::Request::get("/debug/pprof/heap?gc=1")
             .body(Vec::new())
             .expect("request builds");
         let answered = self.client.request_stream(gc).await;
-        drop(answered.expect("kube-apiserver serves /debug/pprof/heap to the admin"));
+        let profile = answered.expect("kube-apiserver serves /debug/pprof/heap to the admin");
+        if let Ok(dir) = std::env::var("LOCALPV_FLEET_PROFILES") {
+            let mut bytes = Vec::new();
+            let mut reader = profile;
+            futures::AsyncReadExt::read_to_end(&mut reader, &mut bytes)
+                .await
+                .expect("the heap profile reads");
+            std::fs::create_dir_all(&dir).expect("profile directory");
+            std::fs::write(PathBuf::from(dir).join(format!("{name}.pb.gz")), bytes)
+                .expect("profile written");
+        }
         self.metrics()
             .await
             .lines()
@@ -799,6 +811,25 @@ async fn install_policy(cp: &ControlPlane, nodes: usize) -> Vec<PathBuf> {
         .await
 }
 
+/// One kubeconfig per node for a ServiceAccount bound to cluster-admin, with a token bound to a pod on that node.
+async fn pod_bound_admins(cp: &ControlPlane, nodes: usize) -> Vec<PathBuf> {
+    cp.kubectl(&["create", "namespace", NAMESPACE]);
+    cp.kubectl(&["-n", NAMESPACE, "create", "serviceaccount", "fleet-agent"]);
+    let subject = format!("--serviceaccount={NAMESPACE}:fleet-agent");
+    cp.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "fleet-agent",
+        "--clusterrole=cluster-admin",
+        &subject,
+    ]);
+    futures::stream::iter(0..nodes)
+        .map(|i| support::sa::node_agent_kubeconfig(cp, NAMESPACE, "fleet-agent", node_name(i)))
+        .buffered(16)
+        .collect()
+        .await
+}
+
 /// Waits until every agent of the fleet watches only its own PVs.
 async fn wait_narrow(fleet: &Fleet) {
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -886,18 +917,22 @@ async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
     create_foreign(&client, "ghost", 0..sizes.foreign).await;
     // NB: the PV binder makes each of them Available (a status update each): done before the baseline.
     wait_pvs(&client, sizes.foreign, "foreign PVs").await;
-    // One identity for the whole fleet, as a DaemonSet's pods share one ServiceAccount (pod-bound tokens under
-    // the policy, which checks the node each token is bound to).
+    // One ServiceAccount for the whole fleet and a token bound to a pod on each node, as a DaemonSet's pods get
+    // them, for every kind: the API server keeps per-token state (its authentication cache), which a certificate
+    // shared by the fleet would leave out. Under the policy, the chart's node role; else cluster-admin.
     let kubeconfigs = if kind == Kind::Narrow {
         install_policy(&cp, sizes.nodes).await
     } else {
-        let kubeconfig = cp.kubeconfig_for("fleet", "localpv-fleet", &["system:masters"]);
-        vec![kubeconfig; sizes.nodes]
+        pod_bound_admins(&cp, sizes.nodes).await
     };
     let probe = Arc::new(Probe::find(&cp));
     eprintln!("== {}: baseline {} s", kind.key(), sizes.baseline);
     let mut baseline = Phase::of(&probe.window(sizes.baseline, sizes.every).await);
-    baseline.live_heap = vec![probe.live_heap_mib().await];
+    baseline.live_heap = vec![
+        probe
+            .live_heap_mib(&format!("{}-baseline", kind.key()))
+            .await,
+    ];
     // The same churn with no agent yet: what the churn itself costs, which the fleet's figures leave out.
     let churn_alone = sampled(
         &probe,
@@ -927,7 +962,7 @@ async fn run_fleet(kind: Kind, sizes: &Sizes) -> Outcome {
 
     eprintln!("== {}: steady state {} s", kind.key(), sizes.steady);
     let mut steady = Phase::of(&probe.window(sizes.steady, sizes.every).await);
-    steady.live_heap = vec![probe.live_heap_mib().await];
+    steady.live_heap = vec![probe.live_heap_mib(&format!("{}-steady", kind.key())).await];
     let agents_rss = fleet.pids().into_iter().map(rss_mib).sum::<f64>();
 
     eprintln!(
