@@ -14,6 +14,9 @@
 //! objects, and a pass copies pointers out of them: the extender's answers never wait for this work, and its memory
 //! stays a small fraction of the snapshot's. Every write goes through the program's one effects writer
 //! (`crate::effects`), where 404 and 409 mean already done.
+//!
+//! NB: a little over 500 lines: the leader's pass and the stores it reads are one loop; the lease is in
+//! `controller::lease`, the decisions in `recovery`, `controller::recover` and `controller::pending`.
 
 pub mod lease;
 pub mod metrics;

@@ -23,6 +23,10 @@
 //! the mount table and the directories, for a pass the agent knows nothing on the host changed since (no mount or
 //! directory event, no resync): it measures only entries forgotten since, and block entries. After a mount or
 //! directory event, [`discover_changed`] looks again at only the entries the event named, and at the mount table.
+//!
+//! NB: over 500 lines because the three entry points ([`discover_with`], [`discover_changed`], [`discover_again`])
+//! and the probe cache share the kept classification (`Gathered`), whose positions and reusable measurements hold
+//! only if every path updates them alike; the rules are in `classify`, the path after an event in `touched`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,5 +1,9 @@
 //! The planning pass: every owned PV is judged against the disk at its path, then every found disk without a PV
 //! is published, wiped first, or held back.
+//!
+//! NB: over 500 lines because every rule reads and writes the one `Planner` (its remembered conditions, its writes,
+//! the disks already placed); the rules themselves are split by subject under `decide/` (own, place, duplicate,
+//! in use, overlap, unhealthy), and this file keeps the order they run in.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
