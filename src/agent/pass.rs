@@ -82,9 +82,6 @@ pub struct Setup {
     pub http: HttpState,
 }
 
-/// A pass that creates a PV or wipes lists the StorageClasses first when the last list is older than this.
-const CLASSES_FRESH: Duration = Duration::from_secs(30);
-
 /// While a wipe runs, plan again this often so its progress reaches the inventory.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
@@ -456,7 +453,6 @@ impl Agent {
         match api.list(&kube::api::ListParams::default()).await {
             Ok(list) => {
                 crate::watch::relist(&self.s.classes, list.items, &crate::watch::objects());
-                self.s.classes_polled.mark_listed();
                 true
             }
             Err(error) => {
@@ -560,11 +556,12 @@ impl Agent {
             Fill::CheckPolicy | Fill::Planned | Fill::Wait => {}
         }
         // NB: a new PV takes its class's reclaim policy and mount options, and a disk whose PV went is wiped or kept
-        // by its class's policy; StorageClasses are polled, not watched, so such a plan is made again on a list taken
-        // now unless the last is recent. A failed list leaves the last one, as a broken watch would.
+        // by its class's policy; StorageClasses are polled, not watched, and a class may have been made again with
+        // another policy since the last list (however recent), so such a plan is made again on a list taken now. A
+        // failed list leaves the last one, as a broken watch would.
         let acts = |a: &Action| matches!(a, Action::CreatePv(_) | Action::Wipe(_));
         if plan.actions.iter().any(acts)
-            && !self.s.classes_polled.listed_within(CLASSES_FRESH)
+            && self.s.classes_polled.lists_before_acting()
             && self.relist_classes().await
         {
             let classes = self.class_facts();

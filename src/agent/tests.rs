@@ -245,7 +245,7 @@ fn start(
         nodes: stores.nodes.clone(),
         classes: stores.classes.clone(),
         disks: stores.disks.clone(),
-        classes_polled: listed_now(),
+        classes_polled: crate::watch::Polled::kept_current(),
         changed: changed.clone(),
         metrics: metrics.clone(),
         http: http::State::new(registry),
@@ -583,11 +583,4 @@ async fn a_taint_patch_that_meets_a_changed_node_is_tried_again() {
             .answer_with(untainted_node(&stores.nodes)),
     ];
     run_agent(&disk, &stores, steps, 6).await;
-}
-
-/// The StorageClasses as the poller leaves them: listed just now (a pass that creates or wipes lists none again).
-fn listed_now() -> std::sync::Arc<crate::watch::Polled> {
-    let polled = crate::watch::Polled::new();
-    polled.mark_listed();
-    polled
 }

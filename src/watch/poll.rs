@@ -10,9 +10,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt::{Debug, Display};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::Resource;
 use kube::api::{Api, ListParams};
@@ -33,17 +33,25 @@ pub struct Cadence {
 
 /// What a poller and its reader share: whether the store lacks what the reader needs (a StorageClass the
 /// configuration names; while it does, the poller lists at its fast cadence, and the moment it starts to, at once),
-/// and when it was last listed (a reader about to act on it can ask for a list of its own first).
+/// and whether a reader about to act on the store must list first (always, but for a store a test fills itself).
 #[derive(Debug, Default)]
 pub struct Polled {
     missing: AtomicBool,
     wake: Notify,
-    listed_at: Mutex<Option<Instant>>,
+    kept_current: bool,
 }
 
 impl Polled {
     pub fn new() -> Arc<Polled> {
         Arc::new(Polled::default())
+    }
+
+    /// For a store that something else keeps current (a test that fills it): never listed before acting.
+    pub fn kept_current() -> Arc<Polled> {
+        Arc::new(Polled {
+            kept_current: true,
+            ..Polled::default()
+        })
     }
 
     /// Says whether something is missing now; a change to missing wakes the poller.
@@ -58,17 +66,10 @@ impl Polled {
         self.missing.load(Ordering::Relaxed)
     }
 
-    /// The store holds a list taken just now.
-    pub fn mark_listed(&self) {
-        *self.listed_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-    }
-
-    /// Whether the store holds a list taken within `age`.
-    pub fn listed_within(&self, age: Duration) -> bool {
-        self.listed_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|at| at.elapsed() <= age)
+    /// Whether a reader about to act on the store (create, wipe) must list first: a poll's list may be as old as
+    /// its period, and nothing says whether an object changed since.
+    pub fn lists_before_acting(&self) -> bool {
+        !self.kept_current
     }
 }
 
@@ -128,7 +129,6 @@ impl Watcher {
                     if relist(&store, list.items, &reader) {
                         self.changed.notify_one();
                     }
-                    polled.mark_listed();
                     if polled.is_missing() {
                         cadence.fast
                     } else {

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use localpv::inventory::LocalDisk;
 use serde_json::json;
@@ -223,4 +223,124 @@ async fn a_replica_on_a_failing_disk_comes_back_empty_on_a_free_disk_and_its_sib
     }
     drop(mount);
     drop(failing);
+}
+
+/// Issue 37's false alarm on real nodes: one transient read error under a replica whose StatefulSet opted in, with
+/// recovery on in the chart (a pass every second). The FUSE-served disk under ext4 fails reads until the agent's
+/// direct read has failed once, then serves again: the LocalDisk goes `Degraded` and, after `diskHealthyAfter`
+/// without a new sign, `Healthy`, never `Failed`. The claim and the pod are told both (`DiskDegraded`, then
+/// `DiskHealthy`); the pod, the claim and the PV keep their UIDs and the replica its restart count: nothing is
+/// recovered, since only a `Failed` disk loses a volume.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_transient_read_error_under_an_opted_in_replica_is_a_false_alarm_and_recovers_nothing()
+{
+    const IDLE: &str =
+        "hostname > /data/owner; sync; trap 'exit 0' TERM; while true; do sleep 1; done";
+    let c = RealCluster::start(1).await;
+    let flaky = FaultyDisk::new(&c.run_dir().join("flaky"), 64, "ext4", c.undo());
+    let vol1 = c.node("node-1").disks.join("disks").join("vol1");
+    let mount = flaky.mount_at(&vol1, c.undo());
+    install(
+        &c,
+        json!({"extender": {"enabled": true, "replicas": 1,
+                            "podDisruptionBudget": {"enabled": false},
+                            "recovery": {"enabled": true, "interval": "1s"}},
+               "extraConfig": {"diskHealthCheckPeriod": "1s", "diskHealthyAfter": "15s"}}),
+    )
+    .await;
+    let root = c.disk_root().join("disks");
+    let pv = wait_pv(
+        &c,
+        "node-1",
+        &root.join("vol1").display().to_string(),
+        "Available",
+    )
+    .await;
+    let pv_name = pv.metadata.name.clone().expect("named");
+
+    let ns = c.plane.namespace("flaky").await;
+    let mut set = serde_json::to_value(statefulset("db", 1, IDLE)).expect("set as JSON");
+    set["metadata"]["annotations"] = json!({"localpv.io/recovery": "on"});
+    let sets: Api<StatefulSet> = Api::namespaced(c.client(), &ns);
+    create(&sets, &obj(set)).await;
+    wait_pod(&c, &ns, "db-0", &["Running"]).await;
+    let claim = "data-db-0";
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client(), &ns);
+    let claim_uid = claims.get(claim).await.expect("claim").metadata.uid;
+    let before = pod_state(&c, &ns, "db-0").await.expect("replica exists");
+
+    flaky.set(Mode::FailReads);
+    let deadline = Instant::now() + POD_TIMEOUT;
+    while flaky.stats().failed == 0 {
+        assert!(Instant::now() < deadline, "no read ever failed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    flaky.set(Mode::Ok);
+    let said = event(&c, "default", &pv_name, "DiskDegraded", "ProbeIoError").await;
+    assert!(said.contains("ProbeIoError"), "{said}");
+    event(&c, &ns, claim, "DiskDegraded", "").await;
+    event(&c, &ns, "db-0", "DiskDegraded", "").await;
+    event(&c, &ns, claim, "DiskHealthy", "").await;
+    let pod_back = event(&c, &ns, "db-0", "DiskHealthy", "").await;
+    assert!(pod_back.contains("Healthy again"), "{pod_back}");
+    let disks: Api<LocalDisk> = Api::all(c.client());
+    let lp = ListParams::default().labels("localpv.io/node=node-1");
+    let deadline = Instant::now() + POD_TIMEOUT;
+    loop {
+        let health: Vec<_> = disks
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .iter()
+            .map(|d| d.status.as_ref().and_then(|s| s.health.clone()))
+            .collect();
+        if health == [None] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the LocalDisk never said Healthy again: {health:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // Recovery passes (a second apart) had time to act: nothing was deleted or restarted.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(pod_state(&c, &ns, "db-0").await, Some(before));
+    assert_eq!(
+        claims.get(claim).await.expect("claim").metadata.uid,
+        claim_uid
+    );
+    let now = wait_pv(
+        &c,
+        "node-1",
+        &root.join("vol1").display().to_string(),
+        "Bound",
+    )
+    .await;
+    assert_eq!(now.metadata.uid, pv.metadata.uid);
+    let events: Api<Event> = Api::namespaced(c.client(), &ns);
+    let said: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    for never in ["DiskFailed", "ReplicaRecovered", "ReplicaRecoveryDryRun"] {
+        assert!(!said.iter().any(|r| r == never), "{never} in {said:?}");
+    }
+
+    sets.delete("db", &DeleteParams::default())
+        .await
+        .expect("set deleted");
+    let deadline = Instant::now() + POD_TIMEOUT;
+    while pod_state(&c, &ns, "db-0").await.is_some() {
+        assert!(Instant::now() < deadline, "db-0 not gone");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    drop(mount);
+    drop(flaky);
 }
