@@ -14,6 +14,7 @@ use localpv::inventory::LocalDisk;
 use serde_json::json;
 
 use crate::common::*;
+use crate::support::disks::{LoopDevice, Mount, Unwatched, run};
 use crate::support::faulty::{FaultyDisk, Mode};
 use crate::support::realnode::{POD_TIMEOUT, RealCluster};
 
@@ -343,4 +344,113 @@ async fn one_transient_read_error_under_an_opted_in_replica_is_a_false_alarm_and
     }
     drop(mount);
     drop(flaky);
+}
+
+/// Issue 37's disk detached for good, on real nodes: the loop device under a replica's mounted ext4 detached and
+/// its backing file deleted (the kernel serves the filesystem until the unmount; the data goes with it). The
+/// LocalDisk goes `Degraded` at the next look and `Failed` (`DeviceGone`) past `diskGoneGracePeriod`; the claim and
+/// the pod are told. The StatefulSet opted in, so the chart's extender deletes the claim and the pod, and the
+/// replica comes back empty on node-2's free disk. The old PV stays: never wiped while its disk is Failed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_detached_for_good_under_an_opted_in_replica_moves_it_to_a_free_disk_and_wipes_nothing()
+ {
+    let c = RealCluster::start(2).await;
+    let backing = c.run_dir().join("going.img");
+    // NB: not in the undo log: detached early, the number may be another test's by teardown.
+    let mut device = LoopDevice::new(&backing, 320, Some("ext4"), &Unwatched);
+    let vol1 = c.node("node-1").disks.join("disks").join("vol1");
+    let _mount = Mount::device(&device.device, &vol1, c.undo()).keep();
+    install(
+        &c,
+        json!({"extender": {"enabled": true, "replicas": 1,
+                            "podDisruptionBudget": {"enabled": false},
+                            "recovery": {"enabled": true, "interval": "1s"}},
+               "extraConfig": {"diskHealthCheckPeriod": "1s", "diskGoneGracePeriod": "6s"}}),
+    )
+    .await;
+    let root = c.disk_root().join("disks");
+    let old = wait_pv(
+        &c,
+        "node-1",
+        &root.join("vol1").display().to_string(),
+        "Available",
+    )
+    .await;
+
+    // One replica, on node-1's disk (the only one yet).
+    let ns = c.plane.namespace("going").await;
+    let mut set = serde_json::to_value(statefulset("db", 1, SCRIPT)).expect("set as JSON");
+    set["metadata"]["annotations"] = json!({"localpv.io/recovery": "on"});
+    let sets: Api<StatefulSet> = Api::namespaced(c.client(), &ns);
+    create(&sets, &obj(set)).await;
+    wait_pod(&c, &ns, "db-0", &["Running"]).await;
+    let (_, node) = replica_history(&c, &ns, "db-0", 1).await;
+    assert_eq!(node, "node-1");
+    let before = pod_state(&c, &ns, "db-0").await.expect("replica exists");
+    let spare = c.tmpfs("node-2", "vol2", "64M");
+    wait_pv(
+        &c,
+        "node-2",
+        &root.join("vol2").display().to_string(),
+        "Available",
+    )
+    .await;
+
+    run("losetup", &["-d", &device.device]);
+    device.device.clear();
+    std::fs::remove_file(&backing).expect("backing file removed");
+
+    let claim = "data-db-0";
+    let old_name = old.metadata.name.clone().expect("named");
+    event(&c, "default", &old_name, "DiskDegraded", "gone").await;
+    event(&c, "default", &old_name, "DiskFailed", "gone").await;
+    event(&c, &ns, claim, "DiskFailed", "").await;
+    let done = event(&c, &ns, claim, "ReplicaRecovered", "deleting claim").await;
+    assert!(done.contains("Failed"), "{done}");
+    let deadline = Instant::now() + POD_TIMEOUT * 2;
+    loop {
+        let now = pod_state(&c, &ns, "db-0").await;
+        if now.as_ref().is_some_and(|(uid, _)| *uid != before.0) {
+            wait_pod(&c, &ns, "db-0", &["Running"]).await;
+            break;
+        }
+        assert!(Instant::now() < deadline, "db-0 never came back: {now:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (history, node) = replica_history(&c, &ns, "db-0", 1).await;
+    assert_eq!(node, "node-2", "back on the healthy node");
+    assert_eq!(history, "empty\n", "empty on the free disk");
+    assert!(spare.join("owner").exists(), "the free disk holds it now");
+    // The old PV is Released and stays so: its disk is Failed, so it is never wiped.
+    let kept = wait_pv(
+        &c,
+        "node-1",
+        &root.join("vol1").display().to_string(),
+        "Released",
+    )
+    .await;
+    assert_eq!(kept.metadata.uid, old.metadata.uid);
+    let events: Api<Event> = Api::namespaced(c.client(), "default");
+    let about_old = ListParams::default().fields(&format!("involvedObject.name={old_name}"));
+    let said: Vec<String> = events
+        .list(&about_old)
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(
+        !said.iter().any(|r| r.starts_with("Wipe")),
+        "never wiped: {said:?}"
+    );
+
+    sets.delete("db", &DeleteParams::default())
+        .await
+        .expect("set deleted");
+    let deadline = Instant::now() + POD_TIMEOUT;
+    while pod_state(&c, &ns, "db-0").await.is_some() {
+        assert!(Instant::now() < deadline, "db-0 not gone");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }
