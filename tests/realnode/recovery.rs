@@ -454,3 +454,75 @@ async fn a_disk_detached_for_good_under_an_opted_in_replica_moves_it_to_a_free_d
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
+
+/// Issue 37's node lost for good, on real nodes: node-1's kubelet and containerd killed (the machine died), then its
+/// Node deleted. With the chart's node clean-up and `recovery.deletedNodes` on and the StatefulSet opted in, once
+/// the Node is gone past `nodeCleanup.grace` the chart's extender (kept on node-2) deletes the claim and the pod of
+/// the replica whose disk was on node-1, and the StatefulSet's new replica runs empty on node-2's free disk.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_on_a_deleted_node_comes_back_empty_on_a_free_disk_of_another_node() {
+    let c = RealCluster::start(2).await;
+    c.tmpfs("node-1", "vol1", "64M");
+    install(
+        &c,
+        json!({"extender": {"enabled": true, "replicas": 1,
+                            "podDisruptionBudget": {"enabled": false},
+                            "nodeSelector": {"kubernetes.io/hostname": "node-2"},
+                            "nodeCleanup": {"enabled": true, "grace": "5s"},
+                            "recovery": {"enabled": true, "interval": "1s", "deletedNodes": true}}}),
+    )
+    .await;
+    let root = c.disk_root().join("disks");
+    wait_pv(
+        &c,
+        "node-1",
+        &root.join("vol1").display().to_string(),
+        "Available",
+    )
+    .await;
+    let ns = c.plane.namespace("lost").await;
+    let mut set = serde_json::to_value(statefulset("db", 1, SCRIPT)).expect("set as JSON");
+    set["metadata"]["annotations"] = json!({"localpv.io/recovery": "on"});
+    let sets: Api<StatefulSet> = Api::namespaced(c.client(), &ns);
+    create(&sets, &obj(set)).await;
+    wait_pod(&c, &ns, "db-0", &["Running"]).await;
+    let (_, node) = replica_history(&c, &ns, "db-0", 1).await;
+    assert_eq!(node, "node-1");
+    let before = pod_state(&c, &ns, "db-0").await.expect("replica exists");
+    let spare = c.tmpfs("node-2", "vol2", "64M");
+    wait_pv(
+        &c,
+        "node-2",
+        &root.join("vol2").display().to_string(),
+        "Available",
+    )
+    .await;
+
+    // The machine dies: its kubelet and containerd (one process group) killed; then its Node is deleted.
+    c.node("node-1")
+        .component
+        .signal(nix::sys::signal::Signal::SIGKILL);
+    c.kubectl(&["delete", "node", "node-1", "--wait=true"]);
+
+    let claim = "data-db-0";
+    let done = event(&c, &ns, claim, "ReplicaRecovered", "deleting claim").await;
+    assert!(done.contains("node-1"), "{done}");
+    let deadline = Instant::now() + POD_TIMEOUT * 2;
+    loop {
+        let now = pod_state(&c, &ns, "db-0").await;
+        if now.as_ref().is_some_and(|(uid, _)| *uid != before.0) {
+            wait_pod(&c, &ns, "db-0", &["Running"]).await;
+            break;
+        }
+        assert!(Instant::now() < deadline, "db-0 never came back: {now:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (history, node) = replica_history(&c, &ns, "db-0", 1).await;
+    assert_eq!(node, "node-2", "back on the node that is left");
+    assert_eq!(history, "empty\n", "empty on the free disk");
+    assert!(spare.join("owner").exists(), "the free disk holds it now");
+
+    sets.delete("db", &DeleteParams::default())
+        .await
+        .expect("set deleted");
+}

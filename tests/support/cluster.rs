@@ -199,7 +199,8 @@ pub struct Options {
     pub controller_manager_qps: Option<u32>,
     /// For kubelets (`support::realnode`): the API server listens on this address instead of loopback, serves
     /// it and the `kubernetes` Service IP, authorizes nodes (Node authorizer, NodeRestriction), and the
-    /// controller-manager also runs the workload, node-lifecycle and root-CA publisher controllers.
+    /// controller-manager also runs the workload, node-lifecycle, pod garbage collector and root-CA publisher
+    /// controllers.
     pub real_nodes_address: Option<String>,
     /// kube-apiserver `--feature-gates`, e.g. `CSIVolumeHealth=true`.
     pub api_feature_gates: Vec<String>,
@@ -469,6 +470,9 @@ impl ControlPlane {
                 "statefulset-controller",
                 "disruption-controller",
                 "node-lifecycle-controller",
+                // NB: as in every real cluster: it force-deletes the pods of a deleted Node, which no kubelet will
+                // ever confirm gone.
+                "pod-garbage-collector-controller",
                 "root-ca-certificate-publisher-controller",
             ]);
         }
