@@ -132,13 +132,7 @@ fn a_tmpfs_mount_is_a_disk_sized_by_statvfs_with_no_device() {
 
 #[test]
 fn a_device_backed_mount_carries_blkid_and_hardware_identity() {
-    let mut host = host(
-        vec![dir("vol1")],
-        &[mount(30, "7:0", "/", "vol1", "ext4", "/dev/loop0")],
-    )
-    .with_statvfs(probe_path("vol1"), 100, 40)
-    .with_device_node(DevId::new(7, 0), "/dev/loop0")
-    .with_probe(
+    let mut host = ext4_on_loop0(30, "u-1").with_probe(
         "/dev/loop0",
         FsProbe {
             fs_type: Some("ext4".into()),
@@ -1017,6 +1011,11 @@ fn ext4_on_loop0(id: u32, uuid: &str) -> FakeHost {
     )
 }
 
+/// The filesystem class's pass after a mount event that named no entry.
+fn after_a_mount_event(host: &FakeHost, probed: &mut Probed) -> Discovery {
+    discover_changed(host, &[fs_class()], probed, &named(&[]))
+}
+
 fn fs_uuid(discovery: &Discovery) -> Vec<Option<&str>> {
     discovery
         .disks
@@ -1044,7 +1043,7 @@ fn a_filesystem_made_again_and_mounted_under_a_reused_mountinfo_id_is_measured_a
         [Some("u-old")],
         "no mount event, nothing looked at"
     );
-    let after_event = discover_changed(&made_again, &[fs_class()], &mut probed, &named(&[]));
+    let after_event = after_a_mount_event(&made_again, &mut probed);
     assert_eq!(
         fs_uuid(&after_event),
         [Some("u-new")],
@@ -1059,20 +1058,13 @@ fn a_filesystem_mounted_again_is_another_mount_to_the_mount_api() {
     let before = ext4_on_loop0(30, "u-old").with_unique_ids();
     discover_with(&before, &[fs_class()], &mut probed);
     // Another mount elsewhere: vol1's unique id stands, its measurement is kept.
-    let unrelated = discover_changed(
-        &ext4_on_loop0(30, "u-new").with_unique_ids(),
-        &[fs_class()],
-        &mut probed,
-        &named(&[]),
-    );
+    let unrelated = after_a_mount_event(&ext4_on_loop0(30, "u-new").with_unique_ids(), &mut probed);
     assert_eq!(fs_uuid(&unrelated), [Some("u-old")]);
     assert_eq!(probed.last_measured, 0);
     // Unmounted, made again and mounted under the freed mountinfo id: a new unique id.
-    let again = discover_changed(
+    let again = after_a_mount_event(
         &ext4_on_loop0(30, "u-new").with_mounts_made_again(),
-        &[fs_class()],
         &mut probed,
-        &named(&[]),
     );
     assert_eq!(fs_uuid(&again), [Some("u-new")]);
     assert_eq!(probed.last_measured, 1);

@@ -226,6 +226,123 @@ async fn a_replica_on_a_failing_disk_comes_back_empty_on_a_free_disk_and_its_sib
     drop(failing);
 }
 
+/// Chart values for the tests below: the extender (one replica, no disruption budget) with recovery on and a pass
+/// a second, `extender` merged into its values and `config` as the agent's extra configuration.
+fn recovery_on(extender: serde_json::Value, config: serde_json::Value) -> serde_json::Value {
+    let mut values = json!({"enabled": true, "replicas": 1,
+                            "podDisruptionBudget": {"enabled": false},
+                            "recovery": {"enabled": true, "interval": "1s"}});
+    for (key, value) in extender.as_object().into_iter().flatten() {
+        match (values.get_mut(key), value) {
+            (Some(serde_json::Value::Object(mine)), serde_json::Value::Object(more)) => {
+                mine.extend(more.clone());
+            }
+            _ => {
+                values[key] = value.clone();
+            }
+        }
+    }
+    json!({"extender": values, "extraConfig": config})
+}
+
+/// Replica `db-0` of a one-replica StatefulSet `db` opted in to recovery, in a namespace of its own.
+struct Replica {
+    ns: String,
+    sets: Api<StatefulSet>,
+    /// Its pod's (UID, restarts) once Running.
+    before: (String, i32),
+}
+
+impl Replica {
+    /// Makes the set with `script` and waits for its replica to run on `node` (the only node with a free disk).
+    async fn opted_in(c: &RealCluster, prefix: &str, script: &str, node: &str) -> Replica {
+        let ns = c.plane.namespace(prefix).await;
+        let mut set = serde_json::to_value(statefulset("db", 1, script)).expect("set as JSON");
+        set["metadata"]["annotations"] = json!({"localpv.io/recovery": "on"});
+        let sets: Api<StatefulSet> = Api::namespaced(c.client(), &ns);
+        create(&sets, &obj(set)).await;
+        wait_pod(c, &ns, "db-0", &["Running"]).await;
+        let (_, on) = replica_history(c, &ns, "db-0", 1).await;
+        assert_eq!(on, node);
+        let before = pod_state(c, &ns, "db-0").await.expect("replica exists");
+        Replica { ns, sets, before }
+    }
+
+    /// Waits for the claim's `ReplicaRecovered` Event, then until `db-0` is a new pod, Running on node-2 and started
+    /// empty on `free` (node-2's free disk); returns the Event's note.
+    async fn recovered_onto(&self, c: &RealCluster, free: &std::path::Path) -> String {
+        let note = event(
+            c,
+            &self.ns,
+            "data-db-0",
+            "ReplicaRecovered",
+            "deleting claim",
+        )
+        .await;
+        let deadline = Instant::now() + POD_TIMEOUT * 2;
+        loop {
+            let now = pod_state(c, &self.ns, "db-0").await;
+            if now.as_ref().is_some_and(|(uid, _)| *uid != self.before.0) {
+                wait_pod(c, &self.ns, "db-0", &["Running"]).await;
+                break;
+            }
+            assert!(Instant::now() < deadline, "db-0 never came back: {now:?}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let (history, node) = replica_history(c, &self.ns, "db-0", 1).await;
+        assert_eq!(node, "node-2", "back on the healthy node");
+        assert_eq!(history, "empty\n", "empty on the free disk");
+        assert!(free.join("owner").exists(), "the free disk holds it now");
+        note
+    }
+
+    /// Deletes the set and waits for its pod to go (the tenant goes before its disk).
+    async fn delete(self, c: &RealCluster) {
+        self.sets
+            .delete("db", &DeleteParams::default())
+            .await
+            .expect("set deleted");
+        let deadline = Instant::now() + POD_TIMEOUT;
+        while pod_state(c, &self.ns, "db-0").await.is_some() {
+            assert!(Instant::now() < deadline, "db-0 not gone");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+/// Installs the chart with [`recovery_on`]`(extender, config)` and waits for node-1's disk `vol1` to be published:
+/// its path and its Available PV.
+async fn installed_with_vol1(
+    c: &RealCluster,
+    extender: serde_json::Value,
+    config: serde_json::Value,
+) -> (String, k8s_openapi::api::core::v1::PersistentVolume) {
+    install(c, recovery_on(extender, config)).await;
+    let path = c
+        .disk_root()
+        .join("disks")
+        .join("vol1")
+        .display()
+        .to_string();
+    let pv = wait_pv(c, "node-1", &path, "Available").await;
+    (path, pv)
+}
+
+/// The reasons of the Events in `ns` that `lp` selects.
+async fn reasons(c: &RealCluster, ns: &str, lp: &ListParams) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(c.client(), ns);
+    let listed = events.list(lp).await.expect("events listed").items;
+    listed.into_iter().filter_map(|e| e.reason).collect()
+}
+
+/// A free tmpfs disk `name` on node-2, published (Available).
+async fn free_disk_on_node_2(c: &RealCluster, name: &str) -> std::path::PathBuf {
+    let free = c.tmpfs("node-2", name, "64M");
+    let path = c.disk_root().join("disks").join(name);
+    wait_pv(c, "node-2", &path.display().to_string(), "Available").await;
+    free
+}
+
 /// Issue 37's false alarm on real nodes: one transient read error under a replica whose StatefulSet opted in, with
 /// recovery on in the chart (a pass every second). The FUSE-served disk under ext4 fails reads until the agent's
 /// direct read has failed once, then serves again: the LocalDisk goes `Degraded` and, after `diskHealthyAfter`
@@ -241,34 +358,14 @@ async fn one_transient_read_error_under_an_opted_in_replica_is_a_false_alarm_and
     let flaky = FaultyDisk::new(&c.run_dir().join("flaky"), 64, "ext4", c.undo());
     let vol1 = c.node("node-1").disks.join("disks").join("vol1");
     let mount = flaky.mount_at(&vol1, c.undo());
-    install(
-        &c,
-        json!({"extender": {"enabled": true, "replicas": 1,
-                            "podDisruptionBudget": {"enabled": false},
-                            "recovery": {"enabled": true, "interval": "1s"}},
-               "extraConfig": {"diskHealthCheckPeriod": "1s", "diskHealthyAfter": "15s"}}),
-    )
-    .await;
-    let root = c.disk_root().join("disks");
-    let pv = wait_pv(
-        &c,
-        "node-1",
-        &root.join("vol1").display().to_string(),
-        "Available",
-    )
-    .await;
+    let config = json!({"diskHealthCheckPeriod": "1s", "diskHealthyAfter": "15s"});
+    let (path, pv) = installed_with_vol1(&c, json!({}), config).await;
     let pv_name = pv.metadata.name.clone().expect("named");
-
-    let ns = c.plane.namespace("flaky").await;
-    let mut set = serde_json::to_value(statefulset("db", 1, IDLE)).expect("set as JSON");
-    set["metadata"]["annotations"] = json!({"localpv.io/recovery": "on"});
-    let sets: Api<StatefulSet> = Api::namespaced(c.client(), &ns);
-    create(&sets, &obj(set)).await;
-    wait_pod(&c, &ns, "db-0", &["Running"]).await;
+    let replica = Replica::opted_in(&c, "flaky", IDLE, "node-1").await;
+    let ns = replica.ns.clone();
     let claim = "data-db-0";
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client(), &ns);
     let claim_uid = claims.get(claim).await.expect("claim").metadata.uid;
-    let before = pod_state(&c, &ns, "db-0").await.expect("replica exists");
 
     flaky.set(Mode::FailReads);
     let deadline = Instant::now() + POD_TIMEOUT;
@@ -277,13 +374,11 @@ async fn one_transient_read_error_under_an_opted_in_replica_is_a_false_alarm_and
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     flaky.set(Mode::Ok);
-    let said = event(&c, "default", &pv_name, "DiskDegraded", "ProbeIoError").await;
-    assert!(said.contains("ProbeIoError"), "{said}");
+    event(&c, "default", &pv_name, "DiskDegraded", "ProbeIoError").await;
     event(&c, &ns, claim, "DiskDegraded", "").await;
     event(&c, &ns, "db-0", "DiskDegraded", "").await;
     event(&c, &ns, claim, "DiskHealthy", "").await;
-    let pod_back = event(&c, &ns, "db-0", "DiskHealthy", "").await;
-    assert!(pod_back.contains("Healthy again"), "{pod_back}");
+    event(&c, &ns, "db-0", "DiskHealthy", "Healthy again").await;
     let disks: Api<LocalDisk> = Api::all(c.client());
     let lp = ListParams::default().labels("localpv.io/node=node-1");
     let deadline = Instant::now() + POD_TIMEOUT;
@@ -308,40 +403,21 @@ async fn one_transient_read_error_under_an_opted_in_replica_is_a_false_alarm_and
 
     // Recovery passes (a second apart) had time to act: nothing was deleted or restarted.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(pod_state(&c, &ns, "db-0").await, Some(before));
+    assert_eq!(
+        pod_state(&c, &ns, "db-0").await.as_ref(),
+        Some(&replica.before)
+    );
     assert_eq!(
         claims.get(claim).await.expect("claim").metadata.uid,
         claim_uid
     );
-    let now = wait_pv(
-        &c,
-        "node-1",
-        &root.join("vol1").display().to_string(),
-        "Bound",
-    )
-    .await;
+    let now = wait_pv(&c, "node-1", &path, "Bound").await;
     assert_eq!(now.metadata.uid, pv.metadata.uid);
-    let events: Api<Event> = Api::namespaced(c.client(), &ns);
-    let said: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .expect("events")
-        .items
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
+    let said = reasons(&c, &ns, &ListParams::default()).await;
     for never in ["DiskFailed", "ReplicaRecovered", "ReplicaRecoveryDryRun"] {
         assert!(!said.iter().any(|r| r == never), "{never} in {said:?}");
     }
-
-    sets.delete("db", &DeleteParams::default())
-        .await
-        .expect("set deleted");
-    let deadline = Instant::now() + POD_TIMEOUT;
-    while pod_state(&c, &ns, "db-0").await.is_some() {
-        assert!(Instant::now() < deadline, "db-0 not gone");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    replica.delete(&c).await;
     drop(mount);
     drop(flaky);
 }
@@ -360,99 +436,31 @@ async fn a_disk_detached_for_good_under_an_opted_in_replica_moves_it_to_a_free_d
     let mut device = LoopDevice::new(&backing, 320, Some("ext4"), &Unwatched);
     let vol1 = c.node("node-1").disks.join("disks").join("vol1");
     let _mount = Mount::device(&device.device, &vol1, c.undo()).keep();
-    install(
-        &c,
-        json!({"extender": {"enabled": true, "replicas": 1,
-                            "podDisruptionBudget": {"enabled": false},
-                            "recovery": {"enabled": true, "interval": "1s"}},
-               "extraConfig": {"diskHealthCheckPeriod": "1s", "diskGoneGracePeriod": "6s"}}),
-    )
-    .await;
-    let root = c.disk_root().join("disks");
-    let old = wait_pv(
-        &c,
-        "node-1",
-        &root.join("vol1").display().to_string(),
-        "Available",
-    )
-    .await;
-
-    // One replica, on node-1's disk (the only one yet).
-    let ns = c.plane.namespace("going").await;
-    let mut set = serde_json::to_value(statefulset("db", 1, SCRIPT)).expect("set as JSON");
-    set["metadata"]["annotations"] = json!({"localpv.io/recovery": "on"});
-    let sets: Api<StatefulSet> = Api::namespaced(c.client(), &ns);
-    create(&sets, &obj(set)).await;
-    wait_pod(&c, &ns, "db-0", &["Running"]).await;
-    let (_, node) = replica_history(&c, &ns, "db-0", 1).await;
-    assert_eq!(node, "node-1");
-    let before = pod_state(&c, &ns, "db-0").await.expect("replica exists");
-    let spare = c.tmpfs("node-2", "vol2", "64M");
-    wait_pv(
-        &c,
-        "node-2",
-        &root.join("vol2").display().to_string(),
-        "Available",
-    )
-    .await;
+    let config = json!({"diskHealthCheckPeriod": "1s", "diskGoneGracePeriod": "6s"});
+    let (path, old) = installed_with_vol1(&c, json!({}), config).await;
+    let replica = Replica::opted_in(&c, "going", SCRIPT, "node-1").await;
+    let free = free_disk_on_node_2(&c, "vol2").await;
 
     run("losetup", &["-d", &device.device]);
     device.device.clear();
     std::fs::remove_file(&backing).expect("backing file removed");
 
-    let claim = "data-db-0";
     let old_name = old.metadata.name.clone().expect("named");
     event(&c, "default", &old_name, "DiskDegraded", "gone").await;
     event(&c, "default", &old_name, "DiskFailed", "gone").await;
-    event(&c, &ns, claim, "DiskFailed", "").await;
-    let done = event(&c, &ns, claim, "ReplicaRecovered", "deleting claim").await;
+    event(&c, &replica.ns, "data-db-0", "DiskFailed", "").await;
+    let done = replica.recovered_onto(&c, &free).await;
     assert!(done.contains("Failed"), "{done}");
-    let deadline = Instant::now() + POD_TIMEOUT * 2;
-    loop {
-        let now = pod_state(&c, &ns, "db-0").await;
-        if now.as_ref().is_some_and(|(uid, _)| *uid != before.0) {
-            wait_pod(&c, &ns, "db-0", &["Running"]).await;
-            break;
-        }
-        assert!(Instant::now() < deadline, "db-0 never came back: {now:?}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let (history, node) = replica_history(&c, &ns, "db-0", 1).await;
-    assert_eq!(node, "node-2", "back on the healthy node");
-    assert_eq!(history, "empty\n", "empty on the free disk");
-    assert!(spare.join("owner").exists(), "the free disk holds it now");
     // The old PV is Released and stays so: its disk is Failed, so it is never wiped.
-    let kept = wait_pv(
-        &c,
-        "node-1",
-        &root.join("vol1").display().to_string(),
-        "Released",
-    )
-    .await;
+    let kept = wait_pv(&c, "node-1", &path, "Released").await;
     assert_eq!(kept.metadata.uid, old.metadata.uid);
-    let events: Api<Event> = Api::namespaced(c.client(), "default");
     let about_old = ListParams::default().fields(&format!("involvedObject.name={old_name}"));
-    let said: Vec<String> = events
-        .list(&about_old)
-        .await
-        .expect("events")
-        .items
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
+    let said = reasons(&c, "default", &about_old).await;
     assert!(
         !said.iter().any(|r| r.starts_with("Wipe")),
         "never wiped: {said:?}"
     );
-
-    sets.delete("db", &DeleteParams::default())
-        .await
-        .expect("set deleted");
-    let deadline = Instant::now() + POD_TIMEOUT;
-    while pod_state(&c, &ns, "db-0").await.is_some() {
-        assert!(Instant::now() < deadline, "db-0 not gone");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    replica.delete(&c).await;
 }
 
 /// Issue 37's node lost for good, on real nodes: node-1's kubelet and containerd killed (the machine died), then its
@@ -463,40 +471,12 @@ async fn a_disk_detached_for_good_under_an_opted_in_replica_moves_it_to_a_free_d
 async fn a_replica_on_a_deleted_node_comes_back_empty_on_a_free_disk_of_another_node() {
     let c = RealCluster::start(2).await;
     c.tmpfs("node-1", "vol1", "64M");
-    install(
-        &c,
-        json!({"extender": {"enabled": true, "replicas": 1,
-                            "podDisruptionBudget": {"enabled": false},
-                            "nodeSelector": {"kubernetes.io/hostname": "node-2"},
-                            "nodeCleanup": {"enabled": true, "grace": "5s"},
-                            "recovery": {"enabled": true, "interval": "1s", "deletedNodes": true}}}),
-    )
-    .await;
-    let root = c.disk_root().join("disks");
-    wait_pv(
-        &c,
-        "node-1",
-        &root.join("vol1").display().to_string(),
-        "Available",
-    )
-    .await;
-    let ns = c.plane.namespace("lost").await;
-    let mut set = serde_json::to_value(statefulset("db", 1, SCRIPT)).expect("set as JSON");
-    set["metadata"]["annotations"] = json!({"localpv.io/recovery": "on"});
-    let sets: Api<StatefulSet> = Api::namespaced(c.client(), &ns);
-    create(&sets, &obj(set)).await;
-    wait_pod(&c, &ns, "db-0", &["Running"]).await;
-    let (_, node) = replica_history(&c, &ns, "db-0", 1).await;
-    assert_eq!(node, "node-1");
-    let before = pod_state(&c, &ns, "db-0").await.expect("replica exists");
-    let spare = c.tmpfs("node-2", "vol2", "64M");
-    wait_pv(
-        &c,
-        "node-2",
-        &root.join("vol2").display().to_string(),
-        "Available",
-    )
-    .await;
+    let extender = json!({"nodeSelector": {"kubernetes.io/hostname": "node-2"},
+                          "nodeCleanup": {"enabled": true, "grace": "5s"},
+                          "recovery": {"deletedNodes": true}});
+    installed_with_vol1(&c, extender, json!({})).await;
+    let replica = Replica::opted_in(&c, "lost", SCRIPT, "node-1").await;
+    let free = free_disk_on_node_2(&c, "vol2").await;
 
     // The machine dies: its kubelet and containerd (one process group) killed; then its Node is deleted.
     c.node("node-1")
@@ -504,25 +484,7 @@ async fn a_replica_on_a_deleted_node_comes_back_empty_on_a_free_disk_of_another_
         .signal(nix::sys::signal::Signal::SIGKILL);
     c.kubectl(&["delete", "node", "node-1", "--wait=true"]);
 
-    let claim = "data-db-0";
-    let done = event(&c, &ns, claim, "ReplicaRecovered", "deleting claim").await;
+    let done = replica.recovered_onto(&c, &free).await;
     assert!(done.contains("node-1"), "{done}");
-    let deadline = Instant::now() + POD_TIMEOUT * 2;
-    loop {
-        let now = pod_state(&c, &ns, "db-0").await;
-        if now.as_ref().is_some_and(|(uid, _)| *uid != before.0) {
-            wait_pod(&c, &ns, "db-0", &["Running"]).await;
-            break;
-        }
-        assert!(Instant::now() < deadline, "db-0 never came back: {now:?}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let (history, node) = replica_history(&c, &ns, "db-0", 1).await;
-    assert_eq!(node, "node-2", "back on the node that is left");
-    assert_eq!(history, "empty\n", "empty on the free disk");
-    assert!(spare.join("owner").exists(), "the free disk holds it now");
-
-    sets.delete("db", &DeleteParams::default())
-        .await
-        .expect("set deleted");
+    replica.delete(&c).await;
 }
