@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tracing::{info, warn};
 
-use crate::disk::{Discovery, DiscoveryClass, DiskHealth};
+use crate::disk::{Discovery, DiscoveryClass, DiskHealth, VolumeMode};
 use crate::health::{self, Hardware, Policy, Record, State};
 use crate::host::Host;
 use crate::host::health::HealthProbe;
@@ -39,6 +39,22 @@ impl HealthBook {
     /// Whether a look is due now.
     pub fn due(&self, now: Instant) -> bool {
         self.next.is_none_or(|at| now >= at)
+    }
+
+    /// Whether to look now: when due, or when `found` holds a block device measured at size 0 (detached, media
+    /// gone) that this book does not already know as unhealthy. NB: otherwise the pass before the next look would
+    /// publish a gone device (its PV refused by the API server for a capacity of 0); once known, the usual period
+    /// stands, so a device gone for the grace is not looked at every pass.
+    pub fn must_look(&self, now: Instant, found: &Discovery) -> bool {
+        self.due(now)
+            || found.disks.iter().any(|d| {
+                d.mode == VolumeMode::Block
+                    && d.capacity_bytes == 0
+                    && self
+                        .records
+                        .get(&d.host_path)
+                        .is_none_or(|r| r.state == State::Healthy)
+            })
     }
 
     /// How long until the next look.
@@ -166,4 +182,64 @@ pub fn cordoned(disks: &[std::sync::Arc<crate::inventory::LocalDisk>]) -> Vec<Pa
     paths.sort();
     paths.dedup();
     paths
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::Disk;
+
+    fn block(path: &str, capacity_bytes: u64) -> Disk {
+        Disk {
+            host_path: path.into(),
+            mode: VolumeMode::Block,
+            capacity_bytes,
+            ..crate::plan::fixtures::disk("x")
+        }
+    }
+
+    #[test]
+    fn a_block_device_of_size_zero_is_looked_at_at_once_unless_already_known_unhealthy() {
+        let mut book = HealthBook::default();
+        let later = Instant::now();
+        book.next = Some(later + Duration::from_secs(60));
+        let found = |disks: Vec<Disk>| Discovery {
+            disks: disks.into_iter().map(std::sync::Arc::new).collect(),
+            ..Discovery::default()
+        };
+        assert!(
+            !book.must_look(later, &found(vec![block("/d/a", 1 << 30)])),
+            "not due"
+        );
+        assert!(
+            book.must_look(later, &found(vec![block("/d/a", 0)])),
+            "size 0: now"
+        );
+        book.records.insert(
+            "/d/a".into(),
+            Record {
+                state: State::Degraded,
+                cause: health::Cause::DeviceGone,
+                message: "gone".into(),
+                since: SystemTime::now(),
+                baseline_errors: None,
+                baseline_media_errors: None,
+                new_errors: 0,
+                last_sign: None,
+                gone_since: Some(SystemTime::now()),
+            },
+        );
+        assert!(
+            !book.must_look(later, &found(vec![block("/d/a", 0)])),
+            "already known gone: the usual period"
+        );
+        let fs = Disk {
+            mode: VolumeMode::Filesystem,
+            ..block("/d/b", 0)
+        };
+        assert!(
+            !book.must_look(later, &found(vec![fs])),
+            "a filesystem's size is its own"
+        );
+    }
 }

@@ -474,11 +474,11 @@ impl Agent {
         let mut changes = std::mem::take(&mut self.changes);
         changes.list_all |= self.raw_devices || classes.iter().any(|c| c.mode == VolumeMode::Block);
         let mut health = std::mem::take(&mut self.health);
-        let look = health.due(Instant::now());
+        let now = Instant::now();
         let judged = (self.s.config.health, self.s.config.health_check_period);
         let discovered = tokio::task::spawn_blocking(move || {
             let mut found = discover_changed(host.as_ref(), &classes, &mut probed, &changes);
-            if look {
+            if health.must_look(now, &found) {
                 health.observe(host.as_ref(), &classes, &found, judged);
             }
             health.annotate(&mut found);

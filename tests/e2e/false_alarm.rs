@@ -297,3 +297,57 @@ async fn one_transient_read_error_degrades_heals_after_the_quiet_period_and_reco
     }
     agent.process.take();
 }
+
+/// A raw device that shows up with a size of 0 (a loop device over an empty file: what a detached device or
+/// removable media gone look like) between two health looks: never published. The pass that finds it looks at its
+/// health at once instead of at the next period, so the disk is `Degraded` (`DeviceGone`) before the planner sees
+/// it, no PV is made, and no create is sent for the API server to refuse (a PV's capacity must be above 0).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_raw_device_of_size_zero_found_between_health_looks_is_never_published() {
+    let (cp, _ns, mut agent) = plane_with_agent(
+        Options {
+            controller_manager: true,
+            ..Default::default()
+        },
+        "size-zero",
+        &[(RAW, "Delete")],
+        &["node-1"],
+        &[(RAW, "raw", "    volumeMode: Block\n")],
+    )
+    .await;
+    let client = cp.client();
+    // The first look comes at start; the next one an hour later.
+    configure(&agent, "diskHealthCheckPeriod: 1h\n");
+    agent.start(&cp);
+    agent.wait_ready().await;
+    let images = cp.dir.join("images");
+    std::fs::create_dir_all(&images).expect("image dir");
+    let backing = images.join("empty.img");
+    std::fs::File::create(&backing).expect("empty backing file");
+    let device = LoopDevice::attach_apart(&backing, cp.reaper());
+    let entry = agent.disk("empty");
+    std::os::unix::fs::symlink(&device.device, &entry).expect("symlink to the device");
+    eventually(
+        "the LocalDisk to say Degraded, DeviceGone",
+        WAIT,
+        || async {
+            match disk_says(&client, &entry).await? {
+                (Some(health), reason) if health == "Degraded" && reason == "DeviceGone" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pvs = pvs_of(&client, "node-1").await;
+    assert!(
+        !pvs.contains_key(&entry.display().to_string()),
+        "no PV for a device of size 0: {pvs:?}"
+    );
+    let log = agent.log();
+    assert!(
+        !log.contains("failed to write to the API server"),
+        "no create sent for the API server to refuse:\n{log}"
+    );
+    agent.process.take();
+}
