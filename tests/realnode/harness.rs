@@ -48,3 +48,33 @@ fn a_killed_run_is_reverted_by_the_next_and_live_or_unowned_runs_are_not() {
     }
     assert!(other.exists(), "another prefix is never touched");
 }
+
+/// A loop device detached before teardown (its guard's `Drop`, a test's own `losetup -d`) frees its number, and a
+/// test running beside this one may attach its own device there: the undo log must not detach that one (CI saw a
+/// real-node test's device go to size 0 under it).
+#[test]
+fn the_undo_log_never_detaches_a_loop_number_another_device_has_taken_since() {
+    use crate::support::disks::Watchdog;
+    use crate::support::disks::{LoopDevice, Unwatched, run};
+    use crate::support::realnode::undo::Undo;
+
+    let dir = tempfile::tempdir().unwrap();
+    let undo = Undo::start(&dir.path().join("localpv-rn-looptest.undo"));
+    let ours = LoopDevice::new(&dir.path().join("ours.img"), 1, None, &Unwatched);
+    undo.track_loop(&ours.device);
+    let number = ours.device.clone();
+    drop(ours);
+    let theirs_file = dir.path().join("theirs.img");
+    fs::File::create(&theirs_file)
+        .and_then(|f| f.set_len(1 << 20))
+        .unwrap();
+    run("losetup", &[&number, &theirs_file.display().to_string()]);
+    undo.run();
+    let shown = run("losetup", &["-n", "-O", "BACK-FILE", &number]);
+    run("losetup", &["-d", &number]);
+    assert_eq!(
+        shown.trim(),
+        theirs_file.display().to_string(),
+        "the other test's device is still attached at {number}"
+    );
+}

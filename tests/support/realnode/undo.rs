@@ -130,15 +130,29 @@ pub fn sweep_stale(state_dir: &Path) {
     }
 }
 
+/// The file loop device `device` shows (`losetup -O BACK-FILE`), empty when it shows none.
+fn back_file(device: &str) -> String {
+    Command::new("losetup")
+        .args(["-n", "-O", "BACK-FILE", device])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
 impl Watchdog for Undo {
     fn track_mount(&self, path: &Path) {
         self.push(&format!("umount -l {}", path.display()));
     }
 
     fn track_loop(&self, device: &str) {
+        // NB: only while the number still shows the file it showed when tracked. A guard that detached the device
+        // before teardown (its `Drop`, a test's own `losetup -d`) frees the number for another test running beside
+        // this one, whose device must not be detached: CI caught a device of another test's going to size 0.
+        let backing = back_file(device);
         // Whatever attached a loop device onto ours (the kubelet does for block volumes) goes first.
         self.push(&format!(
-            "for l in $(losetup -n -O NAME -j {device}); do losetup -d $l; done; losetup -d {device}"
+            "if [ -n '{backing}' ] && [ \"$(losetup -n -O BACK-FILE {device})\" = '{backing}' ]; then \
+             for l in $(losetup -n -O NAME -j {device}); do losetup -d $l; done; losetup -d {device}; fi"
         ));
     }
 }
