@@ -131,6 +131,15 @@ impl Plan {
             .iter()
             .filter(|a| !matches!(a, Action::Event(_)))
     }
+
+    /// Whether an action of the plan rests on a StorageClass's reclaim policy or mount options: a new PV takes
+    /// them, and a wipe may have been chosen by them (a disk whose PV went). The shell lists the classes again
+    /// before such a plan (they are polled, not watched) and plans again on that list.
+    pub fn reads_class_policy(&self) -> bool {
+        self.actions
+            .iter()
+            .any(|a| matches!(a, Action::CreatePv(_) | Action::Wipe(_)))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -44,7 +44,7 @@ use tokio::sync::{Notify, watch};
 use tracing::warn;
 
 mod poll;
-pub use poll::{Cadence, Polled, relist};
+pub use poll::{Cadence, Polled, list_into};
 
 /// One object of kind `K` as a watch or list hands it over: decoded on its own, so a malformed object becomes
 /// `Err` with the metadata that could be read, and the rest of its list still decodes.

@@ -75,7 +75,7 @@ pub struct Setup {
     pub classes: Arc<Store<StorageClass>>,
     pub disks: Arc<Store<LocalDisk>>,
     /// How `classes` is polled: told whether a StorageClass the configuration names is missing (polled faster while
-    /// one is), and when it was last listed.
+    /// one is), and whether a pass lists them again before it creates or wipes.
     pub classes_polled: Arc<crate::watch::Polled>,
     pub changed: Arc<Notify>,
     pub metrics: Metrics,
@@ -446,15 +446,15 @@ impl Agent {
         facts
     }
 
-    /// Lists the StorageClasses now, into the store the poller keeps; false when the list failed (logged).
+    /// Lists the StorageClasses now (a consistent read), into the store the poller keeps; false when the list
+    /// failed (logged).
     async fn relist_classes(&self) -> bool {
-        let api: kube::Api<crate::watch::Guarded<StorageClass>> =
-            kube::Api::all(self.s.client.clone());
-        match api.list(&kube::api::ListParams::default()).await {
-            Ok(list) => {
-                crate::watch::relist(&self.s.classes, list.items, &crate::watch::objects());
-                true
-            }
+        let (params, reader) = (
+            kube::api::ListParams::default(),
+            crate::watch::objects::<StorageClass>(),
+        );
+        match crate::watch::list_into(&self.s.client, &params, &self.s.classes, &reader).await {
+            Ok(_) => true,
             Err(error) => {
                 warn!(error = %crate::logging::error_text(&error), "failed to list StorageClasses; planning on the last list");
                 false
@@ -559,8 +559,7 @@ impl Agent {
         // by its class's policy; StorageClasses are polled, not watched, and a class may have been made again with
         // another policy since the last list (however recent), so such a plan is made again on a list taken now. A
         // failed list leaves the last one, as a broken watch would.
-        let acts = |a: &Action| matches!(a, Action::CreatePv(_) | Action::Wipe(_));
-        if plan.actions.iter().any(acts)
+        if plan.reads_class_policy()
             && self.s.classes_polled.lists_before_acting()
             && self.relist_classes().await
         {

@@ -186,6 +186,21 @@ fn reclaim_policy_comes_from_the_storage_class(
     );
 }
 
+/// The shell lists the StorageClasses again before a plan that reads their policy (they are polled): one that
+/// creates a PV does, one that only re-plans a settled node does not.
+#[test]
+fn a_plan_that_creates_reads_the_class_policy_and_a_settled_one_does_not() {
+    let mut world = World::new(vec![disk("vol1")], vec![]);
+    assert!(world.plan().reads_class_policy(), "a new PV");
+    world.settle();
+    let settled = world.plan();
+    assert!(
+        !settled.reads_class_policy(),
+        "nothing to create or wipe: {:?}",
+        summary(&settled)
+    );
+}
+
 #[rstest]
 #[case::hostname_label(Some("n1-host"), false, "n1-host")]
 #[case::node_name_only(Some("n1-host"), true, "n1")]

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kube::Resource;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher::Event;
+use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tracing::warn;
@@ -73,29 +73,32 @@ impl Polled {
     }
 }
 
-/// Replaces `store`'s content with a list's `items` as `reader` reads them; true when the content changed or the
-/// store was not synced before.
-pub fn relist<K, T, E, C, O>(
+/// Lists `K` with `params` and replaces `store`'s content with the list as `reader` reads it; `Ok(true)` when the
+/// content changed or the store was not synced before. The poller's list, and a reader's own before it acts.
+pub async fn list_into<K, T, E, C, O>(
+    client: &Client,
+    params: &ListParams,
     store: &Store<T>,
-    items: Vec<Guarded<K>>,
     reader: &Reader<C, O>,
-) -> bool
+) -> Result<bool, kube::Error>
 where
-    K: Resource<DynamicType = ()>,
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug,
     T: PartialEq,
     E: Display,
     C: Fn(K) -> Result<Option<T>, E>,
     O: Fn(Seen),
 {
+    let api: Api<Guarded<K>> = Api::all(client.clone());
+    let list = api.list(params).await?;
     let kind = K::kind(&());
     let before = store.read(BTreeMap::clone);
     let first = !store.synced();
     apply_wire(store, &kind, Event::<Guarded<K>>::Init, reader);
-    for object in items {
+    for object in list.items {
         apply_wire(store, &kind, Event::InitApply(object), reader);
     }
     apply_wire(store, &kind, Event::<Guarded<K>>::InitDone, reader);
-    first || store.read(|now| *now != before)
+    Ok(first || store.read(|now| *now != before))
 }
 
 impl Watcher {
@@ -117,16 +120,15 @@ impl Watcher {
         C: Fn(K) -> Result<Option<T>, E>,
         O: Fn(Seen),
     {
-        let api: Api<Guarded<K>> = Api::all(self.client.clone());
         let kind = K::kind(&());
         let params = params.match_any();
         let mut shutdown = self.shutdown.clone();
         let mut failures = 0u32;
         loop {
-            let wait = match api.list(&params).await {
-                Ok(list) => {
+            let wait = match list_into(&self.client, &params, &store, &reader).await {
+                Ok(changed) => {
                     failures = 0;
-                    if relist(&store, list.items, &reader) {
+                    if changed {
                         self.changed.notify_one();
                     }
                     if polled.is_missing() {
