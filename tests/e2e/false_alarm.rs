@@ -61,19 +61,31 @@ fn read_at(device: &str, offset: u64, len: usize) -> Vec<u8> {
     buf
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_device_detached_and_back_within_the_grace_is_a_false_alarm_and_nothing_is_done() {
-    let (cp, ns, mut agent) = plane_with_agent(
+/// A plane with the PV controller, node-1 and its agent (not started) over one raw-block class `RAW` on
+/// `<plane>/hosts/node-1/raw`, and a namespace named after `ns`.
+async fn raw_plane(
+    ns: &str,
+) -> (
+    crate::support::cluster::ControlPlane,
+    String,
+    crate::support::agent::Agent,
+) {
+    plane_with_agent(
         Options {
             controller_manager: true,
             ..Default::default()
         },
-        "false-alarm-gone",
+        ns,
         &[(RAW, "Delete")],
         &["node-1"],
         &[(RAW, "raw", "    volumeMode: Block\n")],
     )
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_device_detached_and_back_within_the_grace_is_a_false_alarm_and_nothing_is_done() {
+    let (cp, ns, mut agent) = raw_plane("false-alarm-gone").await;
     let client = cp.client();
     // A grace long enough that a loaded machine still sees the device back within it.
     configure(
@@ -304,17 +316,7 @@ async fn one_transient_read_error_degrades_heals_after_the_quiet_period_and_reco
 /// it, no PV is made, and no create is sent for the API server to refuse (a PV's capacity must be above 0).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_raw_device_of_size_zero_found_between_health_looks_is_never_published() {
-    let (cp, _ns, mut agent) = plane_with_agent(
-        Options {
-            controller_manager: true,
-            ..Default::default()
-        },
-        "size-zero",
-        &[(RAW, "Delete")],
-        &["node-1"],
-        &[(RAW, "raw", "    volumeMode: Block\n")],
-    )
-    .await;
+    let (cp, _ns, mut agent) = raw_plane("size-zero").await;
     let client = cp.client();
     // The first look comes at start; the next one an hour later.
     configure(&agent, "diskHealthCheckPeriod: 1h\n");

@@ -367,36 +367,15 @@ fn rendered_config_maps_are_valid_node_agent_configuration() {
 }
 
 /// Stand-ins for cert-manager's CRDs, so the cert-manager renderings can be applied.
-const CERT_MANAGER_CRDS: &str = "apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: certificates.cert-manager.io
-spec:
-  group: cert-manager.io
-  names: {kind: Certificate, plural: certificates, singular: certificate, listKind: CertificateList}
-  scope: Namespaced
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: issuers.cert-manager.io
-spec:
-  group: cert-manager.io
-  names: {kind: Issuer, plural: issuers, singular: issuer, listKind: IssuerList}
-  scope: Namespaced
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-";
+/// cert-manager's Certificate and Issuer CRDs, stand-ins.
+fn cert_manager_crds() -> String {
+    let crd = crate::support::stand_in_crd;
+    format!(
+        "{}---\n{}",
+        crd("cert-manager.io", "Certificate", "certificates"),
+        crd("cert-manager.io", "Issuer", "issuers")
+    )
+}
 
 /// Applies a file with server-side apply as the admin; returns kubectl's output lines.
 pub(crate) fn apply(cp: &ControlPlane, file: &Path) -> Vec<String> {
@@ -422,8 +401,9 @@ pub(crate) fn install_crds(cp: &ControlPlane) {
     fs::write(
         &stub,
         format!(
-            "{}---\n{CERT_MANAGER_CRDS}",
-            crate::support::SERVICE_MONITOR_CRD
+            "{}---\n{}",
+            crate::support::service_monitor_crd(),
+            cert_manager_crds()
         ),
     )
     .expect("written");

@@ -322,7 +322,7 @@ fn prerequisites(c: &RealCluster) {
                     value: 1000000\n";
     fs::write(
         &file,
-        format!("{}---\n{priority}", crate::support::SERVICE_MONITOR_CRD),
+        format!("{}---\n{priority}", crate::support::service_monitor_crd()),
     )
     .expect("written");
     c.kubectl(&["apply", "-f", &file.display().to_string()]);

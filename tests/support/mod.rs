@@ -17,23 +17,34 @@ pub mod realnode;
 pub mod reference;
 pub mod sa;
 
-/// A stand-in for the Prometheus Operator's ServiceMonitor CRD, for charts that render a ServiceMonitor (the
-/// chart's all-on rendering, the reference chart's `baremetal-prometheus.yaml`).
-pub const SERVICE_MONITOR_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+/// A stand-in CRD for `kind` (plural `plural`) in `group`, version v1, namespaced, any content accepted: what a
+/// chart's objects of another operator (ServiceMonitor, cert-manager's Certificate) need to be applied.
+pub fn stand_in_crd(group: &str, kind: &str, plural: &str) -> String {
+    let singular = kind.to_lowercase();
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
-  name: servicemonitors.monitoring.coreos.com
+  name: {plural}.{group}
 spec:
-  group: monitoring.coreos.com
-  names: {kind: ServiceMonitor, plural: servicemonitors, singular: servicemonitor, listKind: ServiceMonitorList}
+  group: {group}
+  names: {{kind: {kind}, plural: {plural}, singular: {singular}, listKind: {kind}List}}
   scope: Namespaced
   versions:
     - name: v1
       served: true
       storage: true
       schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-";
+        openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+"
+    )
+}
+
+/// The Prometheus Operator's ServiceMonitor CRD, for charts that render a ServiceMonitor (the chart's all-on
+/// rendering, the reference chart's `baremetal-prometheus.yaml`).
+pub fn service_monitor_crd() -> String {
+    stand_in_crd("monitoring.coreos.com", "ServiceMonitor", "servicemonitors")
+}
 
 use std::future::Future;
 use std::time::{Duration, Instant};
