@@ -183,11 +183,7 @@ impl Tracked {
     fn stat(&mut self, id: u64) -> Result<(), Errno> {
         match crate::sys::stat_mount(id, mountapi::MASK, &mut self.stat_buf) {
             Ok(()) => match mountapi::parse(&self.stat_buf) {
-                Ok(stated) => {
-                    let entry = MountEntry {
-                        unique_id: Some(id),
-                        ..stated.entry
-                    };
+                Ok(entry) => {
                     let unchanged = self.by_id.get(&id).is_some_and(|e| **e == entry);
                     if !unchanged {
                         self.by_id.insert(id, Arc::new(entry));

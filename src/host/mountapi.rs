@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!  struct statmount (include/uapi/linux/mount.h)             MountEntry
+//!   mnt_id ─────────────────────────────────────────────────> unique_id (never reused; mountinfo has none)
 //!   mnt_id_old, mnt_parent_id_old ──────────────────────────> mount_id, parent_id (mountinfo's numbers)
 //!   sb_dev_major:minor ─────────────────────────────────────> dev
 //!   str[mnt_root], str[mnt_point] (raw bytes, unescaped) ───> root, mount_point
@@ -15,7 +16,7 @@
 //!
 //! Pure: bytes in, entry or ids out. The agent reads the mount table this way one changed mount at a time (`listmount`
 //! says which), instead of the whole of `/proc/self/mountinfo` after every mount event. Spelling the options as
-//! mountinfo does keeps an entry equal whichever way it was read, so a measurement cached on it stays valid.
+//! mountinfo does keeps an entry equal to mountinfo's but for the unique id, which only this way of reading has.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -74,17 +75,10 @@ const MS_UNBINDABLE: u64 = 1 << 17;
 const MS_SLAVE: u64 = 1 << 19;
 const MS_SHARED: u64 = 1 << 20;
 
-/// One mount as `statmount` describes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Stated {
-    /// The mount's unique id (never reused while the system runs), which `listmount` lists.
-    pub id: u64,
-    pub entry: MountEntry,
-}
-
 /// Reads the kernel's answer. Fails when a field the entry needs is missing or a string offset points outside the
-/// buffer: a mount described wrong is worse than one read again the slow way.
-pub fn parse(buf: &[u8]) -> Result<Stated, &'static str> {
+/// buffer: a mount described wrong is worse than one read again the slow way. The entry carries the mount's
+/// unique id (never reused while the system runs, what `listmount` lists); the rest is what mountinfo shows.
+pub fn parse(buf: &[u8]) -> Result<MountEntry, &'static str> {
     let mask = u64_at(buf, 8)?;
     if mask & REQUIRED != REQUIRED {
         return Err("the kernel did not report every field asked for");
@@ -120,8 +114,7 @@ pub fn parse(buf: &[u8]) -> Result<Stated, &'static str> {
     let source = optional(SB_SOURCE, 124)?;
     let entry = MountEntry {
         mount_id: u32_at(buf, 56)?,
-        // NB: left for the caller, who keys its table by the id; equal to mountinfo's entry of the same mount.
-        unique_id: None,
+        unique_id: Some(u64_at(buf, 40)?),
         parent_id: u32_at(buf, 60)?,
         dev: DevId {
             major: u32_at(buf, 16)?,
@@ -146,10 +139,7 @@ pub fn parse(buf: &[u8]) -> Result<Stated, &'static str> {
         },
         super_options: super_options(u32_at(buf, 32)?, optional(MNT_OPTS, 4)?),
     };
-    Ok(Stated {
-        id: u64_at(buf, 40)?,
-        entry,
-    })
+    Ok(entry)
 }
 
 /// Per-mount options as mountinfo spells them (`show_mnt_opts`): `rw`/`ro`, then the flags in the kernel's order.
@@ -356,11 +346,18 @@ mod tests {
 
     #[test]
     fn an_answer_reads_as_the_mountinfo_line_of_the_same_mount() {
-        let stated = parse(&tmpfs_answer().bytes()).unwrap();
+        let entry = parse(&tmpfs_answer().bytes()).unwrap();
         let line = b"812 30 0:52 / /mnt/disks/with\\040space rw,nosuid,nodev,relatime shared:7 - tmpfs vol1 rw,size=1024k,inode64\n";
         let table = super::super::MountTable::parse(line).unwrap();
-        assert_eq!(stated.id, 0x1_0000_0042);
-        assert_eq!(stated.entry, *table.entries[0]);
+        assert_eq!(entry.unique_id, Some(0x1_0000_0042));
+        let spelled = MountEntry {
+            unique_id: None,
+            ..entry
+        };
+        assert_eq!(
+            spelled, *table.entries[0],
+            "as mountinfo spells it, the unique id aside"
+        );
     }
 
     #[test]
@@ -383,11 +380,11 @@ mod tests {
     fn a_subtype_joins_the_type_and_strings_not_reported_read_empty() {
         let mut a = tmpfs_answer();
         a.string(36, b"fuse").string(120, b"sshfs");
-        let entry = parse(&a.bytes()).unwrap().entry;
+        let entry = parse(&a.bytes()).unwrap();
         assert_eq!(entry.fs_type, "fuse.sshfs");
         let mut a = tmpfs_answer();
         a.put64(8, MASK & !(SB_SOURCE | MNT_OPTS | FS_SUBTYPE));
-        let entry = parse(&a.bytes()).unwrap().entry;
+        let entry = parse(&a.bytes()).unwrap();
         assert_eq!(
             (
                 entry.fs_type.as_str(),
