@@ -804,8 +804,13 @@ async fn install_policy(cp: &ControlPlane, nodes: usize) -> Vec<PathBuf> {
     std::fs::write(&rendered, &out.stdout).expect("written");
     cp.kubectl(&["create", "namespace", NAMESPACE]);
     cp.kubectl(&["apply", "-f", rendered.to_str().expect("utf-8")]);
+    pod_bound_kubeconfigs(cp, "localpv-node", nodes).await
+}
+
+/// One kubeconfig per node for ServiceAccount `account` in `NAMESPACE`, with a token bound to a pod on that node.
+async fn pod_bound_kubeconfigs(cp: &ControlPlane, account: &str, nodes: usize) -> Vec<PathBuf> {
     futures::stream::iter(0..nodes)
-        .map(|i| support::sa::node_agent_kubeconfig(cp, NAMESPACE, "localpv-node", node_name(i)))
+        .map(|i| support::sa::node_agent_kubeconfig(cp, NAMESPACE, account, node_name(i)))
         .buffered(16)
         .collect()
         .await
@@ -823,11 +828,7 @@ async fn pod_bound_admins(cp: &ControlPlane, nodes: usize) -> Vec<PathBuf> {
         "--clusterrole=cluster-admin",
         &subject,
     ]);
-    futures::stream::iter(0..nodes)
-        .map(|i| support::sa::node_agent_kubeconfig(cp, NAMESPACE, "fleet-agent", node_name(i)))
-        .buffered(16)
-        .collect()
-        .await
+    pod_bound_kubeconfigs(cp, "fleet-agent", nodes).await
 }
 
 /// Waits until every agent of the fleet watches only its own PVs.
