@@ -2,17 +2,44 @@
 //! sysfs, `statvfs`, one direct read), judges each (`health::judge`, pure) against what it remembered, and hands the
 //! disks that are not healthy to the planner and the inventory as `Discovery::unhealthy`, and to the metrics as one
 //! [`DiskSample`] per disk.
+//!
+//! What it judged outlives the agent: every record, and which PVs were told their disk was failing, is kept in
+//! `disk-health.json` in the state directory (written atomically when it changes). A restarted agent goes on from
+//! there: a `Failed` disk stays `Failed` (its PV not published again, its Released PV not wiped), a `Degraded` one
+//! waits out the rest of its quiet period, a counter that rose while the agent was down is news, and a PV told of a
+//! failing disk gets `DiskHealthy` when the disk heals, not a second warning.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::disk::{Discovery, DiscoveryClass, DiskHealth, VolumeMode};
 use crate::health::{self, Hardware, Policy, Record, State};
 use crate::host::Host;
 use crate::host::health::HealthProbe;
+use crate::plan::state::{Condition, Memory};
+
+/// The file in the state directory that keeps the book across restarts.
+const FILE: &str = "disk-health.json";
+
+/// What `disk-health.json` holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Stored {
+    /// Every disk found at the last look, by host path: the ledger key it had then, and its record.
+    disks: BTreeMap<PathBuf, Kept>,
+    /// The PVs (by UID) told their disk was `Degraded` or `Failed`, as the last pass left them.
+    #[serde(default)]
+    told: BTreeMap<String, BTreeSet<Condition>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Kept {
+    key: String,
+    record: Record,
+}
 
 /// What the metrics show of one found disk, by its class and entry (`localpv disks` names it `NODE/ENTRY`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,12 +57,80 @@ pub struct DiskSample {
 #[derive(Default)]
 pub struct HealthBook {
     records: HashMap<PathBuf, Record>,
+    /// The ledger key of each disk in `records`, as last looked at.
+    keys: HashMap<PathBuf, String>,
     samples: BTreeMap<PathBuf, DiskSample>,
     next: Option<Instant>,
     round: u64,
+    /// Where the book is kept (`None`: not kept, in tests).
+    file: Option<PathBuf>,
+    /// What the file holds now.
+    stored: Stored,
+    /// The records read at start, until the first look matches them to the disks found.
+    restored: Option<BTreeMap<PathBuf, Kept>>,
 }
 
 impl HealthBook {
+    /// The book kept in `state_dir`, as the last agent left it, and the planner's memory of the PVs it told. A file
+    /// that cannot be read starts an empty book (said in the log): every disk is judged afresh, as before the file.
+    pub fn open(state_dir: &Path) -> (HealthBook, Memory) {
+        let file = state_dir.join(FILE);
+        let stored = match std::fs::read(&file) {
+            Ok(bytes) => serde_json::from_slice::<Stored>(&bytes).unwrap_or_else(|error| {
+                warn!(%error, path = %file.display(), "unreadable disk health record; every disk is judged afresh");
+                Stored::default()
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Stored::default(),
+            Err(error) => {
+                warn!(%error, path = %file.display(), "unreadable disk health record; every disk is judged afresh");
+                Stored::default()
+            }
+        };
+        let memory = Memory {
+            conditions: stored.told.clone(),
+            ..Memory::default()
+        };
+        let restored = (!stored.disks.is_empty()).then(|| stored.disks.clone());
+        let book = HealthBook {
+            file: Some(file),
+            stored,
+            restored,
+            ..HealthBook::default()
+        };
+        (book, memory)
+    }
+
+    /// Keeps which PVs the planner told their disk was failing (from its `memory` after a pass).
+    pub fn told(&mut self, memory: &Memory) {
+        let told = memory.health_told();
+        if told != self.stored.told {
+            let stored = Stored {
+                told,
+                ..self.stored.clone()
+            };
+            self.save(stored);
+        }
+    }
+
+    /// Writes `stored` when it differs from what the file holds. A failed write is logged and tried again at the
+    /// next change: what is lost then is only what a restart would have forgotten without the file.
+    fn save(&mut self, stored: Stored) {
+        if stored == self.stored {
+            return;
+        }
+        if let Some(file) = &self.file {
+            let bytes = serde_json::to_vec(&stored).expect("a health record always serialises");
+            let dir = file.parent().unwrap_or(Path::new("."));
+            let written =
+                super::ledger::replace(file, &bytes).and_then(|()| super::ledger::sync_dir(dir));
+            if let Err(error) = written {
+                warn!(%error, path = %file.display(), "failed to keep the disks' health; kept in memory");
+                return;
+            }
+        }
+        self.stored = stored;
+    }
+
     /// Whether a look is due now.
     pub fn due(&self, now: Instant) -> bool {
         self.next.is_none_or(|at| now >= at)
@@ -84,6 +179,7 @@ impl HealthBook {
             })
             .unwrap_or_default();
         let mut seen = HashMap::with_capacity(found.disks.len());
+        let mut keys = HashMap::with_capacity(found.disks.len());
         let mut samples = BTreeMap::new();
         for disk in &found.disks {
             let Some(class) = classes.iter().find(|c| c.name == disk.class) else {
@@ -100,7 +196,15 @@ impl HealthBook {
                 round: self.round,
             };
             let signals = host.health(&probe);
-            let before = self.records.get(&disk.host_path);
+            let key = crate::plan::identity::disk_key(disk);
+            let restored = self
+                .restored
+                .as_mut()
+                .and_then(|r| r.remove(&disk.host_path));
+            let restored = restored
+                .filter(|kept| crate::plan::identity::keys_may_match(&kept.key, &key))
+                .map(|kept| kept.record);
+            let before = self.records.get(&disk.host_path).or(restored.as_ref());
             let after = health::judge(before, &signals, &policy, now);
             let was = before.map_or(State::Healthy, |r| r.state);
             if after.state != was {
@@ -128,11 +232,29 @@ impl HealthBook {
                 },
             );
             seen.insert(disk.host_path.clone(), after);
+            keys.insert(disk.host_path.clone(), key);
         }
-        // NB: a disk no longer found is forgotten; its PV's side (a vanished disk) is the planner's DiskMissing.
+        // NB: a disk no longer found is forgotten; its PV's side (a vanished disk) is the planner's DiskMissing. So is
+        // a restored record whose disk the first look did not find.
+        self.restored = None;
         self.records = seen;
+        self.keys = keys;
         self.samples = samples;
         self.next = Some(Instant::now() + period);
+        let disks = self
+            .records
+            .iter()
+            .filter_map(|(path, record)| {
+                let key = self.keys.get(path)?.clone();
+                let record = record.clone();
+                Some((path.clone(), Kept { key, record }))
+            })
+            .collect();
+        let stored = Stored {
+            disks,
+            told: self.stored.told.clone(),
+        };
+        self.save(stored);
     }
 
     /// Lists in `found` the disks that are not healthy, as last judged.
@@ -196,6 +318,111 @@ mod tests {
             capacity_bytes,
             ..crate::plan::fixtures::disk("x")
         }
+    }
+
+    /// One look at `disks` with the fake host's canned `signals` (by path), as the agent makes it.
+    fn look(book: &mut HealthBook, host: &crate::host::fake::FakeHost, disks: &[Disk]) {
+        let fixture = crate::plan::fixtures::disk("x");
+        let class = DiscoveryClass {
+            name: fixture.class.clone(),
+            host_dir: fixture.host_path.parent().expect("dir").to_path_buf(),
+            mount_dir: fixture.host_path.parent().expect("dir").to_path_buf(),
+            mode: VolumeMode::Filesystem,
+            name_patterns: vec!["*".into()],
+        };
+        let found = Discovery {
+            disks: disks.iter().cloned().map(std::sync::Arc::new).collect(),
+            ..Discovery::default()
+        };
+        let policy = Policy {
+            failed_after_errors: 1,
+            ..Policy::default()
+        };
+        book.observe(host, &[class], &found, (policy, Duration::from_secs(60)));
+    }
+
+    fn state_of(book: &HealthBook, disk: &Disk) -> State {
+        book.records
+            .get(&disk.host_path)
+            .map_or(State::Healthy, |r| r.state)
+    }
+
+    #[test]
+    fn a_restarted_agent_goes_on_from_the_health_it_kept_unless_the_disk_at_the_path_is_another() {
+        use crate::host::fake::FakeHost;
+        use crate::plan::fixtures::{disk, with_uuid};
+        let dir = tempfile::tempdir().expect("state dir");
+        let (sick, bumped, other) = (disk("sick"), disk("bumped"), disk("other"));
+        let host = FakeHost::new();
+        let probe_fails = crate::health::Signals {
+            probe_error: Some("EIO".into()),
+            ..Default::default()
+        };
+        host.health
+            .lock()
+            .unwrap()
+            .insert(sick.host_path.clone(), probe_fails.clone());
+        host.health
+            .lock()
+            .unwrap()
+            .insert(other.host_path.clone(), probe_fails);
+        let counted = |n| crate::health::Signals {
+            fs_errors: Some(n),
+            ..Default::default()
+        };
+        host.health
+            .lock()
+            .unwrap()
+            .insert(bumped.host_path.clone(), counted(4));
+        let (mut book, memory) = HealthBook::open(dir.path());
+        assert_eq!(memory, Memory::default(), "nothing kept yet");
+        let all = [sick.clone(), bumped.clone(), other.clone()];
+        look(&mut book, &host, &all);
+        assert_eq!(state_of(&book, &sick), State::Failed);
+        let mut told = Memory::default();
+        told.conditions.insert(
+            "pv-1".into(),
+            [Condition::DiskFailed, Condition::Foreign].into(),
+        );
+        book.told(&told);
+
+        // The agent restarts; the errors stopped, the counter rose while it was down, and at `other`'s path is now
+        // a disk with another filesystem UUID.
+        let host = FakeHost::new();
+        host.health
+            .lock()
+            .unwrap()
+            .insert(bumped.host_path.clone(), counted(5));
+        let (mut book, memory) = HealthBook::open(dir.path());
+        assert_eq!(
+            memory.conditions.get("pv-1"),
+            Some(&[Condition::DiskFailed].into()),
+            "only the health warnings are kept"
+        );
+        let replaced = with_uuid(other.clone(), "uuid-new");
+        look(
+            &mut book,
+            &host,
+            &[sick.clone(), bumped.clone(), replaced.clone()],
+        );
+        assert_eq!(state_of(&book, &sick), State::Failed, "Failed stays Failed");
+        assert_eq!(
+            state_of(&book, &bumped),
+            State::Failed,
+            "a rise while down is news"
+        );
+        assert_eq!(
+            state_of(&book, &replaced),
+            State::Healthy,
+            "another disk is judged afresh"
+        );
+
+        // A file that cannot be read starts afresh.
+        std::fs::write(dir.path().join(FILE), b"{not json").expect("write");
+        let (mut book, memory) = HealthBook::open(dir.path());
+        assert_eq!(memory, Memory::default());
+        look(&mut book, &host, std::slice::from_ref(&sick));
+        assert_eq!(state_of(&book, &sick), State::Healthy);
     }
 
     #[test]

@@ -184,6 +184,7 @@ struct Published {
 impl Agent {
     pub fn new(s: Setup) -> anyhow::Result<Agent> {
         let book = Book::open(&s.opts.state_dir)?;
+        let (health, memory) = super::health::HealthBook::open(&s.opts.state_dir);
         let writer = Writer::new(
             s.client.clone(),
             crate::contract::NODE_MANAGER,
@@ -198,7 +199,7 @@ impl Agent {
             writer: PvWriter { writer },
             inventory,
             book,
-            memory: Memory::default(),
+            memory,
             planner: IncrementalPlanner::default(),
             inventory_builder: Default::default(),
             probed: Probed::default(),
@@ -209,7 +210,7 @@ impl Agent {
             tagged_last: false,
             running: HashMap::new(),
             backoff: HashMap::new(),
-            health: Default::default(),
+            health,
             notices: Default::default(),
             published: Published::default(),
             existing: None,
@@ -613,6 +614,7 @@ impl Agent {
             .discovery_probed
             .observe(self.probed.last_measured as f64);
         self.memory = plan.memory;
+        self.health.told(&self.memory);
         // NB: a volume id stored this pass publishes its disk in the next one, at once; the inventory waits for it.
         let tagged = std::mem::take(&mut self.tagged);
         let tagged_before = std::mem::replace(&mut self.tagged_last, tagged);

@@ -277,6 +277,15 @@ pub fn ledger_key(
     key.unwrap_or_else(|| format!("path:{}", host_path.display()))
 }
 
+/// Whether two ledger keys (see [`ledger_key`]) may name the same disk: only two keys of one kind with different
+/// values (two filesystem UUIDs, two WWNs) prove two disks. Keys of different kinds, or a `path:` key, cannot tell,
+/// so they may: what the caller keeps for a disk is then applied to whatever is at the path (a health record holds
+/// a disk back; it never authorises anything).
+pub fn keys_may_match(a: &str, b: &str) -> bool {
+    let kind = |k: &str| k.split_once(':').map_or("", |(kind, _)| kind).to_string();
+    a == b || kind(a) != kind(b) || kind(a) == "path"
+}
+
 /// The ledger key of a discovered disk.
 pub fn disk_key(disk: &Disk) -> String {
     ledger_key(

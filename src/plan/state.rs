@@ -134,6 +134,22 @@ pub struct Memory {
 }
 
 impl Memory {
+    /// The PVs told their disk was `Degraded` or `Failed`, and which: what must outlive a restart for the all-clear
+    /// (`DiskHealthy`) to reach whoever read the warning.
+    pub fn health_told(&self) -> BTreeMap<String, BTreeSet<Condition>> {
+        self.conditions
+            .iter()
+            .filter_map(|(uid, set)| {
+                let told: BTreeSet<Condition> = set
+                    .iter()
+                    .copied()
+                    .filter(|c| matches!(c, Condition::DiskDegraded | Condition::DiskFailed))
+                    .collect();
+                (!told.is_empty()).then(|| (uid.clone(), told))
+            })
+            .collect()
+    }
+
     pub fn had(&self, uid: &str, condition: Condition) -> bool {
         self.conditions
             .get(uid)

@@ -275,3 +275,20 @@ fn annotations_round_trip_every_recorded_field() {
 fn ledger_keys_use_the_most_stable_id(#[case] disk: Disk, #[case] expected: &str) {
     assert_eq!(disk_key(&disk), expected);
 }
+
+#[test]
+fn only_two_keys_of_one_kind_with_different_values_prove_two_disks() {
+    for (a, b, may) in [
+        ("fs-uuid:1", "fs-uuid:1", true),
+        ("fs-uuid:1", "fs-uuid:2", false),
+        ("fs-uuid:1:/a", "fs-uuid:1:/b", false),
+        ("wwn:x", "wwn:y", false),
+        ("serial:x", "wwn:x", true),
+        ("volume-id:v", "fs-uuid:1", true),
+        ("path:/mnt/disks/a", "fs-uuid:1", true),
+        ("path:/mnt/disks/a", "path:/mnt/disks/b", true),
+    ] {
+        assert_eq!(keys_may_match(a, b), may, "{a} ~ {b}");
+        assert_eq!(keys_may_match(b, a), may, "{b} ~ {a}");
+    }
+}
