@@ -273,6 +273,99 @@ async fn a_disk_whose_writes_fail_is_marked_unhealthy_and_withdrawn() {
     disk.set(Mode::Ok);
 }
 
+/// The health the agent judged outlives it (issue 37): `sick` failed by read errors that have since stopped and
+/// `blip` degraded by one transient read error under a Bound PV, then the agent restarts. `sick` stays `Failed`
+/// (without the kept record its clean reads would publish it again at once) and unpublished; `blip` stays
+/// `Degraded` until the rest of its quiet period is over, then its PV and claim get `DiskHealthy` (the warning was
+/// given before the restart).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_disks_health_outlives_an_agent_restart() {
+    use crate::support::faulty::{FaultyDisk, Mode};
+
+    let (cp, ns, mut agent) = one_class_plane("failure-restart").await;
+    let client = cp.client();
+    let reaper = cp.reaper();
+    configure(
+        &agent,
+        "diskHealthCheckPeriod: 1s\ndiskHealthyAfter: 25s\ndiskFailedAfterErrors: 2\n",
+    );
+    let hosts = cp.dir.join("hosts/node-1");
+    let failing = FaultyDisk::new(&hosts.join("faulty-sick"), 64, "ext4", reaper);
+    let flaky = FaultyDisk::new(&hosts.join("faulty-blip"), 64, "ext4", reaper);
+    let (sick, blip) = (agent.disk("sick"), agent.disk("blip"));
+    let _sick = failing.mount_at(&sick, reaper);
+    let _blip = flaky.mount_at(&blip, reaper);
+    agent.start(&cp);
+    agent.wait_ready().await;
+    available(&client, &sick).await;
+    let bound = available(&client, &blip).await;
+    claim_pv(&client, &ns, "data", &bound, CLASS, "1Mi").await;
+
+    let one_failed_read = |disk: &FaultyDisk| match disk.stats().failed {
+        0 => Err("no failed read yet".to_string()),
+        _ => Ok(()),
+    };
+    failing.set(Mode::FailReads);
+    flaky.set(Mode::FailReads);
+    eventually("a failed read on blip", Duration::from_secs(60), || async {
+        one_failed_read(&flaky)
+    })
+    .await;
+    flaky.set(Mode::Ok);
+    eventually("sick to say Failed", Duration::from_secs(60), || async {
+        match health_of(&client, std::slice::from_ref(&sick)).await?[0].as_deref() {
+            Some("Failed") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    failing.set(Mode::Ok);
+    wait_event(
+        &client,
+        name(&bound),
+        "DiskDegraded",
+        Duration::from_secs(60),
+    )
+    .await;
+    wait_event(&client, "data", "DiskDegraded", Duration::from_secs(60)).await;
+
+    agent
+        .process
+        .take()
+        .expect("running")
+        .stop(Duration::from_secs(10));
+    agent.start(&cp);
+    agent.wait_ready().await;
+    let said = wait_event(
+        &client,
+        name(&bound),
+        "DiskHealthy",
+        Duration::from_secs(90),
+    )
+    .await;
+    assert!(said.contains("Degraded"), "{said}");
+    wait_event(&client, "data", "DiskHealthy", Duration::from_secs(30)).await;
+    // Well past the restart, the failed disk is still Failed and has no PV; the healed one's LocalDisk says so.
+    eventually(
+        "the LocalDisks to say Failed and healthy",
+        Duration::from_secs(30),
+        || async {
+            match &health_of(&client, &[sick.clone(), blip.clone()]).await?[..] {
+                [Some(failed), None] if failed == "Failed" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        !pvs_of(&client, "node-1")
+            .await
+            .contains_key(&sick.display().to_string()),
+        "the failed disk was published again after the restart"
+    );
+    agent.process.take();
+}
+
 /// The Healthy condition's reason on the LocalDisk at `vol`, and its health (None: healthy).
 pub async fn disk_says(
     client: &kube::Client,
