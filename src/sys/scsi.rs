@@ -64,50 +64,106 @@ pub enum PassThrough {
 impl AtaSmart {
     /// The CDB of `form`.
     pub fn cdb_of(self, form: PassThrough) -> Vec<u8> {
+        self.registers().cdb_of(form)
+    }
+
+    /// The 12-byte CDB (A1h).
+    pub fn cdb12(self) -> [u8; 12] {
+        self.registers().cdb12()
+    }
+
+    /// The 16-byte CDB (85h).
+    pub fn cdb(self) -> [u8; 16] {
+        self.registers().cdb16()
+    }
+
+    /// For the reads, PIO Data-In and one 512-byte block; for the status, no data and CK_COND, so the translator
+    /// returns the ATA registers as sense data. The SMART signature 4Fh/C2h in LBA Mid and High.
+    fn registers(self) -> Registers {
+        let (protocol, flags, feature, count) = match self {
+            AtaSmart::ReadData => (PIO_DATA_IN, READ_BLOCKS, 0xD0, 1),
+            AtaSmart::ReadThresholds => (PIO_DATA_IN, READ_BLOCKS, 0xD1, 1),
+            AtaSmart::ReturnStatus => (NON_DATA, CK_COND, 0xDA, 0),
+        };
+        Registers {
+            protocol,
+            flags,
+            feature,
+            count,
+            lba_low: 0,
+            lba_mid: 0x4F,
+            lba_high: 0xC2,
+            command: SMART,
+            extend: false,
+        }
+    }
+}
+
+/// ATA PASS-THROUGH byte 1: the protocol, shifted left once (T10 SAT).
+const PIO_DATA_IN: u8 = 4;
+const NON_DATA: u8 = 3;
+/// ATA PASS-THROUGH byte 2 of a read: T_DIR from the device (08h), BYTE_BLOCK (04h), T_LENGTH in the COUNT field
+/// (02h): COUNT 512-byte blocks.
+const READ_BLOCKS: u8 = 0x0E;
+/// ATA PASS-THROUGH byte 2 of a command without data whose registers are wanted back as sense data.
+const CK_COND: u8 = 0x20;
+/// The ATA SMART command; its FEATURE says which.
+const SMART: u8 = 0xB0;
+
+/// The ATA registers of one command as ATA PASS-THROUGH carries them, and the two CDBs that carry them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Registers {
+    protocol: u8,
+    flags: u8,
+    feature: u8,
+    count: u8,
+    lba_low: u8,
+    lba_mid: u8,
+    lba_high: u8,
+    command: u8,
+    /// A 48-bit command: the EXTEND bit of the 16-byte form. The upper bytes (FEATURE, COUNT and LBA (47:24)) are
+    /// zero in every command sent here.
+    extend: bool,
+}
+
+impl Registers {
+    fn cdb_of(self, form: PassThrough) -> Vec<u8> {
         match form {
-            PassThrough::Sixteen => self.cdb().to_vec(),
+            PassThrough::Sixteen => self.cdb16().to_vec(),
             PassThrough::Twelve => self.cdb12().to_vec(),
         }
     }
 
-    /// The 12-byte CDB (A1h): the same protocol (byte 1) and flags (byte 2) as the 16-byte form, then FEATURE
-    /// (byte 3), COUNT (4), LBA Low, Mid and High (5-7: the SMART signature 4Fh/C2h in Mid and High), DEVICE (8)
-    /// and COMMAND (9).
-    pub fn cdb12(self) -> [u8; 12] {
-        let long = self.cdb();
-        let mut cdb = [0u8; 12];
-        cdb[0] = 0xA1;
-        cdb[1] = long[1];
-        cdb[2] = long[2];
-        cdb[3] = long[4];
-        cdb[4] = long[6];
-        cdb[5] = long[8];
-        cdb[6] = long[10];
-        cdb[7] = long[12];
-        cdb[8] = long[13];
-        cdb[9] = long[14];
+    /// The 16-byte CDB (85h). Byte 1: the protocol shifted left once, EXTEND in bit 0; byte 2: the flags. FEATURE
+    /// (7:0) in byte 4, COUNT (7:0) in 6, LBA (7:0), (15:8) and (23:16) in 8, 10 and 12, DEVICE in 13, COMMAND in
+    /// 14; the odd bytes 3-11 hold the upper halves, zero here.
+    fn cdb16(self) -> [u8; 16] {
+        let mut cdb = [0u8; 16];
+        cdb[0] = 0x85;
+        cdb[1] = self.protocol << 1 | u8::from(self.extend);
+        cdb[2] = self.flags;
+        cdb[4] = self.feature;
+        cdb[6] = self.count;
+        cdb[8] = self.lba_low;
+        cdb[10] = self.lba_mid;
+        cdb[12] = self.lba_high;
+        cdb[14] = self.command;
         cdb
     }
 
-    /// The 16-byte CDB. Byte 1: the protocol (PIO Data-In 4, Non-data 3) shifted left once. Byte 2: for the reads,
-    /// T_DIR from the device, BYTE_BLOCK, T_LENGTH in the COUNT field (0Eh: one 512-byte block); for the status,
-    /// CK_COND (20h), so the translator returns the ATA registers as sense data. FEATURE in byte 4, COUNT in byte
-    /// 6, the SMART signature 4Fh/C2h in LBA (15:8) and (23:16) (bytes 10 and 12), COMMAND B0h in byte 14.
-    pub fn cdb(self) -> [u8; 16] {
-        let (protocol, flags, feature, count) = match self {
-            AtaSmart::ReadData => (4, 0x0E, 0xD0, 1),
-            AtaSmart::ReadThresholds => (4, 0x0E, 0xD1, 1),
-            AtaSmart::ReturnStatus => (3, 0x20, 0xDA, 0),
-        };
-        let mut cdb = [0u8; 16];
-        cdb[0] = 0x85;
-        cdb[1] = protocol << 1;
-        cdb[2] = flags;
-        cdb[4] = feature;
-        cdb[6] = count;
-        cdb[10] = 0x4F;
-        cdb[12] = 0xC2;
-        cdb[14] = 0xB0;
+    /// The 12-byte CDB (A1h): the same protocol (byte 1) and flags (byte 2) as the 16-byte form, then FEATURE
+    /// (byte 3), COUNT (4), LBA Low, Mid and High (5-7), DEVICE (8) and COMMAND (9). It has no EXTEND bit.
+    fn cdb12(self) -> [u8; 12] {
+        let mut cdb = [0u8; 12];
+        cdb[0] = 0xA1;
+        cdb[1] = self.protocol << 1;
+        cdb[2] = self.flags;
+        cdb[3] = self.feature;
+        cdb[4] = self.count;
+        cdb[5] = self.lba_low;
+        cdb[6] = self.lba_mid;
+        cdb[7] = self.lba_high;
+        cdb[9] = self.command;
         cdb
     }
 }
