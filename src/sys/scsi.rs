@@ -1,6 +1,7 @@
 //! SCSI commands through SG_IO on a block device's SCSI generic interface (issue 37): ATA PASS-THROUGH (16 and 12,
-//! T10 SAT) for the SMART commands of an ATA drive, and LOG SENSE (SPC) for a SCSI disk's log pages. Every command
-//! sent is read-only. Part of `sys`, the one module allowed `unsafe`: one ioctl, in `sg_command`.
+//! T10 SAT) for the SMART commands of an ATA drive and the read of its Device Statistics log (ACS-4), and LOG SENSE
+//! (SPC) for a SCSI disk's log pages. Every command sent is read-only. Part of `sys`, the one module allowed
+//! `unsafe`: one ioctl, in `sg_command`.
 
 use std::os::fd::{AsFd, AsRawFd};
 
@@ -168,6 +169,56 @@ impl Registers {
     }
 }
 
+/// The Device Statistics log's address, in the General Purpose and the SMART log directories alike (ACS-4).
+const DEVICE_STATISTICS_LOG: u8 = 0x04;
+const READ_LOG_EXT: u8 = 0x2F;
+/// SMART READ LOG, the feature of SMART (B0h).
+const SMART_READ_LOG: u8 = 0xD5;
+
+/// The registers that read page `page` of the Device Statistics log through `form`: READ LOG EXT (2Fh: log
+/// address in LBA Low, page number in LBA Mid, COUNT one page) through the 16-byte form; SMART READ LOG (B0h
+/// feature D5h) of the log's pages 0 to `page` through the 12-byte form. `None` when `form` cannot reach the page.
+///
+/// NB: not READ LOG EXT through the 12-byte form: it is a 48-bit command and that form has no EXTEND bit, so the
+/// upper register bytes (the page number's high byte, COUNT's high byte) are not sent, and what the drive finds
+/// there is the translator's doing (on a parallel ATA drive behind a bridge, what the last command left).
+/// smartmontools refuses 48-bit commands through it ("48-bit ATA commands require SAT ATA PASS-THROUGH (16)").
+/// SMART READ LOG is a 28-bit command and reads the same log, page N being its sector N; it has no page field,
+/// so it reads the pages before too (4 KiB for page 7, once per reading).
+fn device_statistics_registers(page: u8, form: PassThrough) -> Option<Registers> {
+    Some(match form {
+        PassThrough::Sixteen => Registers {
+            protocol: PIO_DATA_IN,
+            flags: READ_BLOCKS,
+            feature: 0,
+            count: 1,
+            lba_low: DEVICE_STATISTICS_LOG,
+            lba_mid: page,
+            lba_high: 0,
+            command: READ_LOG_EXT,
+            extend: true,
+        },
+        PassThrough::Twelve => Registers {
+            protocol: PIO_DATA_IN,
+            flags: READ_BLOCKS,
+            feature: SMART_READ_LOG,
+            // NB: a 28-bit COUNT of 0 means 256, not 0: page FFh is out of this form's reach.
+            count: page.checked_add(1)?,
+            lba_low: DEVICE_STATISTICS_LOG,
+            lba_mid: 0x4F,
+            lba_high: 0xC2,
+            command: SMART,
+            extend: false,
+        },
+    })
+}
+
+/// The CDB that reads page `page` of the Device Statistics log through `form` (see
+/// [`device_statistics_registers`]); `None` when that form cannot reach the page.
+pub fn device_statistics_cdb(page: u8, form: PassThrough) -> Option<Vec<u8>> {
+    device_statistics_registers(page, form).map(|r| r.cdb_of(form))
+}
+
 /// What SG_IO answered: the SCSI status, the host and driver status, and the sense data written.
 struct SgAnswer {
     status: u8,
@@ -279,6 +330,28 @@ pub fn ata_smart_return_status_via(fd: impl AsFd, form: PassThrough) -> nix::Res
     Ok(answer.sense)
 }
 
+/// Page `page` of the Device Statistics log of the ATA drive open at `fd` (opened read-only), through the 16- or
+/// the 12-byte ATA PASS-THROUGH: the 512 bytes for `health::smart::parse_ssd_statistics`. A read-only command;
+/// errors as [`ata_smart_read`]'s, `EREMOTEIO` also when the drive keeps no such log or page (it aborts the
+/// command), `EINVAL` when `form` cannot reach the page.
+pub fn ata_device_statistics_via(
+    fd: impl AsFd,
+    page: u8,
+    form: PassThrough,
+) -> nix::Result<[u8; 512]> {
+    let registers = device_statistics_registers(page, form).ok_or(nix::errno::Errno::EINVAL)?;
+    let mut data = vec![0u8; 512 * usize::from(registers.count)];
+    let answer = sg_command(fd, &registers.cdb_of(form), Some(&mut data))?;
+    if !answer.good() {
+        return Err(nix::errno::Errno::EREMOTEIO);
+    }
+    // NB: `resid` is not looked at, as for the SMART sectors: a page that did not arrive is left zeros, which the
+    // parser refuses (no revision, no page number).
+    let mut sector = [0u8; 512];
+    sector.copy_from_slice(&data[data.len() - 512..]);
+    Ok(sector)
+}
+
 /// LOG SENSE (10) of page `page` (subpage 0, cumulative values) from the SCSI disk open at `fd` (opened
 /// read-only): the page as returned, for `health::scsi::parse_log_page`. A read-only command of every SCSI disk
 /// (SPC); the kernel lets a process with read access send it. `ENOTTY` (or `EINVAL`) on a device without a SCSI
@@ -306,7 +379,7 @@ pub fn log_sense_cdb(page: u8) -> [u8; 10] {
 
 #[cfg(test)]
 mod tests {
-    use super::AtaSmart;
+    use super::{AtaSmart, PassThrough};
 
     #[test]
     fn the_smart_commands_are_ata_pass_through_16_with_the_smart_signature() {
@@ -340,9 +413,42 @@ mod tests {
             [0xA1, 0x06, 0x20, 0xDA, 0, 0, 0x4F, 0xC2, 0, 0xB0, 0, 0]
         );
         assert_eq!(
-            AtaSmart::ReturnStatus.cdb_of(super::PassThrough::Twelve),
+            AtaSmart::ReturnStatus.cdb_of(PassThrough::Twelve),
             AtaSmart::ReturnStatus.cdb12().to_vec()
         );
+    }
+
+    /// ACS-4 READ LOG EXT through ATA PASS-THROUGH (16): PIO Data-In with EXTEND (09h), one 512-byte block (0Eh),
+    /// COUNT 1, log address 04h in LBA (7:0), page 07h in LBA (15:8), COMMAND 2Fh; the upper bytes zero.
+    #[test]
+    fn the_device_statistics_page_is_read_log_ext_in_the_16_byte_form() {
+        assert_eq!(
+            super::device_statistics_cdb(0x07, PassThrough::Sixteen),
+            Some(vec![
+                0x85, 0x09, 0x0E, 0, 0, 0, 1, 0, 0x04, 0, 0x07, 0, 0, 0, 0x2F, 0
+            ])
+        );
+    }
+
+    /// The 12-byte form carries no 48-bit command: SMART READ LOG (B0h, feature D5h) of log 04h with the SMART
+    /// signature, COUNT 8 (pages 0 to 7); page FFh would need a COUNT of 256.
+    #[test]
+    fn the_device_statistics_page_is_smart_read_log_of_the_pages_up_to_it_in_the_12_byte_form() {
+        assert_eq!(
+            super::device_statistics_cdb(0x07, PassThrough::Twelve),
+            Some(vec![
+                0xA1, 0x08, 0x0E, 0xD5, 8, 0x04, 0x4F, 0xC2, 0, 0xB0, 0, 0
+            ])
+        );
+        assert_eq!(
+            super::device_statistics_cdb(0x00, PassThrough::Twelve).map(|c| c[4]),
+            Some(1)
+        );
+        assert_eq!(
+            super::device_statistics_cdb(0xFF, PassThrough::Twelve),
+            None
+        );
+        assert!(super::device_statistics_cdb(0xFF, PassThrough::Sixteen).is_some());
     }
 
     /// SPC-5 LOG SENSE (10): page control 01b (cumulative) with the page code, 252 bytes allowed.
