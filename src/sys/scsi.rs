@@ -331,7 +331,7 @@ pub fn ata_smart_return_status_via(fd: impl AsFd, form: PassThrough) -> nix::Res
 }
 
 /// Page `page` of the Device Statistics log of the ATA drive open at `fd` (opened read-only), through the 16- or
-/// the 12-byte ATA PASS-THROUGH: the 512 bytes for `health::smart::parse_ssd_statistics`. A read-only command;
+/// the 12-byte ATA PASS-THROUGH: the 512 bytes for `health::smart::ata_endurance_used`. A read-only command;
 /// errors as [`ata_smart_read`]'s, `EREMOTEIO` also when the drive keeps no such log or page (it aborts the
 /// command), `EINVAL` when `form` cannot reach the page.
 pub fn ata_device_statistics_via(
