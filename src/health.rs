@@ -88,7 +88,7 @@ pub enum HardwareSource {
     /// The NVMe SMART / Health Information log page (Log Identifier 02h).
     #[default]
     Nvme,
-    /// ATA SMART data, thresholds and return status.
+    /// ATA SMART data, thresholds and return status; an SSD's endurance from the Device Statistics log (page 07h).
     Ata,
     /// SCSI log pages: informational exceptions (2Fh), read and write error counters (03h, 02h).
     Scsi,
@@ -169,7 +169,8 @@ pub struct Hardware {
     /// Media and data integrity errors since manufacture (NVMe), reallocated plus pending plus uncorrectable
     /// sectors (ATA 5 + 197 + 198), or uncorrected read plus write errors (SCSI): only a rise is news.
     pub media_errors: u64,
-    /// Percentage of the rated endurance used (may exceed 100).
+    /// Percentage of the rated endurance used (may exceed 100): NVMe "percentage used", an ATA or SCSI SSD's
+    /// "percentage used endurance indicator".
     pub percentage_used: Option<u8>,
 }
 

@@ -3,15 +3,16 @@
 //! Every function takes an open file descriptor owned by the caller and returns a plain `Result`; the unsafe blocks
 //! are one ioctl each, with the argument layout the kernel expects (see `include/uapi/linux/fs.h`,
 //! `include/uapi/linux/nvme_ioctl.h`, `include/scsi/sg.h`). The SCSI commands sent through SG_IO (ATA
-//! PASS-THROUGH, LOG SENSE), all read-only, are in `sys::scsi`, re-exported here.
+//! PASS-THROUGH of SMART and READ LOG EXT, LOG SENSE), all read-only, are in `sys::scsi`, re-exported here.
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 mod scsi;
 pub use scsi::{
-    AtaSmart, PassThrough, ata_smart_read, ata_smart_read_via, ata_smart_return_status,
-    ata_smart_return_status_via, log_sense_cdb, scsi_log_sense,
+    AtaSmart, PassThrough, ata_device_statistics_via, ata_smart_read, ata_smart_read_via,
+    ata_smart_return_status, ata_smart_return_status_via, device_statistics_cdb, log_sense_cdb,
+    scsi_log_sense,
 };
 
 // _IOR(0x12, 114, size_t)

@@ -1,19 +1,22 @@
-//! The device's own health logs, parsed (issue 37, point 1): the NVMe SMART / Health Information log page and the
-//! ATA SMART data and threshold sectors, as the device returns them, into [`Hardware`] for [`super::judge`]. Pure:
-//! the host reads the bytes (`sys::nvme_smart_log`, `sys::ata_smart_read`, `sys::ata_smart_return_status`), this
-//! module only reads them.
+//! The device's own health logs, parsed (issue 37, point 1): the NVMe SMART / Health Information log page, the
+//! ATA SMART data and threshold sectors and the ATA Device Statistics log's solid state page, as the device returns
+//! them, into [`Hardware`] for [`super::judge`]. Pure: the host reads the bytes (`sys::nvme_smart_log`,
+//! `sys::ata_smart_read`, `sys::ata_smart_return_status`, `sys::ata_device_statistics_via`), this module only reads
+//! them.
 //!
 //! ```text
 //!  NVMe Get Log Page 02h (512 bytes) ──> parse_nvme ──> NvmeHealth ──> .hardware() ─┐
 //!  ATA SMART READ DATA (512 bytes)   ──> parse_ata_attributes ─┐                    ├─> Hardware
-//!  ATA SMART READ THRESHOLDS         ──> parse_ata_thresholds ─┴─> ata_hardware ────┘
-//!  ATA SMART RETURN STATUS sense ──> ata_registers ──> ata_return_status ─┘
+//!  ATA SMART READ THRESHOLDS         ──> parse_ata_thresholds ─┼─> ata_hardware ────┘
+//!  SMART RETURN STATUS ──> ata_registers ─> ata_return_status ─┤
+//!  ATA Device Statistics page 07h ──> ata_endurance_used ──────┘
 //! ```
 //!
 //! Layouts: NVM Express Base Specification, "SMART / Health Information (Log Identifier 02h)"; ATA/ATAPI-8 and the
 //! de-facto attribute table every ATA drive fills (30 entries of 12 bytes after a 2-byte revision), as smartmontools
 //! reads it; the ATA registers in sense data as T10 SAT returns them for ATA PASS-THROUGH with CK_COND (the
-//! layout Linux's libata writes in `ata_scsi_set_passthru_sense_fields`).
+//! layout Linux's libata writes in `ata_scsi_set_passthru_sense_fields`); ACS-4 "Device Statistics log", "Solid
+//! State Device Statistics".
 
 use super::{Hardware, HardwareSource, Warning};
 
@@ -239,11 +242,39 @@ pub fn ata_registers(sense: &[u8]) -> Option<AtaRegisters> {
     }
 }
 
-/// The ATA SMART data as a health signal. `failing` is SMART RETURN STATUS's verdict, when it was read.
+/// The page of the ATA Device Statistics log that holds the Solid State Device Statistics.
+pub const SOLID_STATE_STATISTICS: u8 = 0x07;
+
+/// Flags of a device statistic (the top byte of its qword): the drive supports it, and its value is valid.
+const STATISTIC_SUPPORTED: u64 = 1 << 63;
+const STATISTIC_VALID: u64 = 1 << 62;
+
+/// The Percentage Used Endurance Indicator of page 07h of the ATA Device Statistics log (Solid State Device
+/// Statistics): the drive's estimate of its rated endurance used, percent; may exceed 100 (255 means 255 or more).
+/// The page starts with a header qword (bytes 0-1 the revision, byte 2 the page number); the statistic is the qword
+/// at byte 8: bit 63 supported, bit 62 valid value, bits 7:0 the percentage. `None` for what does not say it: a
+/// buffer shorter than a page, a header that is not page 07h's (a drive answers a page it does not keep with zeros,
+/// revision 0), a statistic not supported or without a valid value.
+pub fn ata_endurance_used(page: &[u8]) -> Option<u8> {
+    let page = page.get(..PAGE_LEN)?;
+    let revision = u16::from_le_bytes([page[0], page[1]]);
+    if revision == 0 || page[2] != SOLID_STATE_STATISTICS {
+        return None;
+    }
+    let mut qword = [0u8; 8];
+    qword.copy_from_slice(&page[8..16]);
+    let statistic = u64::from_le_bytes(qword);
+    let flags = STATISTIC_SUPPORTED | STATISTIC_VALID;
+    (statistic & flags == flags).then_some(qword[0])
+}
+
+/// The ATA SMART data as a health signal. `failing` is SMART RETURN STATUS's verdict, when it was read;
+/// `endurance_used` the Device Statistics' percentage used endurance indicator, when the drive gave one.
 pub fn ata_hardware(
     attributes: &[AtaAttribute],
     thresholds: &[(u8, u8)],
     failing: Option<bool>,
+    endurance_used: Option<u8>,
 ) -> Hardware {
     let mut warnings = Vec::new();
     if failing == Some(true) {
@@ -278,9 +309,11 @@ pub fn ata_hardware(
         warnings,
         // NB: only the low 32 bits: several vendors keep other counters in the upper raw bytes of these attributes.
         media_errors: raw(REALLOCATED_SECTORS) + raw(PENDING_SECTORS) + raw(UNCORRECTABLE_SECTORS),
-        percentage_used: None,
+        percentage_used: endurance_used,
     }
 }
 
+#[cfg(test)]
+mod devstat_tests;
 #[cfg(test)]
 mod tests;

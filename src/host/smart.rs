@@ -1,8 +1,9 @@
 //! The device's own health log, read on the host (issue 37, point 1): which drive a volume lives on (sysfs), then
 //! - an NVMe namespace: one Get Log Page 02h (`sys::nvme_smart_log`);
 //! - an ATA drive behind the kernel's SCSI translation (vendor "ATA"), or any disk behind a USB bridge: SMART READ
-//!   DATA, READ THRESHOLDS and RETURN STATUS through ATA PASS-THROUGH (`sys::ata_smart_read_via`,
-//!   `sys::ata_smart_return_status_via`), the 16-byte form first and the 12-byte one when the bridge answers
+//!   DATA, READ THRESHOLDS and RETURN STATUS, and page 07h of the Device Statistics log (an SSD's endurance used),
+//!   through ATA PASS-THROUGH (`sys::ata_smart_read_via`, `sys::ata_smart_return_status_via`,
+//!   `sys::ata_device_statistics_via`), the 16-byte form first and the 12-byte one when the bridge answers
 //!   nothing to it (SAT bridges that know only the older form);
 //! - another SCSI disk (SAS, a RAID controller's or a virtual disk): LOG SENSE of the informational exceptions, the
 //!   read and write error counter and the solid state media pages (`sys::scsi_log_sense`);
@@ -183,8 +184,9 @@ fn read_nvme(node: &Path) -> Option<Hardware> {
         .ok()
 }
 
-/// SMART READ DATA, READ THRESHOLDS and RETURN STATUS of the ATA drive at `node`, opened read-only, through ATA
-/// PASS-THROUGH (16), else (12). A drive that answers only some of them gives what it answered; none: no reading.
+/// SMART READ DATA, READ THRESHOLDS and RETURN STATUS and the Device Statistics' solid state page of the ATA drive
+/// at `node`, opened read-only, through ATA PASS-THROUGH (16), else (12). A drive that answers only some of them
+/// gives what it answered (a hard disk keeps no solid state page); none: no reading.
 fn read_ata(node: &Path) -> Option<Hardware> {
     use crate::sys::PassThrough;
     let fd = open_read_only(node)
@@ -200,7 +202,9 @@ fn read_ata_via(
     form: crate::sys::PassThrough,
 ) -> Option<Hardware> {
     use crate::health::smart::{self, AtaRegisters};
-    use crate::sys::{AtaSmart, ata_smart_read_via, ata_smart_return_status_via};
+    use crate::sys::{
+        AtaSmart, ata_device_statistics_via, ata_smart_read_via, ata_smart_return_status_via,
+    };
     let sector = |what: AtaSmart| {
         ata_smart_read_via(fd, what, form)
             .map_err(
@@ -220,13 +224,18 @@ fn read_ata_via(
                  lba_mid, lba_high, ..
              }| smart::ata_return_status(lba_mid, lba_high),
         );
-    if attributes.is_none() && failing.is_none() {
+    let endurance_used = ata_device_statistics_via(fd, smart::SOLID_STATE_STATISTICS, form)
+        .map_err(|error| debug!(path = %node.display(), ?form, %error, "no ATA device statistics"))
+        .ok()
+        .and_then(|page| smart::ata_endurance_used(&page));
+    if attributes.is_none() && failing.is_none() && endurance_used.is_none() {
         return None;
     }
     Some(smart::ata_hardware(
         &attributes.unwrap_or_default(),
         &thresholds,
         failing,
+        endurance_used,
     ))
 }
 

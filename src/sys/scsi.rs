@@ -1,6 +1,7 @@
 //! SCSI commands through SG_IO on a block device's SCSI generic interface (issue 37): ATA PASS-THROUGH (16 and 12,
-//! T10 SAT) for the SMART commands of an ATA drive, and LOG SENSE (SPC) for a SCSI disk's log pages. Every command
-//! sent is read-only. Part of `sys`, the one module allowed `unsafe`: one ioctl, in `sg_command`.
+//! T10 SAT) for the SMART commands of an ATA drive and the read of its Device Statistics log (ACS-4), and LOG SENSE
+//! (SPC) for a SCSI disk's log pages. Every command sent is read-only. Part of `sys`, the one module allowed
+//! `unsafe`: one ioctl, in `sg_command`.
 
 use std::os::fd::{AsFd, AsRawFd};
 
@@ -64,52 +65,158 @@ pub enum PassThrough {
 impl AtaSmart {
     /// The CDB of `form`.
     pub fn cdb_of(self, form: PassThrough) -> Vec<u8> {
+        self.registers().cdb_of(form)
+    }
+
+    /// The 12-byte CDB (A1h).
+    pub fn cdb12(self) -> [u8; 12] {
+        self.registers().cdb12()
+    }
+
+    /// The 16-byte CDB (85h).
+    pub fn cdb(self) -> [u8; 16] {
+        self.registers().cdb16()
+    }
+
+    /// For the reads, PIO Data-In and one 512-byte block; for the status, no data and CK_COND, so the translator
+    /// returns the ATA registers as sense data. The SMART signature 4Fh/C2h in LBA Mid and High.
+    fn registers(self) -> Registers {
+        let (protocol, flags, feature, count) = match self {
+            AtaSmart::ReadData => (PIO_DATA_IN, READ_BLOCKS, 0xD0, 1),
+            AtaSmart::ReadThresholds => (PIO_DATA_IN, READ_BLOCKS, 0xD1, 1),
+            AtaSmart::ReturnStatus => (NON_DATA, CK_COND, 0xDA, 0),
+        };
+        Registers {
+            protocol,
+            flags,
+            feature,
+            count,
+            lba_low: 0,
+            lba_mid: 0x4F,
+            lba_high: 0xC2,
+            command: SMART,
+            extend: false,
+        }
+    }
+}
+
+/// ATA PASS-THROUGH byte 1: the protocol, shifted left once (T10 SAT).
+const PIO_DATA_IN: u8 = 4;
+const NON_DATA: u8 = 3;
+/// ATA PASS-THROUGH byte 2 of a read: T_DIR from the device (08h), BYTE_BLOCK (04h), T_LENGTH in the COUNT field
+/// (02h): COUNT 512-byte blocks.
+const READ_BLOCKS: u8 = 0x0E;
+/// ATA PASS-THROUGH byte 2 of a command without data whose registers are wanted back as sense data.
+const CK_COND: u8 = 0x20;
+/// The ATA SMART command; its FEATURE says which.
+const SMART: u8 = 0xB0;
+
+/// The ATA registers of one command as ATA PASS-THROUGH carries them, and the two CDBs that carry them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Registers {
+    protocol: u8,
+    flags: u8,
+    feature: u8,
+    count: u8,
+    lba_low: u8,
+    lba_mid: u8,
+    lba_high: u8,
+    command: u8,
+    /// A 48-bit command: the EXTEND bit of the 16-byte form. The upper bytes (FEATURE, COUNT and LBA (47:24)) are
+    /// zero in every command sent here.
+    extend: bool,
+}
+
+impl Registers {
+    fn cdb_of(self, form: PassThrough) -> Vec<u8> {
         match form {
-            PassThrough::Sixteen => self.cdb().to_vec(),
+            PassThrough::Sixteen => self.cdb16().to_vec(),
             PassThrough::Twelve => self.cdb12().to_vec(),
         }
     }
 
-    /// The 12-byte CDB (A1h): the same protocol (byte 1) and flags (byte 2) as the 16-byte form, then FEATURE
-    /// (byte 3), COUNT (4), LBA Low, Mid and High (5-7: the SMART signature 4Fh/C2h in Mid and High), DEVICE (8)
-    /// and COMMAND (9).
-    pub fn cdb12(self) -> [u8; 12] {
-        let long = self.cdb();
-        let mut cdb = [0u8; 12];
-        cdb[0] = 0xA1;
-        cdb[1] = long[1];
-        cdb[2] = long[2];
-        cdb[3] = long[4];
-        cdb[4] = long[6];
-        cdb[5] = long[8];
-        cdb[6] = long[10];
-        cdb[7] = long[12];
-        cdb[8] = long[13];
-        cdb[9] = long[14];
+    /// The 16-byte CDB (85h). Byte 1: the protocol shifted left once, EXTEND in bit 0; byte 2: the flags. FEATURE
+    /// (7:0) in byte 4, COUNT (7:0) in 6, LBA (7:0), (15:8) and (23:16) in 8, 10 and 12, DEVICE in 13, COMMAND in
+    /// 14; the odd bytes 3-11 hold the upper halves, zero here.
+    fn cdb16(self) -> [u8; 16] {
+        let mut cdb = [0u8; 16];
+        cdb[0] = 0x85;
+        cdb[1] = self.protocol << 1 | u8::from(self.extend);
+        cdb[2] = self.flags;
+        cdb[4] = self.feature;
+        cdb[6] = self.count;
+        cdb[8] = self.lba_low;
+        cdb[10] = self.lba_mid;
+        cdb[12] = self.lba_high;
+        cdb[14] = self.command;
         cdb
     }
 
-    /// The 16-byte CDB. Byte 1: the protocol (PIO Data-In 4, Non-data 3) shifted left once. Byte 2: for the reads,
-    /// T_DIR from the device, BYTE_BLOCK, T_LENGTH in the COUNT field (0Eh: one 512-byte block); for the status,
-    /// CK_COND (20h), so the translator returns the ATA registers as sense data. FEATURE in byte 4, COUNT in byte
-    /// 6, the SMART signature 4Fh/C2h in LBA (15:8) and (23:16) (bytes 10 and 12), COMMAND B0h in byte 14.
-    pub fn cdb(self) -> [u8; 16] {
-        let (protocol, flags, feature, count) = match self {
-            AtaSmart::ReadData => (4, 0x0E, 0xD0, 1),
-            AtaSmart::ReadThresholds => (4, 0x0E, 0xD1, 1),
-            AtaSmart::ReturnStatus => (3, 0x20, 0xDA, 0),
-        };
-        let mut cdb = [0u8; 16];
-        cdb[0] = 0x85;
-        cdb[1] = protocol << 1;
-        cdb[2] = flags;
-        cdb[4] = feature;
-        cdb[6] = count;
-        cdb[10] = 0x4F;
-        cdb[12] = 0xC2;
-        cdb[14] = 0xB0;
+    /// The 12-byte CDB (A1h): the same protocol (byte 1) and flags (byte 2) as the 16-byte form, then FEATURE
+    /// (byte 3), COUNT (4), LBA Low, Mid and High (5-7), DEVICE (8) and COMMAND (9). It has no EXTEND bit.
+    fn cdb12(self) -> [u8; 12] {
+        let mut cdb = [0u8; 12];
+        cdb[0] = 0xA1;
+        cdb[1] = self.protocol << 1;
+        cdb[2] = self.flags;
+        cdb[3] = self.feature;
+        cdb[4] = self.count;
+        cdb[5] = self.lba_low;
+        cdb[6] = self.lba_mid;
+        cdb[7] = self.lba_high;
+        cdb[9] = self.command;
         cdb
     }
+}
+
+/// The Device Statistics log's address, in the General Purpose and the SMART log directories alike (ACS-4).
+const DEVICE_STATISTICS_LOG: u8 = 0x04;
+const READ_LOG_EXT: u8 = 0x2F;
+/// SMART READ LOG, the feature of SMART (B0h).
+const SMART_READ_LOG: u8 = 0xD5;
+
+/// The registers that read page `page` of the Device Statistics log through `form`: READ LOG EXT (2Fh: log
+/// address in LBA Low, page number in LBA Mid, COUNT one page) through the 16-byte form; SMART READ LOG (B0h
+/// feature D5h) of the log's pages 0 to `page` through the 12-byte form. `None` when `form` cannot reach the page.
+///
+/// NB: not READ LOG EXT through the 12-byte form: it is a 48-bit command and that form has no EXTEND bit, so the
+/// upper register bytes (the page number's high byte, COUNT's high byte) are not sent, and what the drive finds
+/// there is the translator's doing (on a parallel ATA drive behind a bridge, what the last command left).
+/// smartmontools refuses 48-bit commands through it ("48-bit ATA commands require SAT ATA PASS-THROUGH (16)").
+/// SMART READ LOG is a 28-bit command and reads the same log, page N being its sector N; it has no page field,
+/// so it reads the pages before too (4 KiB for page 7, once per reading).
+fn device_statistics_registers(page: u8, form: PassThrough) -> Option<Registers> {
+    Some(match form {
+        PassThrough::Sixteen => Registers {
+            protocol: PIO_DATA_IN,
+            flags: READ_BLOCKS,
+            feature: 0,
+            count: 1,
+            lba_low: DEVICE_STATISTICS_LOG,
+            lba_mid: page,
+            lba_high: 0,
+            command: READ_LOG_EXT,
+            extend: true,
+        },
+        PassThrough::Twelve => Registers {
+            protocol: PIO_DATA_IN,
+            flags: READ_BLOCKS,
+            feature: SMART_READ_LOG,
+            // NB: a 28-bit COUNT of 0 means 256, not 0: page FFh is out of this form's reach.
+            count: page.checked_add(1)?,
+            lba_low: DEVICE_STATISTICS_LOG,
+            lba_mid: 0x4F,
+            lba_high: 0xC2,
+            command: SMART,
+            extend: false,
+        },
+    })
+}
+
+/// The CDB that reads page `page` of the Device Statistics log through `form` (see
+/// [`device_statistics_registers`]); `None` when that form cannot reach the page.
+pub fn device_statistics_cdb(page: u8, form: PassThrough) -> Option<Vec<u8>> {
+    device_statistics_registers(page, form).map(|r| r.cdb_of(form))
 }
 
 /// What SG_IO answered: the SCSI status, the host and driver status, and the sense data written.
@@ -223,6 +330,28 @@ pub fn ata_smart_return_status_via(fd: impl AsFd, form: PassThrough) -> nix::Res
     Ok(answer.sense)
 }
 
+/// Page `page` of the Device Statistics log of the ATA drive open at `fd` (opened read-only), through the 16- or
+/// the 12-byte ATA PASS-THROUGH: the 512 bytes for `health::smart::ata_endurance_used`. A read-only command;
+/// errors as [`ata_smart_read`]'s, `EREMOTEIO` also when the drive keeps no such log or page (it aborts the
+/// command), `EINVAL` when `form` cannot reach the page.
+pub fn ata_device_statistics_via(
+    fd: impl AsFd,
+    page: u8,
+    form: PassThrough,
+) -> nix::Result<[u8; 512]> {
+    let registers = device_statistics_registers(page, form).ok_or(nix::errno::Errno::EINVAL)?;
+    let mut data = vec![0u8; 512 * usize::from(registers.count)];
+    let answer = sg_command(fd, &registers.cdb_of(form), Some(&mut data))?;
+    if !answer.good() {
+        return Err(nix::errno::Errno::EREMOTEIO);
+    }
+    // NB: `resid` is not looked at, as for the SMART sectors: a page that did not arrive is left zeros, which the
+    // parser refuses (no revision, no page number).
+    let mut sector = [0u8; 512];
+    sector.copy_from_slice(&data[data.len() - 512..]);
+    Ok(sector)
+}
+
 /// LOG SENSE (10) of page `page` (subpage 0, cumulative values) from the SCSI disk open at `fd` (opened
 /// read-only): the page as returned, for `health::scsi::parse_log_page`. A read-only command of every SCSI disk
 /// (SPC); the kernel lets a process with read access send it. `ENOTTY` (or `EINVAL`) on a device without a SCSI
@@ -250,7 +379,7 @@ pub fn log_sense_cdb(page: u8) -> [u8; 10] {
 
 #[cfg(test)]
 mod tests {
-    use super::AtaSmart;
+    use super::{AtaSmart, PassThrough};
 
     #[test]
     fn the_smart_commands_are_ata_pass_through_16_with_the_smart_signature() {
@@ -284,9 +413,42 @@ mod tests {
             [0xA1, 0x06, 0x20, 0xDA, 0, 0, 0x4F, 0xC2, 0, 0xB0, 0, 0]
         );
         assert_eq!(
-            AtaSmart::ReturnStatus.cdb_of(super::PassThrough::Twelve),
+            AtaSmart::ReturnStatus.cdb_of(PassThrough::Twelve),
             AtaSmart::ReturnStatus.cdb12().to_vec()
         );
+    }
+
+    /// ACS-4 READ LOG EXT through ATA PASS-THROUGH (16): PIO Data-In with EXTEND (09h), one 512-byte block (0Eh),
+    /// COUNT 1, log address 04h in LBA (7:0), page 07h in LBA (15:8), COMMAND 2Fh; the upper bytes zero.
+    #[test]
+    fn the_device_statistics_page_is_read_log_ext_in_the_16_byte_form() {
+        assert_eq!(
+            super::device_statistics_cdb(0x07, PassThrough::Sixteen),
+            Some(vec![
+                0x85, 0x09, 0x0E, 0, 0, 0, 1, 0, 0x04, 0, 0x07, 0, 0, 0, 0x2F, 0
+            ])
+        );
+    }
+
+    /// The 12-byte form carries no 48-bit command: SMART READ LOG (B0h, feature D5h) of log 04h with the SMART
+    /// signature, COUNT 8 (pages 0 to 7); page FFh would need a COUNT of 256.
+    #[test]
+    fn the_device_statistics_page_is_smart_read_log_of_the_pages_up_to_it_in_the_12_byte_form() {
+        assert_eq!(
+            super::device_statistics_cdb(0x07, PassThrough::Twelve),
+            Some(vec![
+                0xA1, 0x08, 0x0E, 0xD5, 8, 0x04, 0x4F, 0xC2, 0, 0xB0, 0, 0
+            ])
+        );
+        assert_eq!(
+            super::device_statistics_cdb(0x00, PassThrough::Twelve).map(|c| c[4]),
+            Some(1)
+        );
+        assert_eq!(
+            super::device_statistics_cdb(0xFF, PassThrough::Twelve),
+            None
+        );
+        assert!(super::device_statistics_cdb(0xFF, PassThrough::Sixteen).is_some());
     }
 
     /// SPC-5 LOG SENSE (10): page control 01b (cumulative) with the page code, 252 bytes allowed.

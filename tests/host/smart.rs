@@ -1,6 +1,7 @@
 //! The device health log readers on a real loop device (issue 37, point 1): this machine has no NVMe or ATA device,
 //! so what is checked is that a disk that is neither gives no hardware signal, no error or sign of failing, and that
-//! the kernel refuses every kind of command cleanly (NVMe, ATA PASS-THROUGH 16 and 12, SCSI LOG SENSE).
+//! the kernel refuses every kind of command cleanly (NVMe, ATA PASS-THROUGH 16 and 12 of SMART and of the Device
+//! Statistics read, SCSI LOG SENSE).
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -83,6 +84,14 @@ fn a_loop_device_has_no_hardware_health_log_and_no_sign() {
         refused.is_err(),
         "a loop device answered ATA PASS-THROUGH (12): {refused:?}"
     );
+    // The Device Statistics page alike, READ LOG EXT (16) and SMART READ LOG (12).
+    for form in [localpv::sys::PassThrough::Sixteen, twelve] {
+        let refused = localpv::sys::ata_device_statistics_via(&file, 0x07, form);
+        assert!(
+            refused.is_err(),
+            "a loop device answered the Device Statistics read ({form:?})"
+        );
+    }
     for page in [0x2F, 0x03, 0x02] {
         let refused = localpv::sys::scsi_log_sense(&file, page);
         assert!(

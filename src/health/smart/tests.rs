@@ -297,7 +297,7 @@ fn ata_fixture(name: &str, failing: Option<bool>) -> Hardware {
     let (data, thresholds) = ata_sectors(&ata_recorded(&fixture(name)));
     let attributes = parse_ata_attributes(&data).expect("a checksummed sector");
     let thresholds = parse_ata_thresholds(&thresholds).expect("a checksummed sector");
-    ata_hardware(&attributes, &thresholds, failing)
+    ata_hardware(&attributes, &thresholds, failing, None)
 }
 
 #[test]
