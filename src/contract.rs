@@ -67,6 +67,10 @@ pub const ANN_NODE_UID: &str = "localpv.io/node-uid";
 /// and withdraws its Available PV, until `localpv disks uncordon` removes it. Kept on the object, so it survives
 /// agent restarts.
 pub const ANN_CORDONED: &str = "localpv.io/cordoned";
+/// LocalDisk annotation set by `localpv disks clear-health` (the time it was set): the operator says the disk's
+/// `Degraded` or `Failed` state is over (a cable reseated, a false alarm). Each new value is one clear: the agent
+/// judges the disk `Healthy` once, keeping its counters' baselines, and remembers the value it honoured.
+pub const ANN_HEALTH_CLEARED: &str = "localpv.io/health-cleared";
 /// Annotation on a claim, a StatefulSet or a StorageClass: `on`, `dry-run` or `off`, whether a StatefulSet replica
 /// whose local volume is lost (its disk Failed, its node lost, its disk drained) is recovered by deleting its claim
 /// and pod (`crate::recovery`). The claim's wins over the set's, the set's over the class's; off when none says.

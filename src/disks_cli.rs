@@ -11,7 +11,9 @@ use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigEr
 use kube::{Client, Config};
 
 use crate::config::values::label_value_problem;
-use crate::contract::{ANN_CORDONED, ANN_DRAIN, CLASS_LABEL, DRAIN_FORCE, NODE_LABEL};
+use crate::contract::{
+    ANN_CORDONED, ANN_DRAIN, ANN_HEALTH_CLEARED, CLASS_LABEL, DRAIN_FORCE, NODE_LABEL,
+};
 use crate::inventory::crd::{LocalDisk, LocalDiskPhase};
 use crate::inventory::format::{self, Filter, FormatError, Output};
 
@@ -58,6 +60,10 @@ pub enum DiskCommand {
     },
     /// Publish a cordoned (or drained) disk again.
     Uncordon { disk: String },
+    /// Say a Degraded or Failed disk is healthy again (a cable reseated, a false alarm): the agent judges it
+    /// Healthy at its next look, publishes it again and may wipe a Released PV on it. A disk that still fails is
+    /// judged again by what it shows next.
+    ClearHealth { disk: String },
 }
 
 fn parse_phase(text: &str) -> Result<LocalDiskPhase, String> {
@@ -129,24 +135,19 @@ pub async fn run(opts: &Options) -> Result<String, DisksError> {
 
 /// Sets or removes the cordon (and drain) annotations on the one LocalDisk `action` names.
 async fn cordon(api: &Api<LocalDisk>, action: &DiskCommand) -> Result<String, DisksError> {
+    if let DiskCommand::ClearHealth { disk } = action {
+        return clear_health(api, disk).await;
+    }
     let (target, on, drain) = match action {
         DiskCommand::Cordon { disk } => (disk, true, None),
         DiskCommand::Drain { disk, force } => {
             (disk, true, Some(if *force { DRAIN_FORCE } else { "true" }))
         }
         DiskCommand::Uncordon { disk } => (disk, false, None),
+        DiskCommand::ClearHealth { .. } => unreachable!("handled above"),
     };
-    let disks = api
-        .list(&ListParams::default())
-        .await
-        .map_err(DisksError::List)?
-        .items;
-    let found: Vec<&LocalDisk> = disks.iter().filter(|d| names(d, target)).collect();
-    let disk = match found[..] {
-        [one] => one,
-        [] => return Err(DisksError::NoSuchDisk(target.clone())),
-        _ => return Err(DisksError::AmbiguousDisk(target.clone(), found.len())),
-    };
+    let disk = one_disk(api, target).await?;
+    let disk = &disk;
     let name = disk.metadata.name.clone().unwrap_or_default();
     let value = on.then_some("true");
     // NB: a plain cordon leaves a drain in place (it only adds); uncordon ends both.
@@ -174,6 +175,42 @@ async fn cordon(api: &Api<LocalDisk>, action: &DiskCommand) -> Result<String, Di
         ),
         (false, _) => format!("uncordoned {name} ({node}:{path}): it is published again\n"),
     })
+}
+
+/// The one LocalDisk `target` names.
+async fn one_disk(api: &Api<LocalDisk>, target: &str) -> Result<LocalDisk, DisksError> {
+    let disks = api
+        .list(&ListParams::default())
+        .await
+        .map_err(DisksError::List)?
+        .items;
+    let mut found: Vec<LocalDisk> = disks.into_iter().filter(|d| names(d, target)).collect();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(DisksError::NoSuchDisk(target.to_string())),
+        n => Err(DisksError::AmbiguousDisk(target.to_string(), n)),
+    }
+}
+
+/// Sets `localpv.io/health-cleared` on the one LocalDisk `target` names: a new value, so a new clear.
+async fn clear_health(api: &Api<LocalDisk>, target: &str) -> Result<String, DisksError> {
+    let disk = one_disk(api, target).await?;
+    let name = disk.metadata.name.clone().unwrap_or_default();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let patch = serde_json::json!({"metadata": {"annotations": {ANN_HEALTH_CLEARED: now}}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(DisksError::Patch)?;
+    let (node, path) = (&disk.spec.node, &disk.spec.path);
+    let was = disk
+        .status
+        .as_ref()
+        .and_then(|s| s.health.clone())
+        .unwrap_or_else(|| "Healthy".to_string());
+    Ok(format!(
+        "cleared the health of {name} ({node}:{path}, {was}): the agent judges it Healthy at its next look and \
+         publishes it again; a Released PV on it may be wiped\n"
+    ))
 }
 
 /// Whether `target` names `disk`: its object name, or `NODE/ENTRY`.

@@ -377,6 +377,12 @@ pub fn judge(
     }
 }
 
+/// `record` after an operator said its disk is healthy again (`localpv disks clear-health`): `Healthy` from `now`,
+/// keeping what it learnt of the counters, so only a new sign degrades it again.
+pub fn cleared(record: &Record, now: SystemTime) -> Record {
+    healthy_again(record, now)
+}
+
 /// A healthy record that keeps what `record` learnt of the counters.
 fn healthy_again(record: &Record, now: SystemTime) -> Record {
     Record {

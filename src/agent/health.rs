@@ -33,6 +33,9 @@ struct Stored {
     /// The PVs (by UID) told their disk was `Degraded` or `Failed`, as the last pass left them.
     #[serde(default)]
     told: BTreeMap<String, BTreeSet<Condition>>,
+    /// The last `localpv.io/health-cleared` value honoured for each disk, by host path: a new value is a new clear.
+    #[serde(default)]
+    cleared: BTreeMap<PathBuf, String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +168,7 @@ impl HealthBook {
         classes: &[DiscoveryClass],
         found: &Discovery,
         (policy, period): (Policy, Duration),
+        clears: &BTreeMap<PathBuf, String>,
     ) {
         let now = SystemTime::now();
         self.round = self.round.wrapping_add(1);
@@ -180,6 +184,7 @@ impl HealthBook {
             .unwrap_or_default();
         let mut seen = HashMap::with_capacity(found.disks.len());
         let mut keys = HashMap::with_capacity(found.disks.len());
+        let mut cleared = self.stored.cleared.clone();
         let mut samples = BTreeMap::new();
         for disk in &found.disks {
             let Some(class) = classes.iter().find(|c| c.name == disk.class) else {
@@ -204,7 +209,21 @@ impl HealthBook {
             let restored = restored
                 .filter(|kept| crate::plan::identity::keys_may_match(&kept.key, &key))
                 .map(|kept| kept.record);
-            let before = self.records.get(&disk.host_path).or(restored.as_ref());
+            let mut before = self
+                .records
+                .get(&disk.host_path)
+                .or(restored.as_ref())
+                .cloned();
+            if let Some(value) = clears.get(&disk.host_path)
+                && self.stored.cleared.get(&disk.host_path) != Some(value)
+            {
+                if let Some(record) = before.as_mut().filter(|r| r.state != State::Healthy) {
+                    info!(path = %disk.host_path.display(), was = record.state.as_str(), "health cleared by an operator");
+                    *record = health::cleared(record, now);
+                }
+                cleared.insert(disk.host_path.clone(), value.clone());
+            }
+            let before = before.as_ref();
             let after = health::judge(before, &signals, &policy, now);
             let was = before.map_or(State::Healthy, |r| r.state);
             if after.state != was {
@@ -250,9 +269,12 @@ impl HealthBook {
                 Some((path.clone(), Kept { key, record }))
             })
             .collect();
+        // NB: a value honoured for a disk no longer found is forgotten with its record.
+        cleared.retain(|path, _| self.records.contains_key(path));
         let stored = Stored {
             disks,
             told: self.stored.told.clone(),
+            cleared,
         };
         self.save(stored);
     }
@@ -286,6 +308,23 @@ impl HealthBook {
         let count = |s: State| self.records.values().filter(|r| r.state == s).count() as i64;
         [State::Healthy, State::Degraded, State::Failed].map(|s| (s, count(s)))
     }
+}
+
+/// The `localpv.io/health-cleared` value of each of this node's LocalDisks that has one, by path.
+pub fn health_clears(
+    disks: &[std::sync::Arc<crate::inventory::LocalDisk>],
+) -> BTreeMap<PathBuf, String> {
+    disks
+        .iter()
+        .filter_map(|d| {
+            let value = d
+                .metadata
+                .annotations
+                .as_ref()?
+                .get(crate::contract::ANN_HEALTH_CLEARED)?;
+            Some((PathBuf::from(&d.spec.path), value.clone()))
+        })
+        .collect()
 }
 
 /// The paths of this node's LocalDisks an operator cordoned (`localpv.io/cordoned`, any value but `false`), sorted.
@@ -322,6 +361,15 @@ mod tests {
 
     /// One look at `disks` with the fake host's canned `signals` (by path), as the agent makes it.
     fn look(book: &mut HealthBook, host: &crate::host::fake::FakeHost, disks: &[Disk]) {
+        look_cleared(book, host, disks, &BTreeMap::new());
+    }
+
+    fn look_cleared(
+        book: &mut HealthBook,
+        host: &crate::host::fake::FakeHost,
+        disks: &[Disk],
+        clears: &BTreeMap<PathBuf, String>,
+    ) {
         let fixture = crate::plan::fixtures::disk("x");
         let class = DiscoveryClass {
             name: fixture.class.clone(),
@@ -338,7 +386,13 @@ mod tests {
             failed_after_errors: 1,
             ..Policy::default()
         };
-        book.observe(host, &[class], &found, (policy, Duration::from_secs(60)));
+        book.observe(
+            host,
+            &[class],
+            &found,
+            (policy, Duration::from_secs(60)),
+            clears,
+        );
     }
 
     fn state_of(book: &HealthBook, disk: &Disk) -> State {
@@ -415,6 +469,34 @@ mod tests {
             state_of(&book, &replaced),
             State::Healthy,
             "another disk is judged afresh"
+        );
+
+        // An operator clears it: Healthy once per value, kept across a restart; a new sign fails it again, and only
+        // a new value clears it again.
+        let clear = |value: &str| BTreeMap::from([(sick.host_path.clone(), value.to_string())]);
+        look_cleared(&mut book, &host, std::slice::from_ref(&sick), &clear("t1"));
+        assert_eq!(state_of(&book, &sick), State::Healthy, "cleared");
+        let (mut book, _) = HealthBook::open(dir.path());
+        let failing = crate::health::Signals {
+            probe_error: Some("EIO".into()),
+            ..Default::default()
+        };
+        host.health
+            .lock()
+            .unwrap()
+            .insert(sick.host_path.clone(), failing);
+        look_cleared(&mut book, &host, std::slice::from_ref(&sick), &clear("t1"));
+        assert_eq!(
+            state_of(&book, &sick),
+            State::Failed,
+            "the same value clears nothing twice"
+        );
+        host.health.lock().unwrap().remove(&sick.host_path);
+        look_cleared(&mut book, &host, std::slice::from_ref(&sick), &clear("t2"));
+        assert_eq!(
+            state_of(&book, &sick),
+            State::Healthy,
+            "a new value is a new clear"
         );
 
         // A file that cannot be read starts afresh.

@@ -477,10 +477,11 @@ impl Agent {
         let mut health = std::mem::take(&mut self.health);
         let now = Instant::now();
         let judged = (self.s.config.health, self.s.config.health_check_period);
+        let clears = super::health::health_clears(&self.s.disks.shared());
         let discovered = tokio::task::spawn_blocking(move || {
             let mut found = discover_changed(host.as_ref(), &classes, &mut probed, &changes);
             if health.must_look(now, &found) {
-                health.observe(host.as_ref(), &classes, &found, judged);
+                health.observe(host.as_ref(), &classes, &found, judged, &clears);
             }
             health.annotate(&mut found);
             (found, probed, health)

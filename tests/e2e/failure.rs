@@ -152,25 +152,7 @@ async fn a_cordoned_disk_is_withdrawn_until_uncordoned_across_a_restart() {
     agent.start(&cp);
     agent.wait_ready().await;
     let pv = available(&client, &vol).await;
-    let kubeconfig = cp.kubeconfig_for("operator", "operator", &["system:masters"]);
-    let cli = |verb: &str| {
-        let out = std::process::Command::new(crate::support::agent::localpv_bin())
-            .args([
-                "disks",
-                "--kubeconfig",
-                &kubeconfig.display().to_string(),
-                verb,
-                "node-1/vol1",
-            ])
-            .output()
-            .expect("localpv runs");
-        assert!(
-            out.status.success(),
-            "{verb}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let cli = |verb: &str| disks_cli(&cp, verb, "node-1/vol1");
     let said = cli("cordon");
     assert!(said.starts_with("cordoned "), "{said}");
     wait_event(&client, name(&pv), "DiskCordoned", Duration::from_secs(30)).await;
@@ -273,11 +255,32 @@ async fn a_disk_whose_writes_fail_is_marked_unhealthy_and_withdrawn() {
     disk.set(Mode::Ok);
 }
 
+/// `localpv disks VERB DISK` as a cluster admin; what it printed.
+fn disks_cli(cp: &crate::support::cluster::ControlPlane, verb: &str, disk: &str) -> String {
+    let kubeconfig = cp.kubeconfig_for("operator", "operator", &["system:masters"]);
+    let out = std::process::Command::new(crate::support::agent::localpv_bin())
+        .args([
+            "disks",
+            "--kubeconfig",
+            &kubeconfig.display().to_string(),
+            verb,
+            disk,
+        ])
+        .output()
+        .expect("localpv runs");
+    assert!(
+        out.status.success(),
+        "{verb}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The health the agent judged outlives it (issue 37): `sick` failed by read errors that have since stopped and
 /// `blip` degraded by one transient read error under a Bound PV, then the agent restarts. `sick` stays `Failed`
 /// (without the kept record its clean reads would publish it again at once) and unpublished; `blip` stays
 /// `Degraded` until the rest of its quiet period is over, then its PV and claim get `DiskHealthy` (the warning was
-/// given before the restart).
+/// given before the restart). Then `localpv disks clear-health` publishes the failed disk again.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_disks_health_outlives_an_agent_restart() {
     use crate::support::faulty::{FaultyDisk, Mode};
@@ -363,6 +366,11 @@ async fn the_disks_health_outlives_an_agent_restart() {
             .contains_key(&sick.display().to_string()),
         "the failed disk was published again after the restart"
     );
+
+    // The operator says the failed disk is fine: it is published again.
+    let said = disks_cli(&cp, "clear-health", "node-1/sick");
+    assert!(said.starts_with("cleared the health of "), "{said}");
+    available(&client, &sick).await;
     agent.process.take();
 }
 
