@@ -191,6 +191,13 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     // watch per node would only hear of classes created and deleted. While the configuration names one that is not
     // there, the list is taken every 10 s; a pass that creates a PV or wipes lists them first (`pass`).
     let classes_polled = watch::Polled::new();
+    // NB: listed, not watched (issue 34): the agent writes them and puts each answer in the store; what an operator
+    // changes with `localpv disks` comes with a mark on the Node, which the agent watches and then lists at once.
+    let disks_polled = watch::Polled::new();
+    let disk_cadence = watch::Cadence {
+        fast: config.min_resync_period,
+        slow: config.min_resync_period,
+    };
     let class_cadence = watch::Cadence {
         fast: CLASS_POLL_WHILE_MISSING,
         slow: config.min_resync_period,
@@ -206,6 +213,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         classes: classes.clone(),
         disks: disks.clone(),
         classes_polled: classes_polled.clone(),
+        disks_polled: disks_polled.clone(),
         changed: changed.clone(),
         metrics,
         http: state.clone(),
@@ -258,15 +266,16 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             class_cadence,
             classes_polled,
         ),
-        inventory::watch_when_installed(
+        inventory::poll_when_installed(
             inventory::Gate {
                 client: client.clone(),
                 node: node.clone(),
                 http: http_state,
                 available: inventory_available,
             },
-            own_pvs_like(&node),
+            ListParams::default().labels(&format!("{NODE_LABEL}={node}")),
             disks,
+            (disk_cadence, disks_polled),
             changed.clone(),
             shutdown.clone()
         ),

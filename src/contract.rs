@@ -71,6 +71,9 @@ pub const ANN_CORDONED: &str = "localpv.io/cordoned";
 /// `Degraded` or `Failed` state is over (a cable reseated, a false alarm). Each new value is one clear: the agent
 /// judges the disk `Healthy` once, keeping its counters' baselines, and remembers the value it honoured.
 pub const ANN_HEALTH_CLEARED: &str = "localpv.io/health-cleared";
+/// Node annotation set by `localpv disks` (the time) after it changed one of the node's LocalDisks: the node's
+/// agent, which watches its Node but lists its LocalDisks only every `minResyncPeriod`, lists them at once.
+pub const ANN_DISKS_CHANGED: &str = "localpv.io/disks-changed";
 /// Annotation on a claim, a StatefulSet or a StorageClass: `on`, `dry-run` or `off`, whether a StatefulSet replica
 /// whose local volume is lost (its disk Failed, its node lost, its disk drained) is recovered by deleting its claim
 /// and pod (`crate::recovery`). The claim's wins over the set's, the set's over the class's; off when none says.

@@ -12,7 +12,8 @@ use kube::{Client, Config};
 
 use crate::config::values::label_value_problem;
 use crate::contract::{
-    ANN_CORDONED, ANN_DRAIN, ANN_HEALTH_CLEARED, CLASS_LABEL, DRAIN_FORCE, NODE_LABEL,
+    ANN_CORDONED, ANN_DISKS_CHANGED, ANN_DRAIN, ANN_HEALTH_CLEARED, CLASS_LABEL, DRAIN_FORCE,
+    NODE_LABEL,
 };
 use crate::inventory::crd::{LocalDisk, LocalDiskPhase};
 use crate::inventory::format::{self, Filter, FormatError, Output};
@@ -160,7 +161,8 @@ async fn cordon(api: &Api<LocalDisk>, action: &DiskCommand) -> Result<String, Di
         .await
         .map_err(DisksError::Patch)?;
     let (node, path) = (&disk.spec.node, &disk.spec.path);
-    Ok(match (on, drain) {
+    let note = mark_node(api, node).await;
+    let said = match (on, drain) {
         (true, None) => format!(
             "cordoned {name} ({node}:{path}): no new claim gets it; its Available PV, if any, is withdrawn\n"
         ),
@@ -174,7 +176,27 @@ async fn cordon(api: &Api<LocalDisk>, action: &DiskCommand) -> Result<String, Di
             }
         ),
         (false, _) => format!("uncordoned {name} ({node}:{path}): it is published again\n"),
-    })
+    };
+    Ok(format!("{said}{note}"))
+}
+
+/// Marks `node` (`localpv.io/disks-changed`, the time) so its agent lists its LocalDisks at once instead of at its
+/// next `minResyncPeriod`; what to add to the output when that failed (no right to patch Nodes, no such Node).
+async fn mark_node(api: &Api<LocalDisk>, node: &str) -> String {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(api.clone().into_client());
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let patch = serde_json::json!({"metadata": {"annotations": {ANN_DISKS_CHANGED: now}}});
+    match nodes
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => String::new(),
+        Err(error) => format!(
+            "note: could not mark Node {node} ({}): its agent sees the change at its next LocalDisk list \
+             (minResyncPeriod, 5m by default)\n",
+            crate::logging::error_text(&error)
+        ),
+    }
 }
 
 /// The one LocalDisk `target` names.
@@ -202,6 +224,7 @@ async fn clear_health(api: &Api<LocalDisk>, target: &str) -> Result<String, Disk
         .await
         .map_err(DisksError::Patch)?;
     let (node, path) = (&disk.spec.node, &disk.spec.path);
+    let note = mark_node(api, node).await;
     let was = disk
         .status
         .as_ref()
@@ -209,7 +232,7 @@ async fn clear_health(api: &Api<LocalDisk>, target: &str) -> Result<String, Disk
         .unwrap_or_else(|| "Healthy".to_string());
     Ok(format!(
         "cleared the health of {name} ({node}:{path}, {was}): the agent judges it Healthy at its next look and \
-         publishes it again; a Released PV on it may be wiped\n"
+         publishes it again; a Released PV on it may be wiped\n{note}"
     ))
 }
 

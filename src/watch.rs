@@ -522,8 +522,8 @@ where
 }
 
 /// Applies one watch event, then tells the reader's `observe`; true when the store's visible content changed
-/// (for readers' tests).
-#[cfg(test)]
+/// (for readers' tests, and for a writer that puts its own answers into a polled store).
+#[cfg(any(test, feature = "node"))]
 pub(crate) fn apply<K, T, E, C, O>(
     store: &Store<T>,
     kind: &str,

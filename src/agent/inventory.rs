@@ -1,10 +1,15 @@
 //! Writes the LocalDisk inventory the pure `inventory::build` decides: create, server-side apply of spec and
 //! status with one field manager, delete. A steady state produces no change, hence no request.
 //!
-//! The inventory is optional: PVs and wipes never wait for it. `watch_when_installed` checks for the LocalDisk
+//! The inventory is optional: PVs and wipes never wait for it. `poll_when_installed` checks for the LocalDisk
 //! CRD; while it is missing the agent runs without the inventory (its store counts as synced and empty, writes
 //! answer 404 and count as moot), says so once (log, Node Event, `localpv_node_inventory_available` 0, a line in
-//! `/readyz`), and starts the LocalDisk watch as soon as the CRD appears.
+//! `/readyz`), and starts listing the LocalDisks as soon as the CRD appears.
+//!
+//! The LocalDisks are listed, not watched (issue 34): the agent is their only writer but for the annotations an
+//! operator sets with `localpv disks` (cordon, drain, clear-health), which then marks the Node the agent watches
+//! (`localpv.io/disks-changed`) so the agent lists them at once. What the agent writes goes into its store as the
+//! API server answers it, so a steady state still produces no request.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,7 +21,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::EventType;
-use kube::runtime::watcher;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
@@ -56,13 +60,16 @@ pub struct Gate {
     pub available: Gauge,
 }
 
-/// Runs the LocalDisk watch while the CRD exists; while it does not, marks the store synced and empty, says why
-/// once and looks for the CRD every `CRD_POLL`. The watch's own first request finds out (a 404), so a start with
-/// the CRD installed makes no request of its own for it.
-pub async fn watch_when_installed(
+/// Keeps `store` filled with this node's LocalDisks while the CRD exists, by listing them (from the API server's
+/// cache) every `cadence.slow`, and at once when `polled` is poked (`localpv disks` marks the Node after it changes
+/// a LocalDisk); the agent's own writes go into the store as they are answered ([`InventoryWriter::apply`]). While
+/// the CRD does not exist, marks the store synced and empty, says why once and looks for the CRD every `CRD_POLL`.
+/// The first list finds out (a 404), so a start with the CRD installed makes no request of its own for it.
+pub async fn poll_when_installed(
     gate: Gate,
-    config: watcher::Config,
+    params: ListParams,
     store: Arc<crate::watch::Store<LocalDisk>>,
+    (cadence, polled): (crate::watch::Cadence, Arc<crate::watch::Polled>),
     changed: Arc<Notify>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -74,7 +81,13 @@ pub async fn watch_when_installed(
     loop {
         let objects = crate::watch::objects();
         if watcher
-            .run_if_served(config.clone(), store.clone(), objects)
+            .poll_if_served(
+                params.clone(),
+                store.clone(),
+                objects,
+                cadence,
+                polled.clone(),
+            )
             .await
         {
             return;
@@ -135,6 +148,12 @@ pub struct InventoryWriter {
     pub api: Api<LocalDisk>,
     /// One field manager per node: a node's applies never silently take over another node's object.
     writer: Writer,
+    /// This node's LocalDisks as last listed: each write's answer goes in, so the next pass sees what it wrote
+    /// without a watch (a 404 or a 409 leaves it as listed).
+    store: Arc<crate::watch::Store<LocalDisk>>,
+    /// Told when an answer changed the store, as a watch event would: the next pass sees it (an annotation an
+    /// operator set just before the write comes back in its answer).
+    changed: Arc<Notify>,
 }
 
 /// What the agent knows about wipes, in the inventory's terms (keyed by host path).
@@ -145,10 +164,40 @@ pub struct WipeFacts {
 }
 
 impl InventoryWriter {
-    pub fn new(client: Client, writer: &Writer, node: &str) -> InventoryWriter {
+    pub fn new(
+        client: Client,
+        writer: &Writer,
+        node: &str,
+        (store, changed): (Arc<crate::watch::Store<LocalDisk>>, Arc<Notify>),
+    ) -> InventoryWriter {
         InventoryWriter {
             api: Api::all(client),
             writer: writer.with_field_manager(inventory_manager(node)),
+            store,
+            changed,
+        }
+    }
+
+    /// Puts what the API server answered into the store (`None`: the object named is gone), unless the store
+    /// already holds a later version of it (a list, or another answer, that came back first).
+    fn stored(&self, name: &str, now: Option<LocalDisk>) {
+        use kube::runtime::watcher::Event;
+        let reader = crate::watch::objects::<LocalDisk>();
+        let event = match now {
+            Some(disk) => {
+                let held = self.store.get_shared(name);
+                if held.is_some_and(|held| later(&held.metadata, &disk.metadata)) {
+                    return;
+                }
+                Event::Apply(crate::watch::Guarded(Ok(disk)))
+            }
+            None => {
+                let gone = LocalDisk::new(name, Default::default());
+                Event::Delete(crate::watch::Guarded(Ok(gone)))
+            }
+        };
+        if crate::watch::apply(&self.store, "LocalDisk", event, &reader) {
+            self.changed.notify_one();
         }
     }
 
@@ -214,7 +263,10 @@ impl InventoryWriter {
         match self.writer.apply(&owned(disk), force).await {
             Ok(Applied::Done(applied)) => match leftovers(disk, &applied) {
                 Some(patch) => self.clear(&name, &patch).await,
-                None => true,
+                None => {
+                    self.stored(&name, Some(applied));
+                    true
+                }
             },
             Ok(Applied::Moot) => true,
             Err(_) => false,
@@ -227,13 +279,26 @@ impl InventoryWriter {
             .writer
             .merge_patch::<LocalDisk>(None, name, patch)
             .await;
+        if let Ok(Applied::Done(patched)) = &result {
+            self.stored(name, Some(patched.clone()));
+        }
         result.is_ok()
     }
 
     async fn delete(&self, name: &str) -> bool {
         let result = self.writer.delete::<LocalDisk>(None, name, None).await;
+        if result.is_ok() {
+            self.stored(name, None);
+        }
         result.is_ok()
     }
+}
+
+/// Whether `held` is a later version of the object than `answer`: resource versions are etcd revisions, which only
+/// grow; one that is not a number (never from the API servers we support) counts as not later.
+fn later(held: &ObjectMeta, answer: &ObjectMeta) -> bool {
+    let version = |m: &ObjectMeta| m.resource_version.as_deref()?.parse::<u64>().ok();
+    matches!((version(held), version(answer)), (Some(h), Some(a)) if h > a)
 }
 
 /// The object as we own it: name, labels, annotations, spec and status; no server-set metadata.
@@ -337,5 +402,29 @@ mod tests {
         #[case] expected: Option<Value>,
     ) {
         assert_eq!(nulls(&want, &have), expected);
+    }
+
+    #[test]
+    fn an_answer_older_than_what_the_store_holds_is_not_put_in() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+        use super::later;
+        let meta = |rv: Option<&str>| ObjectMeta {
+            resource_version: rv.map(str::to_string),
+            ..ObjectMeta::default()
+        };
+        for (held, answer, skip) in [
+            (Some("12"), Some("11"), true),
+            (Some("12"), Some("12"), false),
+            (Some("9"), Some("10"), false),
+            (None, Some("10"), false),
+            (Some("x"), Some("10"), false),
+        ] {
+            assert_eq!(
+                later(&meta(held), &meta(answer)),
+                skip,
+                "{held:?} {answer:?}"
+            );
+        }
     }
 }

@@ -77,6 +77,8 @@ pub struct Setup {
     /// How `classes` is polled: told whether a StorageClass the configuration names is missing (polled faster while
     /// one is), and whether a pass lists them again before it creates or wipes.
     pub classes_polled: Arc<crate::watch::Polled>,
+    /// The LocalDisks' poller: poked when `localpv disks` marks the Node (`localpv.io/disks-changed`).
+    pub disks_polled: Arc<crate::watch::Polled>,
     pub changed: Arc<Notify>,
     pub metrics: Metrics,
     pub http: HttpState,
@@ -117,6 +119,8 @@ pub struct Agent {
     backoff: HashMap<String, Backoff>,
     /// Every disk's health, looked at every `diskHealthCheckPeriod`.
     health: super::health::HealthBook,
+    /// The Node's `localpv.io/disks-changed` as the last pass saw it (`None`: no pass yet).
+    disks_mark: Option<Option<String>>,
     done_tx: mpsc::Sender<WipeResult>,
     done_rx: mpsc::Receiver<WipeResult>,
     last_config_error: Option<String>,
@@ -192,7 +196,12 @@ impl Agent {
             Arc::new(s.metrics.clone()),
         );
         let (done_tx, done_rx) = mpsc::channel(16);
-        let inventory = InventoryWriter::new(s.client.clone(), &writer, &s.node);
+        let inventory = InventoryWriter::new(
+            s.client.clone(),
+            &writer,
+            &s.node,
+            (s.disks.clone(), s.changed.clone()),
+        );
         Ok(Agent {
             host: s.host.clone(),
             s,
@@ -211,6 +220,7 @@ impl Agent {
             running: HashMap::new(),
             backoff: HashMap::new(),
             health,
+            disks_mark: None,
             notices: Default::default(),
             published: Published::default(),
             existing: None,
@@ -416,6 +426,22 @@ impl Agent {
         }
     }
 
+    /// Lists the LocalDisks at once when `localpv disks` marked the Node since the last pass: an operator changed
+    /// one (the first mark seen is the one the start's list already reflects).
+    fn look_for_disk_marks(&mut self) {
+        let mark = self.s.nodes.get_shared(&self.s.node).and_then(|n| {
+            let annotations = n.metadata.annotations.as_ref()?;
+            annotations.get(crate::contract::ANN_DISKS_CHANGED).cloned()
+        });
+        if let Some(seen) = &self.disks_mark
+            && *seen != mark
+        {
+            debug!(mark = ?mark, "the Node says a LocalDisk changed; listing them");
+            self.s.disks_polled.poke();
+        }
+        self.disks_mark = Some(mark);
+    }
+
     fn node_facts(&self) -> Option<NodeFacts> {
         let node = self.s.nodes.get(&self.s.node)?;
         let labels: BTreeMap<String, String> = node.metadata.labels.clone().unwrap_or_default();
@@ -511,6 +537,7 @@ impl Agent {
             return Some(FIRST_BACKOFF);
         };
         self.s.pvs.set_node(&node);
+        self.look_for_disk_marks();
         let classes = self.class_facts();
         let view = self.s.pvs.view();
         let existing = self.existing(&view.pvs);

@@ -246,6 +246,7 @@ fn start(
         classes: stores.classes.clone(),
         disks: stores.disks.clone(),
         classes_polled: crate::watch::Polled::kept_current(),
+        disks_polled: crate::watch::Polled::kept_current(),
         changed: changed.clone(),
         metrics: metrics.clone(),
         http: http::State::new(registry),

@@ -62,6 +62,11 @@ impl Polled {
         }
     }
 
+    /// Lists now: something says the objects changed (the LocalDisks, when `localpv disks` marks the Node).
+    pub fn poke(&self) {
+        self.wake.notify_one();
+    }
+
     fn is_missing(&self) -> bool {
         self.missing.load(Ordering::Relaxed)
     }
@@ -120,12 +125,57 @@ impl Watcher {
         C: Fn(K) -> Result<Option<T>, E>,
         O: Fn(Seen),
     {
+        self.poll_served::<K, T, E, C, O>(params, store, reader, (cadence, polled), false)
+            .await;
+    }
+
+    /// As [`Watcher::poll`], but returns `false` as soon as a list finds no such resource (404: a custom resource
+    /// whose definition is not installed, or was removed), `true` at shutdown. So the agent's start needs no request
+    /// of its own to find out whether the LocalDisk CRD exists.
+    pub async fn poll_if_served<K, T, E, C, O>(
+        &self,
+        params: ListParams,
+        store: Arc<Store<T>>,
+        reader: Reader<C, O>,
+        cadence: Cadence,
+        polled: Arc<Polled>,
+    ) -> bool
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static,
+        T: PartialEq,
+        E: Display,
+        C: Fn(K) -> Result<Option<T>, E>,
+        O: Fn(Seen),
+    {
+        self.poll_served::<K, T, E, C, O>(params, store, reader, (cadence, polled), true)
+            .await
+    }
+
+    async fn poll_served<K, T, E, C, O>(
+        &self,
+        params: ListParams,
+        store: Arc<Store<T>>,
+        reader: Reader<C, O>,
+        (cadence, polled): (Cadence, Arc<Polled>),
+        until_not_served: bool,
+    ) -> bool
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static,
+        T: PartialEq,
+        E: Display,
+        C: Fn(K) -> Result<Option<T>, E>,
+        O: Fn(Seen),
+    {
         let kind = K::kind(&());
-        let params = params.match_any();
+        // NB: a list woken by the reader (something is missing, or something says the objects changed) is a
+        // consistent read: one from the cache at resourceVersion=0 may not show yet the change that woke it, and
+        // the next list would be a whole period away.
+        let (cached, consistent) = (params.clone().match_any(), params);
+        let mut params = &cached;
         let mut shutdown = self.shutdown.clone();
         let mut failures = 0u32;
         loop {
-            let wait = match list_into(&self.client, &params, &store, &reader).await {
+            let wait = match list_into(&self.client, params, &store, &reader).await {
                 Ok(changed) => {
                     failures = 0;
                     if changed {
@@ -137,17 +187,20 @@ impl Watcher {
                         cadence.slow
                     }
                 }
+                Err(kube::Error::Api(status)) if until_not_served && status.code == 404 => {
+                    return false;
+                }
                 Err(error) => {
                     warn!(kind = %kind, error = %crate::logging::error_text(&error), "list failed; keeping the last one and retrying");
                     failures = failures.saturating_add(1);
                     Duration::from_secs(1 << failures.min(5)).min(cadence.fast)
                 }
             };
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                () = polled.wake.notified() => {}
-                _ = shutdown.changed() => return,
-            }
+            params = tokio::select! {
+                () = tokio::time::sleep(wait) => &cached,
+                () = polled.wake.notified() => &consistent,
+                _ = shutdown.changed() => return true,
+            };
         }
     }
 }

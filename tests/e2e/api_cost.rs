@@ -60,7 +60,7 @@ pub fn api_port(api_url: &str) -> u16 {
         .expect("the API server's URL ends with its port")
 }
 
-/// An agent with all its watches open (PVs, its Node, LocalDisks; StorageClasses are listed) and the extender with its own
+/// An agent with all its watches open (PVs, its Node; StorageClasses and LocalDisks are listed) and the extender with its own
 /// (PVs, claims, classes, Nodes) and its Lease each hold exactly one connection to the API server, and still one a
 /// few seconds later.
 #[tokio::test(flavor = "multi_thread")]
@@ -183,4 +183,78 @@ async fn a_storage_class_created_after_the_agent_started_is_found_without_a_watc
         spec.persistent_volume_reclaim_policy.as_deref(),
         Some("Retain")
     );
+}
+
+/// LocalDisks are listed, not watched (issue 34: two watches per agent). An annotation set on a LocalDisk by hand is
+/// seen at the agent's next list (`minResyncPeriod`, 20 s here); `localpv disks uncordon` marks the Node the agent
+/// watches (`localpv.io/disks-changed`), so the agent lists them at once and publishes the disk again.
+#[tokio::test(flavor = "multi_thread")]
+async fn local_disks_are_listed_a_hand_made_cordon_is_seen_at_the_next_list_and_the_clis_at_once() {
+    use kube::api::{Api, ListParams, Patch, PatchParams};
+    use localpv::inventory::LocalDisk;
+
+    let (cp, _ns, mut agent) = crate::node_agent::one_class_plane("ldpoll").await;
+    crate::failure::configure(&agent, "minResyncPeriod: 20s\n");
+    let vol = agent.disk("vol1");
+    let _mount = Mount::tmpfs(&vol, "16M", cp.reaper());
+    agent.start(&cp);
+    agent.wait_ready().await;
+    let client = cp.client();
+    let published = || {
+        pv_at(
+            &client,
+            "node-1",
+            &vol,
+            "Available",
+            Duration::from_secs(60),
+        )
+    };
+    published().await;
+    let disks: Api<LocalDisk> = Api::all(client.clone());
+    let mut name = None;
+    for _ in 0..300 {
+        name = disks
+            .list(&ListParams::default())
+            .await
+            .expect("LocalDisks")
+            .items
+            .into_iter()
+            .find(|d| d.spec.path == vol.display().to_string())
+            .and_then(|d| d.metadata.name);
+        if name.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let name = name.unwrap_or_else(|| panic!("no LocalDisk for the disk: {}", agent.log()));
+    let cordon = serde_json::json!({"metadata": {"annotations": {"localpv.io/cordoned": "true"}}});
+    disks
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&cordon))
+        .await
+        .expect("cordoned by hand");
+    eventually(
+        "the hand-made cordon to withdraw the PV",
+        Duration::from_secs(60),
+        || async {
+            match crate::node_agent::pvs_of(&client, "node-1")
+                .await
+                .get(&vol.display().to_string())
+            {
+                None => Ok(()),
+                Some(pv) => Err(format!("{:?} still there", pv.metadata.name)),
+            }
+        },
+    )
+    .await;
+    let said = crate::failure::disks_cli(&cp, "uncordon", "node-1/vol1");
+    assert!(said.starts_with("uncordoned "), "{said}");
+    assert!(!said.contains("could not mark"), "{said}");
+    let again = std::time::Instant::now();
+    published().await;
+    assert!(
+        again.elapsed() < Duration::from_secs(15),
+        "the CLI's mark should list at once, not at the 20 s list: {}",
+        agent.log()
+    );
+    agent.process.take();
 }

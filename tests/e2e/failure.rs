@@ -256,7 +256,11 @@ async fn a_disk_whose_writes_fail_is_marked_unhealthy_and_withdrawn() {
 }
 
 /// `localpv disks VERB DISK` as a cluster admin; what it printed.
-fn disks_cli(cp: &crate::support::cluster::ControlPlane, verb: &str, disk: &str) -> String {
+pub(crate) fn disks_cli(
+    cp: &crate::support::cluster::ControlPlane,
+    verb: &str,
+    disk: &str,
+) -> String {
     let kubeconfig = cp.kubeconfig_for("operator", "operator", &["system:masters"]);
     let out = std::process::Command::new(crate::support::agent::localpv_bin())
         .args([

@@ -226,12 +226,20 @@ async fn a_volume_is_followed_through_its_life(
     );
 }
 
-/// The agent is the objects' only writer: a status an operator edits by hand (another field manager) is put back.
+/// The agent is the objects' only writer: a status an operator edits by hand (another field manager) is put back
+/// at the agent's next list of its LocalDisks: within `minResyncPeriod`, or at once when the Node is marked
+/// (`localpv.io/disks-changed`, as `localpv disks` does after its own changes), which is what this does.
 async fn a_hand_edit_is_put_right(api: &Api<LocalDisk>, fs: &FsDisk) {
     let edit = json!({"status": {"phase": "Failing", "reason": "EditedByHand"}});
     api.patch(&fs.name, &PatchParams::default(), &Patch::Merge(&edit))
         .await
         .expect("LocalDisk edited");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(api.clone().into_client());
+    let mark = json!({"metadata": {"annotations": {"localpv.io/disks-changed": "edited by hand"}}});
+    nodes
+        .patch("node-1", &PatchParams::default(), &Patch::Merge(&mark))
+        .await
+        .expect("Node marked");
     wait_disks(
         api,
         "the agent to put the edited LocalDisk right",

@@ -822,7 +822,7 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
     );
     // The scenario exercised the writes the roles exist for (else "no 403" would prove little).
     let used = sa::verbs_used(&audit, &sa::username(NAMESPACE, "localpv-node"));
-    // NB: no `list` but of StorageClasses (polled, not watched): every watch starts with a streaming list (a watch
+    // NB: no `list` but of StorageClasses and LocalDisks (polled, not watched): every watch starts with a streaming list (a watch
     // request); the grant stays for where the API server has WatchList off and for the agent's fallback list of
     // every PV.
     for (verb, resource) in [
@@ -832,6 +832,7 @@ async fn chart_service_accounts_run_a_full_scenario_without_a_forbidden_request(
         ("delete", "persistentvolumes"),
         ("watch", "nodes"),
         ("list", "storageclasses"),
+        ("list", "localdisks"),
         ("create", "events"),
         ("patch", "localdisks"),
     ] {

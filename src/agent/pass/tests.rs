@@ -400,6 +400,7 @@ impl Bed {
             classes,
             disks,
             classes_polled: crate::watch::Polled::kept_current(),
+            disks_polled: crate::watch::Polled::kept_current(),
             changed: Arc::new(Notify::new()),
             metrics,
             http: HttpState::new(registry),
