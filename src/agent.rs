@@ -38,6 +38,8 @@ mod statelock;
 #[cfg(all(test, feature = "node"))]
 mod tests;
 #[cfg(feature = "node")]
+mod warmstart;
+#[cfg(feature = "node")]
 mod wiper;
 
 use std::net::SocketAddr;
@@ -190,10 +192,12 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     // NB: polled, not watched (issue 34): a StorageClass's reclaim policy and mount options cannot change, so a
     // watch per node would only hear of classes created and deleted. While the configuration names one that is not
     // there, the list is taken every 10 s; a pass that creates a PV or wipes lists them first (`pass`).
-    let classes_polled = watch::Polled::new();
+    // NB: both pollers wait for the agent, which seeds their stores from what a clean stop left (`warmstart`)
+    // once it holds the state directory's lock, or lets them list at once.
+    let classes_polled = watch::Polled::gated();
     // NB: listed, not watched (issue 34): the agent writes them and puts each answer in the store; what an operator
     // changes with `localpv disks` comes with a mark on the Node, which the agent watches and then lists at once.
-    let disks_polled = watch::Polled::new();
+    let disks_polled = watch::Polled::gated();
     let disk_cadence = watch::Cadence {
         fast: config.min_resync_period,
         slow: config.min_resync_period,

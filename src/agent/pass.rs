@@ -189,6 +189,7 @@ impl Agent {
     pub fn new(s: Setup) -> anyhow::Result<Agent> {
         let book = Book::open(&s.opts.state_dir)?;
         let (health, memory) = super::health::HealthBook::open(&s.opts.state_dir);
+        let disks_mark = warm_start(&s);
         let writer = Writer::new(
             s.client.clone(),
             crate::contract::NODE_MANAGER,
@@ -220,7 +221,7 @@ impl Agent {
             running: HashMap::new(),
             backoff: HashMap::new(),
             health,
-            disks_mark: None,
+            disks_mark,
             notices: Default::default(),
             published: Published::default(),
             existing: None,
@@ -295,6 +296,22 @@ impl Agent {
         }
         self.stop_wipes().await;
         self.book.close();
+        self.leave_snapshot();
+    }
+
+    /// Leaves the LocalDisks, the StorageClasses and the Node's mark for the next start (`warmstart`), when both
+    /// kinds were listed (a node without LocalDisks, or without the CRD, lists them again at start).
+    fn leave_snapshot(&self) {
+        let s = &self.s;
+        if !s.classes.synced() || !s.disks.synced() || s.disks.is_empty() {
+            return;
+        }
+        let snapshot = super::warmstart::Snapshot {
+            disks_mark: self.disks_mark.clone().flatten(),
+            local_disks: s.disks.all(),
+            storage_classes: s.classes.all(),
+        };
+        super::warmstart::leave(&s.opts.state_dir, &snapshot);
     }
 
     /// Waits for the caches (the PV index needs the Node first: it keeps the PVs that can reach it). False when
@@ -1015,4 +1032,25 @@ enum Step {
     Retry,
     /// The ledger could not be written: nothing after it in this plan may run.
     Halt,
+}
+
+/// Seeds the StorageClass and LocalDisk stores from what a clean stop left (`warmstart`) and lets their pollers
+/// begin (the first lists a period later), or lets them list at once. The Node's mark as that agent saw it, when
+/// seeded: a different one on the Node lists the LocalDisks at once (`Agent::look_for_disk_marks`).
+fn warm_start(s: &Setup) -> Option<Option<String>> {
+    let Some(snapshot) = super::warmstart::take(&s.opts.state_dir) else {
+        s.classes_polled.begin(false);
+        s.disks_polled.begin(false);
+        return None;
+    };
+    info!(
+        local_disks = snapshot.local_disks.len(),
+        storage_classes = snapshot.storage_classes.len(),
+        "starting from the API cache a clean stop left"
+    );
+    super::warmstart::seed(&s.classes, "StorageClass", snapshot.storage_classes);
+    super::warmstart::seed(&s.disks, "LocalDisk", snapshot.local_disks);
+    s.classes_polled.begin(true);
+    s.disks_polled.begin(true);
+    Some(snapshot.disks_mark)
 }

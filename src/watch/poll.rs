@@ -39,11 +39,44 @@ pub struct Polled {
     missing: AtomicBool,
     wake: Notify,
     kept_current: bool,
+    /// For a gated poller ([`Polled::gated`]): `None` until its reader says how to begin, then whether the store was
+    /// seeded (the first list waits a period) or not (it lists at once).
+    begin: Option<tokio::sync::watch::Sender<Option<bool>>>,
 }
 
 impl Polled {
     pub fn new() -> Arc<Polled> {
         Arc::new(Polled::default())
+    }
+
+    /// A poller that lists nothing until its reader calls [`Polled::begin`]: the reader may seed the store first
+    /// (what a cleanly stopped agent left, read under the state directory's lock).
+    pub fn gated() -> Arc<Polled> {
+        Arc::new(Polled {
+            begin: Some(tokio::sync::watch::channel(None).0),
+            ..Polled::default()
+        })
+    }
+
+    /// Lets a gated poller begin: `seeded`, its first list waits a period (the store holds a list already); else it
+    /// lists at once.
+    pub fn begin(&self, seeded: bool) {
+        if let Some(begin) = &self.begin {
+            begin.send_replace(Some(seeded));
+        }
+    }
+
+    /// Waits for [`Polled::begin`] (at once for a poller that is not gated): whether the store was seeded; `None` at
+    /// shutdown.
+    async fn begun(&self, shutdown: &mut tokio::sync::watch::Receiver<bool>) -> Option<bool> {
+        let Some(begin) = &self.begin else {
+            return Some(false);
+        };
+        let mut begun = begin.subscribe();
+        tokio::select! {
+            seeded = begun.wait_for(Option::is_some) => seeded.ok().and_then(|s| *s),
+            _ = shutdown.changed() => None,
+        }
     }
 
     /// For a store that something else keeps current (a test that fills it): never listed before acting.
@@ -174,6 +207,16 @@ impl Watcher {
         let mut params = &cached;
         let mut shutdown = self.shutdown.clone();
         let mut failures = 0u32;
+        let Some(seeded) = polled.begun(&mut shutdown).await else {
+            return true;
+        };
+        if seeded {
+            params = tokio::select! {
+                () = tokio::time::sleep(cadence.slow) => &cached,
+                () = polled.wake.notified() => &consistent,
+                _ = shutdown.changed() => return true,
+            };
+        }
         loop {
             let wait = match list_into(&self.client, params, &store, &reader).await {
                 Ok(changed) => {

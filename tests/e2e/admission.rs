@@ -699,9 +699,9 @@ async fn release_and_see_the_wipe_refused(
 
 /// Issue 34, point 2: what a narrow agent's restart costs the API server. Every request node-1's agent makes from
 /// its start until it is ready and narrow, and for the settle time after (as `verb resource`), counted from the
-/// audit log: one streaming watch per kind it watches (its first events are the objects: no list), one list of the
-/// StorageClasses and one of its LocalDisks (polled from the API server's cache, not watched), no probe for
-/// the LocalDisk CRD (the list finds out) and no read of the policy (resumed from the record, read before the
+/// audit log: one streaming watch per kind it watches (its first events are the objects: no list); the
+/// StorageClasses and its LocalDisks (polled, not watched) taken from what the clean stop left in the state
+/// directory (`agent::warmstart`), so not listed until a period later; no probe for the LocalDisk CRD and no read of the policy (resumed from the record, read before the
 /// first wipe or new PV). Then the attack that resuming unread invites: the policy's binding deleted while the agent
 /// is down and a copy of its PV stored; restarted narrow, the agent reads the policy before the wipe the released
 /// claim asks for, widens and refuses the wipe; the tenant's file stays.
@@ -746,13 +746,9 @@ async fn a_narrow_agents_restart_costs_one_request_per_watch_and_its_first_wipe_
     // two reads of the policy.
     assert_eq!(
         requests,
-        [
-            "list localdisks",
-            "list storageclasses",
-            "watch nodes",
-            "watch persistentvolumes",
-        ],
-        "one streaming watch per watched kind, StorageClasses and LocalDisks listed (polled, not watched), no probe, no read of the policy"
+        ["watch nodes", "watch persistentvolumes"],
+        "one streaming watch per watched kind; StorageClasses and LocalDisks from what the clean stop left (listed a \
+         period later), no probe, no read of the policy"
     );
 
     let app = d.cp.namespace("app").await;

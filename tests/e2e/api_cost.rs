@@ -258,3 +258,49 @@ async fn local_disks_are_listed_a_hand_made_cordon_is_seen_at_the_next_list_and_
     );
     agent.process.take();
 }
+
+/// A restart starts from what the clean stop left (issue 34, part 6: `<stateDir>/api-cache.json`, the LocalDisks,
+/// StorageClasses and the Node's mark) instead of listing them. A cordon made with `localpv disks` while the agent
+/// is down marks the Node: the restarted agent sees a mark other than the one it left, lists its LocalDisks at once
+/// and withdraws the disk's PV, rather than trusting the cache for a period. After a kill no cache is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cordon_made_while_the_agent_is_down_is_honoured_at_its_start_from_what_it_left() {
+    let (cp, _ns, mut agent) = one_class_plane("warmstart").await;
+    let vol = agent.disk("vol1");
+    let _mount = Mount::tmpfs(&vol, "16M", cp.reaper());
+    agent.start(&cp);
+    agent.wait_ready().await;
+    let client = cp.client();
+    let pv = pv_at(
+        &client,
+        "node-1",
+        &vol,
+        "Available",
+        Duration::from_secs(60),
+    )
+    .await;
+    // The LocalDisk is written after the PV: wait for it, so the cache holds it.
+    eventually("the LocalDisk", Duration::from_secs(30), || async {
+        crate::failure::disk_says(&client, &vol).await.map(|_| ())
+    })
+    .await;
+    agent
+        .process
+        .take()
+        .expect("running")
+        .stop(Duration::from_secs(10));
+    let cache = agent.state_dir().join("api-cache.json");
+    assert!(cache.exists(), "a clean stop leaves the cache");
+
+    let said = crate::failure::disks_cli(&cp, "cordon", "node-1/vol1");
+    assert!(!said.contains("could not mark"), "{said}");
+    agent.start(&cp);
+    agent.wait_ready().await;
+    assert!(!cache.exists(), "taken at start");
+    let name = pv.metadata.name.clone().expect("named");
+    crate::node_agent::wait_event(&client, &name, "DiskCordoned", Duration::from_secs(20)).await;
+
+    agent.process.as_mut().expect("running").kill();
+    assert!(!cache.exists(), "a killed agent leaves none");
+    agent.process.take();
+}

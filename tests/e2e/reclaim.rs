@@ -352,9 +352,17 @@ async fn a_dirty_disk_stays_dirty_through_a_kill_and_a_clean_stop_leaves_a_ledge
     let leftovers: Vec<String> = fs::read_dir(&state)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        // NB: the lock file stays (one agent per state dir, issue 39); it holds no ledger state. Nor does the disks'
-        // health (issue 37), kept beside the ledger.
-        .filter(|n| n != "disk-ledger.json" && n != "agent.lock" && n != "disk-health.json")
+        // NB: the lock file stays (one agent per state dir, issue 39); it holds no ledger state. Nor do the disks'
+        // health (issue 37) and the API cache a clean stop leaves (issue 34), kept beside the ledger.
+        .filter(|n| {
+            ![
+                "disk-ledger.json",
+                "agent.lock",
+                "disk-health.json",
+                "api-cache.json",
+            ]
+            .contains(&n.as_str())
+        })
         .collect();
     assert!(leftovers.is_empty(), "journal files left: {leftovers:?}");
 
