@@ -383,7 +383,9 @@ def fleet_rows(s):
     row18(s, f"fleet: watches each agent holds (without the policy {show_or_missing(s, watches('localpv'))})", "<= 2",
           lambda: show(s.get(watches(narrow))), lambda: show(s.get(watches("reference"))),
           lambda: ratio_of(s.med(watches(narrow)), s.med(watches("reference")), "of the reference's"),
-          lambda: "pass" if s.med(watches(narrow)) <= 2.0 else "**missed**")
+          # NB: watches are whole; the per-agent figure is a difference of medians over samples where one of the
+          # control plane's own watches may be re-opening (its baseline reads 99-100), so it is rounded.
+          lambda: "pass" if round(s.med(watches(narrow))) <= 2 else "**missed**")
 
 
 def per_agent_or_missing(s, per_agent, kind, unit):
