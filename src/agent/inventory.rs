@@ -81,7 +81,7 @@ pub async fn poll_when_installed(
     loop {
         let objects = crate::watch::objects();
         if watcher
-            .poll_if_served(
+            .poll(
                 params.clone(),
                 store.clone(),
                 objects,

@@ -141,9 +141,11 @@ where
 
 impl Watcher {
     /// Keeps `store` filled with a list of `K` (with `params`' selectors) taken every [`Cadence`] period, instead
-    /// of a watch, until shutdown. Lists at `resourceVersion=0`, served from the API server's cache. Notifies
-    /// `changed` after the first list and then only when the store's content changed; keeps the last list when one
-    /// fails.
+    /// of a watch, until shutdown (`true`), or until a list finds no such resource (`false`: a 404, a custom
+    /// resource whose definition is not installed or was removed; so the agent's start needs no request of its own
+    /// to find out whether the LocalDisk CRD exists). Lists at `resourceVersion=0`, served from the API server's
+    /// cache, but for a list its reader asked for. Notifies `changed` after the first list and then only when the
+    /// store's content changed; keeps the last list when one fails otherwise.
     pub async fn poll<K, T, E, C, O>(
         &self,
         params: ListParams,
@@ -151,46 +153,6 @@ impl Watcher {
         reader: Reader<C, O>,
         cadence: Cadence,
         polled: Arc<Polled>,
-    ) where
-        K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static,
-        T: PartialEq,
-        E: Display,
-        C: Fn(K) -> Result<Option<T>, E>,
-        O: Fn(Seen),
-    {
-        self.poll_served::<K, T, E, C, O>(params, store, reader, (cadence, polled), false)
-            .await;
-    }
-
-    /// As [`Watcher::poll`], but returns `false` as soon as a list finds no such resource (404: a custom resource
-    /// whose definition is not installed, or was removed), `true` at shutdown. So the agent's start needs no request
-    /// of its own to find out whether the LocalDisk CRD exists.
-    pub async fn poll_if_served<K, T, E, C, O>(
-        &self,
-        params: ListParams,
-        store: Arc<Store<T>>,
-        reader: Reader<C, O>,
-        cadence: Cadence,
-        polled: Arc<Polled>,
-    ) -> bool
-    where
-        K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static,
-        T: PartialEq,
-        E: Display,
-        C: Fn(K) -> Result<Option<T>, E>,
-        O: Fn(Seen),
-    {
-        self.poll_served::<K, T, E, C, O>(params, store, reader, (cadence, polled), true)
-            .await
-    }
-
-    async fn poll_served<K, T, E, C, O>(
-        &self,
-        params: ListParams,
-        store: Arc<Store<T>>,
-        reader: Reader<C, O>,
-        (cadence, polled): (Cadence, Arc<Polled>),
-        until_not_served: bool,
     ) -> bool
     where
         K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static,
@@ -230,7 +192,7 @@ impl Watcher {
                         cadence.slow
                     }
                 }
-                Err(kube::Error::Api(status)) if until_not_served && status.code == 404 => {
+                Err(kube::Error::Api(status)) if status.code == 404 => {
                     return false;
                 }
                 Err(error) => {
