@@ -78,17 +78,16 @@ impl HealthBook {
     /// that cannot be read starts an empty book (said in the log): every disk is judged afresh, as before the file.
     pub fn open(state_dir: &Path) -> (HealthBook, Memory) {
         let file = state_dir.join(FILE);
-        let stored = match std::fs::read(&file) {
-            Ok(bytes) => serde_json::from_slice::<Stored>(&bytes).unwrap_or_else(|error| {
-                warn!(%error, path = %file.display(), "unreadable disk health record; every disk is judged afresh");
-                Stored::default()
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Stored::default(),
-            Err(error) => {
-                warn!(%error, path = %file.display(), "unreadable disk health record; every disk is judged afresh");
-                Stored::default()
-            }
+        let read = match std::fs::read(&file) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Stored::default()),
+            read => read
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string())),
         };
+        let stored = read.unwrap_or_else(|error| {
+            warn!(%error, path = %file.display(), "unreadable disk health record; every disk is judged afresh");
+            Stored::default()
+        });
         let memory = Memory {
             conditions: stored.told.clone(),
             ..Memory::default()
