@@ -36,6 +36,7 @@ pub mod lost;
 pub mod narrow;
 pub mod owners;
 pub mod pv;
+pub mod relation;
 pub mod state;
 pub mod taint;
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::identity::{self, IdentityCheck};
 use super::owners::OtherPv;
 use super::pv::{MetaPatch, Origin, Policy, PvRef, PvView, lifetime};
+use super::relation::{self, PvIndex};
 use super::state::{Condition, DiskState, Memory};
 use super::{
     Action, ClassFacts, EventType, HoldReason, Inputs, Plan, PvEvent, Reason, Unpublished,
@@ -21,7 +22,6 @@ use crate::contract::{
     ANN_NODE_UID, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, NODE_LABEL, Phase, WipePhase,
 };
 use crate::disk::{Disk, UnusableReason, VolumeMode};
-use crate::fasthash::FastMap;
 
 /// How soon to look again when something is waiting on our own writes.
 const SOON: Duration = Duration::from_secs(1);
@@ -32,8 +32,6 @@ mod overlap;
 mod own;
 mod place;
 mod unhealthy;
-
-pub(super) use place::pv_name;
 
 pub(super) struct Planner<'a> {
     inputs: &'a Inputs<'a>,
@@ -65,6 +63,12 @@ pub(super) struct Planner<'a> {
     asks: usize,
     /// Paths of the PVs and disks whose decision wrote, reported, or asked for another pass.
     noisy: BTreeSet<PathBuf>,
+    /// The path whose PVs or disk are being decided, and every path's links: a read of another path checks the
+    /// relation (debug builds, see `relation`).
+    #[cfg(debug_assertions)]
+    deciding: Option<PathBuf>,
+    #[cfg(debug_assertions)]
+    reach: relation::Reach,
 }
 
 /// How much of the world a run plans.
@@ -88,6 +92,10 @@ impl<'a> Planner<'a> {
             .collect();
         Planner {
             inputs,
+            #[cfg(debug_assertions)]
+            deciding: None,
+            #[cfg(debug_assertions)]
+            reach: relation::Reach::new(inputs, &split.pvs, disks.values().copied()),
             index: PvIndex::new(&split.pvs),
             footprints: overlap::Footprints::new(&split.pvs, &disks),
             twins: duplicate::Twins::new(disks.values()),
@@ -133,15 +141,19 @@ impl<'a> Planner<'a> {
         let pvs = self.pvs.clone();
         for pv in pvs.iter() {
             let before = self.marks();
+            self.deciding(Some(&pv.path));
             self.judge_pv(pv);
             self.trace(before, &pv.path);
         }
         let disks: Vec<&Disk> = self.disks.values().copied().collect();
         for disk in disks {
             let before = self.marks();
+            self.deciding(Some(&disk.host_path));
             self.place_disk(disk);
             self.trace(before, &disk.host_path);
         }
+        // NB: foreign PVs make the world unclean: the incremental planner plans whole while any exists.
+        self.deciding(None);
         self.report_foreign();
         let mut actions = self.writes;
         actions.append(&mut self.events);
@@ -178,7 +190,7 @@ impl<'a> Planner<'a> {
             self.carry_memory(&pv.pv_ref.uid);
             return;
         }
-        let disk = self.disks.get(pv.path.as_path()).copied();
+        let disk = self.disk_at(&pv.path);
         if pv.origin == Origin::Reference {
             self.adopt(pv, disk, class);
             return;
@@ -268,7 +280,7 @@ impl<'a> Planner<'a> {
     fn track_dirty(&mut self, pv: &PvView, disk: Option<&Disk>, check: Option<&IdentityCheck>) {
         if pv.is_unclaimed() {
             let key = self.pv_key(pv, disk, check);
-            if matches!(self.inputs.ledger.get(&key), None | Some(DiskState::Clean)) {
+            if matches!(self.ledger(&key), None | Some(DiskState::Clean)) {
                 self.set_disk_state(key, DiskState::Published);
             }
             return;
@@ -526,6 +538,62 @@ impl<'a> Planner<'a> {
         }
     }
 
+    // ---- reads of the pass's world (see `relation`) ----
+
+    fn deciding(&mut self, _path: Option<&Path>) {
+        #[cfg(debug_assertions)]
+        {
+            self.deciding = _path.map(Path::to_path_buf);
+        }
+    }
+
+    /// Checks, in debug builds, that the decision at hand may read what is at `path`.
+    fn reads(&self, _path: &Path) {
+        #[cfg(debug_assertions)]
+        if let Some(from) = &self.deciding {
+            assert!(
+                self.reach.reaches(from, _path),
+                "the decision at {} read {}, which shares no link with it (plan::relation): the incremental \
+                 planner would not plan it again when that changes",
+                from.display(),
+                _path.display()
+            );
+        }
+    }
+
+    /// The PV at `i` in the pass's order.
+    fn pv(&self, i: usize) -> &PvView {
+        let pv = &self.pvs[i];
+        self.reads(&pv.path);
+        pv
+    }
+
+    /// The disk found at `path`.
+    fn disk_at(&self, path: &Path) -> Option<&'a Disk> {
+        self.reads(path);
+        self.disks.get(path).copied()
+    }
+
+    /// The PVs at `path`.
+    fn pvs_at(&self, path: &Path) -> impl Iterator<Item = &PvView> {
+        self.reads(path);
+        self.index.at_path(path).iter().map(|&i| &self.pvs[i])
+    }
+
+    /// The ledger's state for `key`.
+    fn ledger(&self, key: &str) -> Option<DiskState> {
+        #[cfg(debug_assertions)]
+        if let Some(from) = &self.deciding {
+            assert!(
+                self.reach.reads_key(from, key),
+                "the decision at {} read ledger key {key}, which its path does not link (plan::relation): the \
+                 incremental planner would not plan it again when that key changes",
+                from.display()
+            );
+        }
+        self.inputs.ledger.get(key)
+    }
+
     // ---- helpers ----
 
     fn class_by_name(&self, name: &str) -> Option<&'a ClassFacts> {
@@ -546,7 +614,7 @@ impl<'a> Planner<'a> {
             return;
         }
         let action = if pv.is_unclaimed() {
-            let disk = self.disks.get(pv.path.as_path()).copied();
+            let disk = self.disk_at(&pv.path);
             let check = disk.map(|d| identity::check(pv.mode, pv.recorded.as_ref(), d));
             Action::DeleteUnclaimedPv {
                 pv: pv.pv_ref.clone(),
@@ -559,7 +627,7 @@ impl<'a> Planner<'a> {
     }
 
     fn set_disk_state(&mut self, key: String, state: DiskState) {
-        if self.inputs.ledger.get(&key) != Some(state) && self.ledger_set.insert(key.clone()) {
+        if self.ledger(&key) != Some(state) && self.ledger_set.insert(key.clone()) {
             self.writes.push(Action::SetDiskState { key, state });
         }
     }
@@ -659,51 +727,5 @@ fn process_path(class: &ClassFacts, host_path: &Path) -> std::path::PathBuf {
     match host_path.strip_prefix(&class.config.host_dir) {
         Ok(relative) => class.config.mount_dir.join(relative),
         Err(_) => host_path.to_path_buf(),
-    }
-}
-
-/// The pass's PVs looked up by path, by name and by the identity they record, so placing each disk is not a scan
-/// of every PV.
-#[derive(Default)]
-struct PvIndex {
-    at_path: FastMap<PathBuf, Vec<usize>>,
-    by_name: FastMap<String, usize>,
-    by_identity: FastMap<(&'static str, String), Vec<usize>>,
-}
-
-impl PvIndex {
-    fn new(pvs: &[PvView]) -> PvIndex {
-        let mut index = PvIndex::default();
-        for (i, pv) in pvs.iter().enumerate() {
-            index.at_path.entry(pv.path.clone()).or_default().push(i);
-            index.by_name.entry(pv.pv_ref.name.clone()).or_insert(i);
-            let recorded = pv.recorded.as_ref().map(|r| &r.identity);
-            for key in recorded.into_iter().flat_map(identity::match_keys) {
-                index.by_identity.entry(key).or_default().push(i);
-            }
-        }
-        index
-    }
-
-    /// Indices of the PVs at `path` (compared as paths are: component by component).
-    fn at_path(&self, path: &Path) -> &[usize] {
-        self.at_path.get(path).map_or(&[], Vec::as_slice)
-    }
-
-    fn by_name(&self, name: &str) -> Option<usize> {
-        self.by_name.get(name).copied()
-    }
-
-    /// Indices, in order, of every PV that records one of the ids `disk` shows: the only PVs that
-    /// `identity::may_be_same` can match with it.
-    fn sharing_an_id(&self, disk: &Disk) -> Vec<usize> {
-        let mut found: Vec<usize> = identity::match_keys(&disk.identity)
-            .filter_map(|key| self.by_identity.get(&key))
-            .flatten()
-            .copied()
-            .collect();
-        found.sort_unstable();
-        found.dedup();
-        found
     }
 }

@@ -22,9 +22,12 @@
 //! are compared with the last pass's; a change of the global context, or a memory that is not the one the last pass
 //! returned, plans whole.
 //!
-//! NB: over 500 lines: it reproduces the whole planner's answer from what changed, and the randomised test that
-//! proves the two equal covers it as one unit. Issue 35, point 1 (one relation both paths derive from) is what
-//! would shrink it; until then it is kept whole.
+//! Which items link is `plan::relation`, the description the whole planner's lookups derive from too: a decision
+//! that reads an item at another path, or a ledger key, its own path does not link fails a debug assertion, so a
+//! new rule cannot read what this planner would not plan again.
+//!
+//! NB: over 500 lines: it keeps the last pass's world (items, links, addresses, memory) and diffs the new one
+//! against it, which the randomised test that proves the two planners equal covers as one unit.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -34,8 +37,9 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 
 use super::decide::{self, Scope};
 use super::pv::{Origin, PvView};
+use super::relation::{Link, disk_links, pv_links};
 use super::state::{Condition, DiskLedger, Memory, OwnedPv};
-use super::{ClassFacts, Inputs, NodeFacts, Plan, Unpublished, identity};
+use super::{ClassFacts, Inputs, NodeFacts, Plan, Unpublished};
 use crate::config::Config;
 use crate::disk::{ClassFailure, Discovery, Disk, Unusable, UnusableReason};
 use crate::fasthash::{FastMap, FastSet};
@@ -81,48 +85,6 @@ impl IncrementalPlanner {
     pub fn work(&self) -> Work {
         self.work
     }
-}
-
-/// What relates items at different paths in the general planner.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Link {
-    /// An id `identity::may_be_same` compares (a moved disk is held by its PV elsewhere).
-    Id(&'static str, String),
-    /// A PV's name, and the name a disk's PV would get (a name taken by a PV at another path).
-    Name(String),
-    /// A disk ledger key (one key read or written by several items).
-    Ledger(String),
-}
-
-fn disk_links(inputs: &Inputs<'_>, disk: &Disk) -> Vec<Link> {
-    let mut links: Vec<Link> = identity::match_keys(&disk.identity)
-        .map(|(field, value)| Link::Id(field, value.to_string()))
-        .collect();
-    links.push(Link::Name(decide::pv_name(inputs, disk)));
-    links.push(Link::Ledger(identity::disk_key(disk)));
-    let path_key = identity::ledger_key(disk.mode, &Default::default(), None, &disk.host_path);
-    links.push(Link::Ledger(path_key));
-    links
-}
-
-fn pv_links(view: &PvView) -> Vec<Link> {
-    let mut links = vec![Link::Name(view.pv_ref.name.clone())];
-    if let Some(rec) = &view.recorded {
-        links.extend(
-            identity::match_keys(&rec.identity)
-                .map(|(field, value)| Link::Id(field, value.to_string())),
-        );
-        let key = identity::ledger_key(
-            view.mode,
-            &rec.identity,
-            rec.mount_root.as_deref(),
-            &view.path,
-        );
-        links.push(Link::Ledger(key));
-    }
-    let path_key = identity::ledger_key(view.mode, &Default::default(), None, &view.path);
-    links.push(Link::Ledger(path_key));
-    links
 }
 
 /// What plans whole when it changes.

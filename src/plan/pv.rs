@@ -13,12 +13,13 @@ use serde::Serialize;
 
 use super::identity::{self, Recorded};
 use super::{NodeFacts, StorageClassFacts};
-use crate::config::{ClassConfig, Config};
+use crate::config::{ClassConfig, Config, PvNaming};
 use crate::contract::{
     ANN_MEDIUM, ANN_NODE_UID, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, MEDIUM_DEVICE, NODE_LABEL, Phase,
     WipePhase,
 };
 use crate::disk::{Disk, VolumeMode};
+use crate::pvname;
 
 pub use crate::contract::ANN_PROVISIONED_BY;
 pub use crate::selector::HOSTNAME_LABEL;
@@ -484,5 +485,13 @@ mod adoptable_tests {
         ));
         assert!(!planned_on(&by("example.com/csi", false), "node-1"));
         assert!(!planned_on(&PersistentVolume::default(), "node-1"));
+    }
+}
+
+/// The name a PV for `disk` on node `node` gets.
+pub fn pv_name(config: &Config, node: &str, disk: &Disk) -> String {
+    match config.pv_naming {
+        PvNaming::Localpv => pvname::localpv_name(node, &disk.class, &disk.entry),
+        PvNaming::Reference => pvname::reference_name(&disk.entry, node, &disk.class),
     }
 }

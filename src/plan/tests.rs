@@ -367,4 +367,5 @@ mod overlap;
 mod ownership;
 mod raw_device;
 mod reclaim;
+mod relation;
 mod unhealthy;

@@ -87,7 +87,7 @@ impl Planner<'_> {
         let ids = strong_ids(disk.mode, &disk.identity);
         let not_own = |pv: &PvView| own.is_none_or(|o| o.pv_ref.uid != pv.pv_ref.uid);
         for i in self.index.sharing_an_id(disk) {
-            let pv = &self.pvs[i];
+            let pv = self.pv(i);
             if pv.path == disk.host_path || pv.deleting || !not_own(pv) || pv.mode != disk.mode {
                 continue;
             }
@@ -109,6 +109,7 @@ impl Planner<'_> {
         for id in &ids {
             let others = self.twins.by_id.get(id).into_iter().flatten();
             for other in others {
+                self.reads(&other.host_path);
                 if other.host_path == disk.host_path
                     || !same_storage(
                         id.0,
@@ -119,10 +120,7 @@ impl Planner<'_> {
                     continue;
                 }
                 let holder = self
-                    .index
-                    .at_path(&other.host_path)
-                    .iter()
-                    .map(|&i| &self.pvs[i])
+                    .pvs_at(&other.host_path)
                     .find(|pv| not_own(pv))
                     .cloned();
                 let what = format!("the disk at {}", other.host_path.display());

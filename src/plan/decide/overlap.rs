@@ -128,16 +128,19 @@ impl Planner<'_> {
         let mut other = None;
         for holder in self.footprints.nesting(dev, &root) {
             match holder {
-                Holder::Pv(i) if self.pvs[i].path != disk.host_path => {
+                Holder::Pv(i) if self.pv(i).path != disk.host_path => {
                     pv = pv.or(Some(i));
                 }
-                Holder::Disk(path) if path != disk.host_path => other = other.or(Some(path)),
+                Holder::Disk(path) if path != disk.host_path => {
+                    self.reads(path);
+                    other = other.or(Some(path));
+                }
                 _ => {}
             }
         }
         let what = shown(dev, &root);
         if let Some(i) = pv {
-            let holder = self.pvs[i].clone();
+            let holder = self.pv(i).clone();
             let message = format!(
                 "exposes {what}, storage that PV {} ({:?}, {}) exposes too: it is never published or wiped while \
                  that PV exists; remove this mount",
@@ -188,14 +191,9 @@ impl Planner<'_> {
             .flatten()
             .flat_map(|(dev, root)| self.footprints.nesting(dev, &root).collect::<Vec<_>>())
             .find_map(|holder| match holder {
-                Holder::Pv(i) if self.pvs[i].pv_ref.uid != pv.pv_ref.uid => {
-                    Some(self.pvs[i].clone())
-                }
+                Holder::Pv(i) if self.pv(i).pv_ref.uid != pv.pv_ref.uid => Some(self.pv(i).clone()),
                 Holder::Disk(path) if path != pv.path => self
-                    .index
-                    .at_path(path)
-                    .iter()
-                    .map(|&i| &self.pvs[i])
+                    .pvs_at(path)
                     .find(|other| other.pv_ref.uid != pv.pv_ref.uid)
                     .cloned(),
                 _ => None,

@@ -1,25 +1,19 @@
 //! Found disks without a PV: published, wiped first, or held back with a reason.
 
 use super::{Planner, SOON, process_path};
-use crate::config::PvNaming;
 use crate::disk::{Disk, VolumeMode};
 use crate::plan::identity;
-use crate::plan::pv::{NewPv, PvView};
+use crate::plan::pv::{NewPv, PvView, pv_name};
+use crate::plan::relation::Link;
 use crate::plan::state::{Condition, DiskState};
-use crate::plan::{Action, ClassFacts, EventType, HoldReason, Inputs, Reason, WipeOrder};
-use crate::pvname;
+use crate::plan::{Action, ClassFacts, EventType, HoldReason, Reason, WipeOrder};
 
 impl Planner<'_> {
     pub(super) fn place_disk(&mut self, disk: &Disk) {
         let Some(class) = self.class_by_name(&disk.class) else {
             return;
         };
-        let at_path: Vec<&PvView> = self
-            .index
-            .at_path(&disk.host_path)
-            .iter()
-            .map(|&i| &self.pvs[i])
-            .collect();
+        let at_path: Vec<&PvView> = self.pvs_at(&disk.host_path).collect();
         if !at_path.is_empty() {
             if at_path
                 .iter()
@@ -54,10 +48,7 @@ impl Planner<'_> {
             return;
         }
         let key = identity::disk_key(disk);
-        match (
-            self.inputs.ledger.get(&key),
-            class.config.wipe_on_first_discovery,
-        ) {
+        match (self.ledger(&key), class.config.wipe_on_first_discovery) {
             (Some(DiskState::Dirty), _) => self.wipe_unpublished(
                 disk,
                 class,
@@ -85,7 +76,7 @@ impl Planner<'_> {
             .index
             .sharing_an_id(disk)
             .into_iter()
-            .map(|i| &self.pvs[i])
+            .map(|i| self.pv(i))
             .find(|pv| {
                 !pv.deleting
                     && !self.at_own_path(pv)
@@ -122,7 +113,7 @@ impl Planner<'_> {
     /// Whether a PV's own disk is at its path: then a disk elsewhere that looks like it is a second view of the
     /// same storage or a copy, never the disk moved (see `overlap` and `duplicate`).
     fn at_own_path(&self, pv: &PvView) -> bool {
-        self.disks.get(pv.path.as_path()).is_some_and(|own| {
+        self.disk_at(&pv.path).is_some_and(|own| {
             own.mode == pv.mode
                 && identity::check(pv.mode, pv.recorded.as_ref(), own)
                     == identity::IdentityCheck::Same
@@ -200,8 +191,14 @@ impl Planner<'_> {
             return;
         };
         let node = self.inputs.node;
-        let name = pv_name(self.inputs, disk);
-        if let Some(taken) = self.index.by_name(&name).map(|i| self.pvs[i].clone()) {
+        let name = pv_name(self.inputs.config, &node.name, disk);
+        let named = Link::Name(name.clone());
+        if let Some(taken) = self
+            .index
+            .linked(&named)
+            .first()
+            .map(|&i| self.pv(i).clone())
+        {
             let message = format!("name {name} belongs to PV for {}", taken.path.display());
             self.hold(disk, HoldReason::NameTaken, message);
             let message = format!("{path} would get this PV's name; it is not published");
@@ -244,7 +241,7 @@ impl Planner<'_> {
         }
         let path_key = identity::ledger_key(disk.mode, &Default::default(), None, &disk.host_path);
         if matches!(
-            self.inputs.ledger.get(&path_key),
+            self.ledger(&path_key),
             Some(DiskState::Dirty | DiskState::Retained | DiskState::Published)
         ) {
             let message = format!(
@@ -277,14 +274,5 @@ impl Planner<'_> {
                 false
             }
         }
-    }
-}
-
-/// The name a PV for `disk` gets.
-pub(in crate::plan) fn pv_name(inputs: &Inputs<'_>, disk: &Disk) -> String {
-    let node = &inputs.node.name;
-    match inputs.config.pv_naming {
-        PvNaming::Localpv => pvname::localpv_name(node, &disk.class, &disk.entry),
-        PvNaming::Reference => pvname::reference_name(&disk.entry, node, &disk.class),
     }
 }
