@@ -22,6 +22,7 @@ pub mod inputs;
 pub mod naming;
 pub mod notices;
 pub mod reason;
+pub mod relation;
 pub mod status;
 
 pub use build::{Change, Changes, build, names_to_look_up};

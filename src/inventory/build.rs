@@ -28,6 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::crd::{DuplicateUuid, LocalDisk, LocalDiskPhase};
 use super::inputs::{Inputs, time};
 use super::naming::{self, DiskKey};
+use super::relation::{self, EntryLink};
 use super::status;
 use crate::disk::{Discovery, Disk, Unusable};
 use crate::fasthash::FastMap;
@@ -129,6 +130,10 @@ pub(super) struct Builder<'a> {
     used: BTreeSet<String>,
     changes: Vec<Change>,
     now: Time,
+    /// The links of the entry being built: a read of an object or a name checks them (debug builds, see
+    /// `relation`).
+    #[cfg(debug_assertions)]
+    deciding: Option<Vec<EntryLink>>,
 }
 
 impl<'a> Builder<'a> {
@@ -181,6 +186,8 @@ impl<'a> Builder<'a> {
             used: BTreeSet::new(),
             changes: Vec::new(),
             now: time(inputs.now),
+            #[cfg(debug_assertions)]
+            deciding: None,
         }
     }
 
@@ -196,6 +203,7 @@ impl<'a> Builder<'a> {
         let mut trace = Trace::default();
         for item in &found {
             let before = self.changes.len();
+            self.deciding(*item);
             let name = self.one(*item);
             if self.changes.len() != before {
                 trace.noisy.insert(item.host_path().to_path_buf());
@@ -250,7 +258,7 @@ impl<'a> Builder<'a> {
         let mut desired = LocalDisk::new(&name, spec);
         desired.metadata.labels = Some(status::labels(&desired.spec));
         desired.status = Some(status);
-        let existing = self.mine_by_name.get(name.as_str());
+        let existing = self.object(&name);
         match existing {
             None => {
                 stamp(&mut desired, None, &self.now);
@@ -285,18 +293,62 @@ impl<'a> Builder<'a> {
             .into_iter()
             .flatten()
             .filter_map(|d| d.metadata.name.clone())
-            .find(|name| !self.used.contains(name));
+            .find(|name| !self.used(name));
         let name = held.unwrap_or_else(|| match duplicate {
             Some(_) => naming::node_qualified_name(self.inputs.node, key),
             None => plain,
         });
-        if self.used.contains(&name) {
+        if self.used(&name) {
             // Two entries with one identity in one pass (discovery normally rejects the second): the later one is
             // known by its path.
             let by_path = DiskKey::Path(host_path.to_path_buf());
             return (naming::name(self.inputs.node, &by_path), None);
         }
         (name, duplicate)
+    }
+}
+
+impl<'a> Builder<'a> {
+    fn deciding(&mut self, _item: Found<'_>) {
+        #[cfg(debug_assertions)]
+        {
+            let disk = match _item {
+                Found::Disk(disk) => Some(disk),
+                Found::Unusable(_) => None,
+            };
+            let links =
+                relation::entry_links(self.inputs.node, _item.key(), disk, _item.host_path());
+            self.deciding = Some(links);
+        }
+    }
+
+    /// Checks, in debug builds, that the entry being built may read whatever holds `name` (its object, the entry
+    /// that took it first).
+    fn reads(&self, _name: &str) {
+        #[cfg(debug_assertions)]
+        if let Some(links) = &self.deciding {
+            let key = self
+                .mine_by_name
+                .get(_name)
+                .map(|d| DiskKey::of_spec(&d.spec));
+            assert!(
+                relation::reaches(links, _name, key.as_ref()),
+                "an entry read {_name}, which it does not link (inventory::relation): the incremental inventory \
+                 would not build it again when that changes"
+            );
+        }
+    }
+
+    /// This node's object named `name`.
+    fn object(&self, name: &str) -> Option<&'a LocalDisk> {
+        self.reads(name);
+        self.mine_by_name.get(name).copied()
+    }
+
+    /// Whether an entry built earlier in this run took `name`.
+    fn used(&self, name: &str) -> bool {
+        self.reads(name);
+        self.used.contains(name)
     }
 }
 

@@ -15,8 +15,10 @@
 //! The node, the settings, the failed classes and other nodes' objects build whole when they change, and so does
 //! a list of this node's objects out of name order (the watch store gives them by name).
 //!
-//! NB: over 500 lines for the same reason as `plan::incremental`: it reproduces the whole build's answer from what
-//! changed, proven equal by one randomised test, and waits for issue 35, point 1.
+//! The links are `inventory::relation`'s, which the builder's reads are checked against in debug builds.
+//!
+//! NB: over 500 lines for the same reason as `plan::incremental`: it keeps the last build's world and diffs the new
+//! one against it, proven equal to the whole build by one randomised test that covers it as one unit.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -29,10 +31,10 @@ use super::build::{Builder, Scope, vanished};
 use super::crd::LocalDisk;
 use super::inputs::{Inputs, Settings, WipeFailures};
 use super::naming::{self, DiskKey};
+use super::relation::{self, EntryLink, object_links};
 use super::{Changes, names_to_look_up};
 use crate::disk::{ClassFailure, Discovery, Disk, Unusable};
 use crate::fasthash::{FastMap, FastSet};
-use crate::plan::identity;
 use crate::plan::incremental::{changed_keys, closure, unusable_at};
 use crate::plan::pv::PvView;
 use crate::plan::{DiskLedger, NodeFacts, Unpublished};
@@ -54,14 +56,6 @@ pub struct IncrementalInventory {
     built: usize,
 }
 
-/// What relates entries at different paths, and entries to objects.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Link {
-    Key(DiskKey),
-    Name(String),
-    Ledger(String),
-}
-
 #[derive(Clone, Debug, PartialEq)]
 enum Entry {
     Disk(Arc<Disk>),
@@ -70,7 +64,7 @@ enum Entry {
 
 struct SeenEntry {
     entry: Entry,
-    links: Vec<Link>,
+    links: Vec<EntryLink>,
     /// The object name the last build gave it.
     name: Option<String>,
 }
@@ -99,7 +93,7 @@ struct Last {
     failures: BTreeMap<PathBuf, WipeFailures>,
     held: FastMap<PathBuf, Unpublished>,
     ledger: DiskLedger,
-    links: FastMap<Link, FastSet<PathBuf>>,
+    links: FastMap<EntryLink, FastSet<PathBuf>>,
     /// Entries whose last build wrote: built again.
     noisy: BTreeSet<PathBuf>,
     /// Object name -> the path of the entry using it.
@@ -127,21 +121,12 @@ fn entry_key(entry: &Entry) -> DiskKey {
     }
 }
 
-fn entry_links(node: &str, entry: &Entry) -> Vec<Link> {
-    let key = entry_key(entry);
-    let mut links = vec![Link::Name(naming::name(node, &key))];
-    if let DiskKey::Filesystem { .. } = key {
-        links.push(Link::Name(naming::node_qualified_name(node, &key)));
-    }
-    if let Entry::Disk(disk) = entry {
-        links.push(Link::Ledger(identity::disk_key(disk)));
-    }
-    links.push(Link::Key(key));
-    links
-}
-
-fn object_links(name: &str, key: &DiskKey) -> [Link; 2] {
-    [Link::Name(name.to_string()), Link::Key(key.clone())]
+fn entry_links(node: &str, entry: &Entry) -> Vec<EntryLink> {
+    let disk = match entry {
+        Entry::Disk(disk) => Some(&**disk),
+        Entry::Unusable(_) => None,
+    };
+    relation::entry_links(node, entry_key(entry), disk, host_path(entry))
 }
 
 /// The path of the PV as the builder reads it (`None`: not one it reads).
@@ -268,7 +253,7 @@ impl IncrementalInventory {
             // key are asked again, and the others ask what they asked (`wanted` holds only found disks' paths).
             let affected: BTreeSet<&Path> = keys
                 .iter()
-                .filter_map(|k| last.links.get(&Link::Key(k.clone())))
+                .filter_map(|k| last.links.get(&EntryLink::Key(k.clone())))
                 .flatten()
                 .map(PathBuf::as_path)
                 .collect();
@@ -538,7 +523,7 @@ impl Last {
         }
         let mine = mine(inputs.node, inputs.existing)?;
         let mut dirty: BTreeSet<PathBuf> = BTreeSet::new();
-        let mut links: Vec<Link> = Vec::new();
+        let mut links: Vec<EntryLink> = Vec::new();
         let mut names: BTreeSet<String> = BTreeSet::new();
         // This node's objects.
         let (diff, gone) = diff_objects(&self.objects, &mine);
@@ -663,7 +648,7 @@ impl Last {
         let ledger_changed = *inputs.ledger != self.ledger;
         if ledger_changed {
             let keys = changed_keys(&self.ledger.disks, &inputs.ledger.disks);
-            links.extend(keys.into_iter().map(|k| Link::Ledger(k.clone())));
+            links.extend(keys.into_iter().map(|k| EntryLink::Ledger(k.clone())));
         }
         dirty.extend(self.noisy.iter().cloned());
         // The new world from here on.
@@ -683,7 +668,7 @@ impl Last {
         for (uid, pv) in changed_pvs {
             self.add_pv(inputs.node, uid, pv);
         }
-        let mut old_links: Vec<Link> = Vec::new();
+        let mut old_links: Vec<EntryLink> = Vec::new();
         let replaced: Vec<PathBuf> = changed_entries
             .iter()
             .map(|e| host_path(e).to_path_buf())
@@ -720,7 +705,7 @@ impl Last {
     }
 
     /// `dirty` and every path linked to a dirty one or to one of `links`, through the current links.
-    fn close(&self, dirty: BTreeSet<PathBuf>, links: Vec<Link>) -> BTreeSet<PathBuf> {
+    fn close(&self, dirty: BTreeSet<PathBuf>, links: Vec<EntryLink>) -> BTreeSet<PathBuf> {
         let mut closed = dirty;
         for link in &links {
             closed.extend(self.links.get(link).into_iter().flatten().cloned());
@@ -729,8 +714,8 @@ impl Last {
             let Some(seen) = self.entries.get(path) else {
                 return Vec::new();
             };
-            let named = seen.name.iter().map(|n| Link::Name(n.clone()));
-            let links: Vec<Link> = seen.links.iter().cloned().chain(named).collect();
+            let named = seen.name.iter().map(|n| EntryLink::Name(n.clone()));
+            let links: Vec<EntryLink> = seen.links.iter().cloned().chain(named).collect();
             links
                 .iter()
                 .flat_map(|link| self.links.get(link).into_iter().flatten().cloned())

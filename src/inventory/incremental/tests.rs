@@ -195,7 +195,7 @@ fn change(rng: &mut Rng, w: &mut World, n: &mut u32) {
         }
         11 if disks > 0 => {
             let d = &w.found.disks[rng.below(disks)];
-            let key = identity::disk_key(d);
+            let key = crate::plan::identity::disk_key(d);
             w.ledger.set(
                 &key,
                 [DiskState::Dirty, DiskState::Retained, DiskState::Clean][rng.below(3)],
