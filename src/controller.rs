@@ -38,14 +38,14 @@ use tokio::sync::{Notify, watch as tokio_watch};
 use tracing::{info, warn};
 
 use self::lease::Elector;
-use self::metrics::{Metrics, Work, WorkLabels, WriteKind, WriteLabels, WriteVerdict};
+use self::metrics::{ControllerWork, Metrics, WorkLabels, WriteKind, WriteLabels, WriteVerdict};
 use self::pending::{PendingPod, PendingReasons, plan_pending_events};
 use crate::cleanup::{CleanupAction, CleanupPlan, Inputs, Settings, Volume, plan};
 use crate::contract::NODE_LABEL;
 use crate::effects::{self, Applied, Failed, Reason, Uncounted};
 use crate::inventory::LocalDisk;
 use crate::logging::error_text;
-use crate::recovery::{Disk, NodeState};
+use crate::recovery::{DiskFacts, NodeState};
 use crate::watch::{Store, Watcher, models};
 
 const TICK: Duration = Duration::from_secs(5);
@@ -53,7 +53,7 @@ const LEASE: Duration = Duration::from_secs(15);
 /// A pod pending at least this long is looked at (the scheduler usually places a pod well within it).
 const PENDING_AFTER: Duration = Duration::from_secs(5);
 
-pub struct Config {
+pub struct ControllerConfig {
     /// Clean up after deleted nodes.
     pub node_cleanup: bool,
     pub settings: Settings,
@@ -70,7 +70,7 @@ struct Stores<N> {
     nodes: Arc<Store<N>>,
     pvs: Arc<Store<Volume>>,
     /// LocalDisk name -> its node, PV, health and drain.
-    disks: Arc<Store<Disk>>,
+    disks: Arc<Store<DiskFacts>>,
     pods: Arc<Store<PendingPod>>,
     /// Node name -> out-of-service taint and NotReady time; watched only when recovery reads those signals.
     node_states: Option<Arc<Store<NodeState>>>,
@@ -92,7 +92,7 @@ impl<N> Clone for Stores<N> {
 /// `nodes` is a store of every Node keyed by name, kept by the caller's own watch.
 pub async fn run<N: Send + Sync + 'static>(
     client: Client,
-    cfg: Config,
+    cfg: ControllerConfig,
     nodes: Arc<Store<N>>,
     metrics: Metrics,
     shutdown: tokio_watch::Receiver<bool>,
@@ -111,7 +111,7 @@ pub async fn run<N: Send + Sync + 'static>(
     let ours = watcher::Config::default().labels(NODE_LABEL);
     let unscheduled = watcher::Config::default().fields("spec.nodeName=");
     let volume = |pv: PersistentVolume| Ok::<_, Infallible>(Volume::from_pv(&pv));
-    let disk = |d: LocalDisk| Ok::<_, Infallible>(Disk::from_local_disk(&d));
+    let disk = |d: LocalDisk| Ok::<_, Infallible>(DiskFacts::from_local_disk(&d));
     let node_state = |n: Node| Ok::<_, Infallible>(NodeState::from_node(&n));
     let explain = cfg.explain.clone();
     tokio::join!(
@@ -161,7 +161,7 @@ struct Memory {
 
 async fn lead<N: Send + Sync + 'static>(
     client: Client,
-    cfg: Config,
+    cfg: ControllerConfig,
     st: Stores<N>,
     metrics: Metrics,
     shutdown: tokio_watch::Receiver<bool>,
@@ -174,7 +174,7 @@ async fn lead<N: Send + Sync + 'static>(
         LEASE,
     );
     let (held, held_until) = tokio_watch::channel(None);
-    let writer = Writer {
+    let writer = LeaderWriter {
         effects: effects::Writer::new(
             client.clone(),
             "localpv-cleanup",
@@ -224,9 +224,9 @@ async fn hold_lease(
 
 /// The leader's passes, every tick while this replica holds the Lease.
 async fn work<N: Send + Sync + 'static>(
-    writer: &Writer,
+    writer: &LeaderWriter,
     client: &Client,
-    cfg: &Config,
+    cfg: &ControllerConfig,
     st: &Stores<N>,
     mut shutdown: tokio_watch::Receiver<bool>,
 ) {
@@ -259,7 +259,7 @@ async fn work<N: Send + Sync + 'static>(
 
 /// One Warning Event per pending pod and distinct explanation; a failed publish is tried again on the next look.
 async fn explain_pending(
-    writer: &Writer,
+    writer: &LeaderWriter,
     explain: &Arc<dyn PendingReasons>,
     pods: &Store<PendingPod>,
     memory: &mut Memory,
@@ -270,7 +270,7 @@ async fn explain_pending(
     let pods = pods.shared();
     let published = std::mem::take(&mut memory.explained);
     let explain = explain.clone();
-    let work = writer.timed(Work::Explain);
+    let work = writer.timed(ControllerWork::Explain);
     let planned = tokio::task::spawn_blocking(move || {
         let _timer = work;
         let now = k8s_openapi::jiff::Timestamp::now();
@@ -299,7 +299,7 @@ async fn explain_pending(
 /// Plans clean-up on a blocking thread when the stores changed since the last plan or a gone node's grace period
 /// is running, and applies the plan.
 async fn clean_up<N: Send + Sync + 'static>(
-    writer: &Writer,
+    writer: &LeaderWriter,
     settings: &Settings,
     st: &Stores<N>,
     memory: &mut Memory,
@@ -326,7 +326,7 @@ async fn clean_up<N: Send + Sync + 'static>(
     let gone_since = std::mem::take(&mut memory.gone_since);
     let warned = std::mem::take(&mut memory.warned);
     let settings = settings.clone();
-    let work = writer.timed(Work::Cleanup);
+    let work = writer.timed(ControllerWork::Cleanup);
     let planned = tokio::task::spawn_blocking(move || {
         let _timer = work;
         plan(&Inputs {
@@ -361,7 +361,7 @@ async fn clean_up<N: Send + Sync + 'static>(
 
 /// The recovery pass (`recover`), once every store it reads has synced.
 async fn recover_lost<N: Send + Sync + 'static>(
-    writer: &Writer,
+    writer: &LeaderWriter,
     client: &Client,
     settings: &recover::Settings,
     st: &Stores<N>,
@@ -389,15 +389,15 @@ async fn recover_lost<N: Send + Sync + 'static>(
     };
     let pvs = st.pvs.shared();
     let told = memory.recovery.told_pvs();
-    let disks: Vec<Disk> = st.disks.read(|items| {
+    let disks: Vec<DiskFacts> = st.disks.read(|items| {
         let telling = items.values().filter(|d| {
             d.health.is_some()
                 || d.drain.is_some()
                 || d.pv.as_ref().is_some_and(|pv| told.contains(pv))
         });
-        telling.map(|d| Disk::clone(d)).collect()
+        telling.map(|d| DiskFacts::clone(d)).collect()
     });
-    let _timer = writer.timed(Work::Recovery);
+    let _timer = writer.timed(ControllerWork::Recovery);
     let inputs = recover::Inputs {
         pvs: &pvs,
         disks: &disks,
@@ -409,7 +409,7 @@ async fn recover_lost<N: Send + Sync + 'static>(
 
 /// Sends the leader's writes through the program's one effects writer, each only while the Lease is held, and
 /// counts each by kind and outcome.
-struct Writer {
+struct LeaderWriter {
     effects: effects::Writer,
     metrics: Metrics,
     lease: Leadership,
@@ -419,7 +419,7 @@ struct Writer {
 struct PassTimer {
     started: Instant,
     metrics: Metrics,
-    work: Work,
+    work: ControllerWork,
 }
 
 impl Drop for PassTimer {
@@ -430,8 +430,8 @@ impl Drop for PassTimer {
     }
 }
 
-impl Writer {
-    fn timed(&self, work: Work) -> PassTimer {
+impl LeaderWriter {
+    fn timed(&self, work: ControllerWork) -> PassTimer {
         PassTimer {
             started: Instant::now(),
             metrics: self.metrics.clone(),

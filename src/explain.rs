@@ -253,15 +253,15 @@ pub fn pod_from(path: &Path, text: &str) -> Result<Pod, ExplainError> {
 }
 
 /// The decision for one pod on every node of a snapshot.
-struct Decision {
+struct PodDecision {
     verdicts: Vec<(String, Verdict)>,
     priorities: Vec<crate::extender::wire::HostPriority>,
     assignments: BTreeMap<String, BTreeMap<String, String>>,
     filter: Value,
 }
 
-impl Decision {
-    fn new(snap: &Snapshot, pod: Pod, strategy: Strategy) -> Result<Decision, ExplainError> {
+impl PodDecision {
+    fn new(snap: &Snapshot, pod: Pod, strategy: Strategy) -> Result<PodDecision, ExplainError> {
         let mut names: Vec<String> = snap.node_names().map(String::from).collect();
         names.sort();
         let args = ExtenderArgs {
@@ -274,7 +274,7 @@ impl Decision {
         let assignments = verbs::assignments(snap, &verdicts);
         let (filter, _) = verbs::filter(args, snap);
         let filter = serde_json::to_value(filter).map_err(ExplainError::Encode)?;
-        Ok(Decision {
+        Ok(PodDecision {
             verdicts,
             priorities,
             assignments,
@@ -318,7 +318,7 @@ pub fn explain(
     strategy: Strategy,
     output: Output,
 ) -> Result<String, ExplainError> {
-    let decision = Decision::new(snap, pod, strategy)?;
+    let decision = PodDecision::new(snap, pod, strategy)?;
     match output {
         Output::Json => pretty(&decision.json()),
         Output::Table => Ok(decision.table()),
@@ -344,7 +344,7 @@ pub fn explain_all(
     let mut text = String::new();
     for pod in pods.pods {
         let key = format!("{}/{}", pod.namespace(), pod.name());
-        let decision = Decision::new(snap, pod, strategy)?;
+        let decision = PodDecision::new(snap, pod, strategy)?;
         match output {
             Output::Json => {
                 let mut doc = decision.json();

@@ -272,7 +272,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             let explainer = pending::SnapshotReasons::new(cache.clone());
             Arc::new(explainer) as Arc<dyn crate::controller::pending::PendingReasons>
         });
-        let cfg = crate::controller::Config {
+        let cfg = crate::controller::ControllerConfig {
             node_cleanup: opts.node_cleanup,
             explain,
             settings: crate::cleanup::Settings {

@@ -96,7 +96,7 @@ pub enum HardwareSource {
 
 /// A warning the device raises about itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Warning {
+pub enum DriveWarning {
     /// NVMe critical warning bit 0, or the available spare under its threshold.
     SpareLow,
     /// NVMe bit 1: the temperature is past a threshold (transient: heals when it cools).
@@ -121,41 +121,43 @@ pub enum Warning {
     Exception { asc: u8, ascq: u8 },
 }
 
-impl Warning {
+impl DriveWarning {
     /// How bad it is on its own. `worn_out`: the device reports its rated endurance used up.
     fn state(self, worn_out: bool) -> State {
         match self {
-            Warning::ReadOnly
-            | Warning::BackupFailed
-            | Warning::PersistentMemoryReadOnly
-            | Warning::SmartFailing
-            | Warning::AttributeAtThreshold { prefail: true, .. } => State::Failed,
-            Warning::Exception { asc, ascq } if scsi::predicts_failure(asc, ascq) => State::Failed,
+            DriveWarning::ReadOnly
+            | DriveWarning::BackupFailed
+            | DriveWarning::PersistentMemoryReadOnly
+            | DriveWarning::SmartFailing
+            | DriveWarning::AttributeAtThreshold { prefail: true, .. } => State::Failed,
+            DriveWarning::Exception { asc, ascq } if scsi::predicts_failure(asc, ascq) => {
+                State::Failed
+            }
             // NB: bit 2 together with 100% endurance used is what some vendors report for a worn drive that still
             // works (smartmontools issue 537, a Samsung answer): Degraded (no new claims), not Failed for good.
-            Warning::ReliabilityDegraded if !worn_out => State::Failed,
+            DriveWarning::ReliabilityDegraded if !worn_out => State::Failed,
             _ => State::Degraded,
         }
     }
 
     fn describe(self) -> String {
         match self {
-            Warning::SpareLow => "available spare below threshold".into(),
-            Warning::Temperature => "temperature past a threshold".into(),
-            Warning::ReliabilityDegraded => "reliability degraded".into(),
-            Warning::ReadOnly => "media placed in read-only mode".into(),
-            Warning::BackupFailed => "volatile memory backup failed".into(),
-            Warning::PersistentMemoryReadOnly => "persistent memory region read-only".into(),
-            Warning::SmartFailing => "SMART status failing".into(),
-            Warning::AttributeAtThreshold { id, prefail } => {
+            DriveWarning::SpareLow => "available spare below threshold".into(),
+            DriveWarning::Temperature => "temperature past a threshold".into(),
+            DriveWarning::ReliabilityDegraded => "reliability degraded".into(),
+            DriveWarning::ReadOnly => "media placed in read-only mode".into(),
+            DriveWarning::BackupFailed => "volatile memory backup failed".into(),
+            DriveWarning::PersistentMemoryReadOnly => "persistent memory region read-only".into(),
+            DriveWarning::SmartFailing => "SMART status failing".into(),
+            DriveWarning::AttributeAtThreshold { id, prefail } => {
                 let kind = if prefail { "pre-fail" } else { "old-age" };
                 format!("{kind} attribute {id} at its threshold")
             }
-            Warning::UnreadableSectors { count } => format!("{count} unreadable sectors"),
-            Warning::Exception { asc, ascq } if scsi::predicts_failure(asc, ascq) => {
+            DriveWarning::UnreadableSectors { count } => format!("{count} unreadable sectors"),
+            DriveWarning::Exception { asc, ascq } if scsi::predicts_failure(asc, ascq) => {
                 format!("failure predicted (ASC {asc:02X}h ASCQ {ascq:02X}h)")
             }
-            Warning::Exception { asc, ascq } => format!("ASC {asc:02X}h ASCQ {ascq:02X}h"),
+            DriveWarning::Exception { asc, ascq } => format!("ASC {asc:02X}h ASCQ {ascq:02X}h"),
         }
     }
 }
@@ -165,7 +167,7 @@ impl Warning {
 pub struct Hardware {
     pub source: HardwareSource,
     /// The warnings the device raises now.
-    pub warnings: Vec<Warning>,
+    pub warnings: Vec<DriveWarning>,
     /// Media and data integrity errors since manufacture (NVMe), reallocated plus pending plus uncorrectable
     /// sectors (ATA 5 + 197 + 198), or uncorrected read plus write errors (SCSI): only a rise is news.
     pub media_errors: u64,

@@ -24,7 +24,7 @@ mod tests;
 
 /// What this replica does with the Lease now.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
+pub enum LeaseStep {
     /// There is no Lease: create it, holding it.
     Create,
     /// It is mine: renew it.
@@ -38,21 +38,21 @@ pub enum Step {
     },
 }
 
-impl Step {
+impl LeaseStep {
     /// Whether this step writes (and, written, makes this replica the leader).
     pub fn writes(&self) -> bool {
-        !matches!(self, Step::Follow { .. })
+        !matches!(self, LeaseStep::Follow { .. })
     }
 }
 
 /// Decides from the Lease's spec as read (`None`: no Lease object).
-pub fn decide(current: Option<&LeaseSpec>, me: &str, now: Timestamp) -> Step {
+pub fn decide(current: Option<&LeaseSpec>, me: &str, now: Timestamp) -> LeaseStep {
     let Some(spec) = current else {
-        return Step::Create;
+        return LeaseStep::Create;
     };
     let holder = spec.holder_identity.as_deref().filter(|h| !h.is_empty());
     if holder == Some(me) {
-        return Step::Renew;
+        return LeaseStep::Renew;
     }
     let until = match (&spec.renew_time, spec.lease_duration_seconds) {
         (Some(MicroTime(t)), Some(d)) if d > 0 => {
@@ -61,11 +61,11 @@ pub fn decide(current: Option<&LeaseSpec>, me: &str, now: Timestamp) -> Step {
         _ => None,
     };
     match (holder, until) {
-        (Some(holder), Some(until)) if until >= now => Step::Follow {
+        (Some(holder), Some(until)) if until >= now => LeaseStep::Follow {
             holder: holder.to_string(),
             until: Some(until),
         },
-        _ => Step::TakeOver,
+        _ => LeaseStep::TakeOver,
     }
 }
 
@@ -73,21 +73,21 @@ pub fn decide(current: Option<&LeaseSpec>, me: &str, now: Timestamp) -> Step {
 /// counts a transition and sets the acquire time.
 pub fn next_spec(
     current: Option<&LeaseSpec>,
-    step: &Step,
+    step: &LeaseStep,
     me: &str,
     duration_secs: i32,
     now: Timestamp,
 ) -> LeaseSpec {
     let mut spec = current.cloned().unwrap_or_default();
     match step {
-        Step::Create => {
+        LeaseStep::Create => {
             spec.acquire_time = Some(MicroTime(now));
         }
-        Step::TakeOver => {
+        LeaseStep::TakeOver => {
             spec.acquire_time = Some(MicroTime(now));
             spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
         }
-        Step::Renew | Step::Follow { .. } => {}
+        LeaseStep::Renew | LeaseStep::Follow { .. } => {}
     }
     spec.holder_identity = Some(me.to_string());
     spec.lease_duration_seconds = Some(duration_secs.max(1));

@@ -4,7 +4,7 @@
 //! ```text
 //!  our PVs, LocalDisks (health, drain), Nodes (gone, out-of-service, re-created, NotReady) ──> lost ──> Lost
 //!  per Lost volume: its claim, the StatefulSets and pods of its namespace (a Scene) ─┐
-//!  Policy (modes, node signals, interval) + Memory (in flight, last recovery) ───────┴─> decide ──> Decision
+//!  RecoveryPolicy (modes, node signals, interval) + Memory (in flight, last recovery) ───────┴─> decide ──> Decision
 //! ```
 //!
 //! A Bound PV is lost when its disk is `Failed` (the agent's health judgement, `crate::health`), when an operator
@@ -43,34 +43,34 @@ mod healthy;
 #[cfg(test)]
 mod tests;
 
-pub use facts::{Claim, Disk, NodeState, PodState, Set};
+pub use facts::{ClaimFacts, DiskFacts, NodeState, PodState, Set};
 pub use healthy::{ToldPod, healthy_again};
 
 /// What a claim, a StatefulSet or a class asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Mode {
+pub enum RecoveryMode {
     Off,
     /// Say what would be done; do nothing.
     DryRun,
     On,
 }
 
-impl Mode {
+impl RecoveryMode {
     /// `on`, `dry-run`, `off` (case-insensitive; `true`/`false` as aliases of on/off).
-    pub fn parse(text: &str) -> Option<Mode> {
+    pub fn parse(text: &str) -> Option<RecoveryMode> {
         match text.trim().to_ascii_lowercase().as_str() {
-            "on" | "true" => Some(Mode::On),
-            "dry-run" | "dryrun" => Some(Mode::DryRun),
-            "off" | "false" => Some(Mode::Off),
+            "on" | "true" => Some(RecoveryMode::On),
+            "dry-run" | "dryrun" => Some(RecoveryMode::DryRun),
+            "off" | "false" => Some(RecoveryMode::Off),
             _ => None,
         }
     }
 
     pub fn as_str(self) -> &'static str {
         match self {
-            Mode::Off => "off",
-            Mode::DryRun => "dry-run",
-            Mode::On => "on",
+            RecoveryMode::Off => "off",
+            RecoveryMode::DryRun => "dry-run",
+            RecoveryMode::On => "on",
         }
     }
 }
@@ -80,7 +80,7 @@ impl Mode {
 pub enum Ask {
     #[default]
     Unset,
-    Mode(Mode),
+    RecoveryMode(RecoveryMode),
     Invalid(String),
 }
 
@@ -88,7 +88,8 @@ impl Ask {
     pub fn from_annotation(value: Option<&str>) -> Ask {
         match value {
             None => Ask::Unset,
-            Some(text) => Mode::parse(text).map_or_else(|| Ask::Invalid(text.into()), Ask::Mode),
+            Some(text) => RecoveryMode::parse(text)
+                .map_or_else(|| Ask::Invalid(text.into()), Ask::RecoveryMode),
         }
     }
 }
@@ -201,7 +202,7 @@ pub struct Lost {
 /// What [`lost`] reads.
 pub struct Sources<'a> {
     pub pvs: &'a [Arc<Volume>],
-    pub disks: &'a [Disk],
+    pub disks: &'a [DiskFacts],
     /// Nodes that exist.
     pub nodes: &'a BTreeMap<String, NodeState>,
     /// Deleted nodes: when each was first seen gone (kept by the clean-up).
@@ -214,7 +215,7 @@ pub struct Sources<'a> {
 pub fn lost(s: &Sources<'_>) -> Vec<Lost> {
     // NB: a LocalDisk counts only for the PV it names on the PV's own node: a LocalDisk naming another node's PV
     // says nothing about it. Only Failed and drained disks matter; index them once, not per PV.
-    let telling: BTreeMap<(&str, &str), &Disk> = s
+    let telling: BTreeMap<(&str, &str), &DiskFacts> = s
         .disks
         .iter()
         .filter(|d| d.health == Some(State::Failed) || d.drain.is_some())
@@ -247,7 +248,7 @@ pub fn lost(s: &Sources<'_>) -> Vec<Lost> {
     out
 }
 
-fn disk_loss(d: &Disk) -> Option<Loss> {
+fn disk_loss(d: &DiskFacts) -> Option<Loss> {
     if d.health == Some(State::Failed) {
         return Some(Loss::DiskFailed {
             disk: d.name.clone(),
@@ -312,12 +313,12 @@ pub struct Failing<'a> {
     pub namespace: &'a str,
     pub claim: &'a str,
     pub pv: &'a str,
-    pub disk: &'a Disk,
+    pub disk: &'a DiskFacts,
     pub state: State,
 }
 
 /// The claims on Degraded or Failed disks: a LocalDisk counts only for the Bound PV it names on its own node.
-pub fn failing<'a>(pvs: &'a [Arc<Volume>], disks: &'a [Disk]) -> Vec<Failing<'a>> {
+pub fn failing<'a>(pvs: &'a [Arc<Volume>], disks: &'a [DiskFacts]) -> Vec<Failing<'a>> {
     if disks.iter().all(|d| d.health.is_none()) {
         return Vec::new();
     }
@@ -355,7 +356,7 @@ pub fn failing<'a>(pvs: &'a [Arc<Volume>], disks: &'a [Disk]) -> Vec<Failing<'a>
 #[derive(Clone, Debug, Default)]
 pub struct Scene {
     /// The claim the PV names (by namespace and name); `None` when it is gone.
-    pub claim: Option<Claim>,
+    pub claim: Option<ClaimFacts>,
     /// The StatefulSets of the claim's namespace.
     pub sets: Vec<Set>,
     /// The pods of the claim's namespace.
@@ -364,7 +365,7 @@ pub struct Scene {
 
 /// The cluster's recovery settings.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Policy {
+pub struct RecoveryPolicy {
     /// Class name -> its `localpv.io/recovery` annotation.
     pub classes: BTreeMap<String, Ask>,
     /// Least time between two recoveries in the whole cluster.
@@ -443,7 +444,7 @@ pub enum Decision {
 pub fn decide(
     lost: &Lost,
     scene: &Scene,
-    policy: &Policy,
+    policy: &RecoveryPolicy,
     memory: &mut Memory,
     now: SystemTime,
 ) -> Decision {
@@ -463,16 +464,16 @@ pub fn decide(
         .into_iter()
         .find(|a| **a != Ask::Unset)
     {
-        _ if forced => Mode::On,
-        Some(Ask::Mode(m)) => *m,
+        _ if forced => RecoveryMode::On,
+        Some(Ask::RecoveryMode(m)) => *m,
         Some(Ask::Invalid(value)) => {
             return Decision::Hold(Hold::BadAnnotation {
                 value: value.clone(),
             });
         }
-        Some(Ask::Unset) | None => Mode::Off,
+        Some(Ask::Unset) | None => RecoveryMode::Off,
     };
-    if mode == Mode::Off {
+    if mode == RecoveryMode::Off {
         return Decision::Hold(Hold::Off);
     }
     if replica.ordinal >= set.replicas {
@@ -489,7 +490,7 @@ pub fn decide(
     if let Some(pod) = unready_sibling(set, replica.ordinal, scene) {
         return Decision::Hold(Hold::ReplicaNotReady { pod });
     }
-    if mode == Mode::On
+    if mode == RecoveryMode::On
         && let Some(last) = memory.last
         && now < last + policy.interval
     {
@@ -507,7 +508,7 @@ pub fn decide(
          disk is Failed)",
         lost.loss.describe(&lost.node),
         lost.pv,
-        if mode == Mode::On {
+        if mode == RecoveryMode::On {
             "deleting"
         } else {
             "dry run: would delete"
@@ -526,7 +527,7 @@ pub fn decide(
         message,
     };
     match mode {
-        Mode::On => Decision::Recover(steps),
+        RecoveryMode::On => Decision::Recover(steps),
         _ => Decision::DryRun(steps),
     }
 }

@@ -22,7 +22,7 @@ use crate::contract::{
     ANN_DEV_ID, ANN_DEVICE, ANN_FS_TYPE, ANN_FS_UUID, ANN_NODE_UID, ANN_WIPE_PHASE, DevId, GROUP,
     NODE_LABEL,
 };
-use crate::effects::scripted::{self, Seen, Step, Verifier, created};
+use crate::effects::scripted::{self, Exchange, Received, Verifier, created};
 use crate::host::fake::FakeHost;
 use crate::host::{DirEntry, EntryKind, FsProbe};
 use crate::inventory::LocalDisk;
@@ -185,7 +185,7 @@ struct Running {
 /// Runs the agent on `disk` and `stores` against an API server following `steps` until it has sent the first
 /// `caused` requests (what the event causes in one pass), then for three more passes, as later watch events would
 /// cause (a write they repeat is a doubled write); then stops it and checks the script was followed to the letter.
-async fn run_agent(disk: &TestDisk, stores: &Stores, steps: Vec<Step>, caused: usize) {
+async fn run_agent(disk: &TestDisk, stores: &Stores, steps: Vec<Exchange>, caused: usize) {
     let (running, agent) = start(disk, stores, steps);
     let driven = async {
         let what = format!("the first {caused} requests");
@@ -206,7 +206,7 @@ async fn run_agent(disk: &TestDisk, stores: &Stores, steps: Vec<Step>, caused: u
 fn start(
     disk: &TestDisk,
     stores: &Stores,
-    steps: Vec<Step>,
+    steps: Vec<Exchange>,
 ) -> (Running, impl Future<Output = ()>) {
     let state = tempfile::tempdir().expect("a state directory");
     // NB: the agent that made the PVs these scripts start from kept a ledger; without one they would read as a
@@ -301,7 +301,7 @@ fn local_disk_path(name: &str) -> String {
 }
 
 /// The body must carry this node's label.
-fn labelled_for_this_node(seen: &Seen) -> Result<(), String> {
+fn labelled_for_this_node(seen: &Received) -> Result<(), String> {
     match &seen.body["metadata"]["labels"][NODE_LABEL] {
         Value::String(node) if node == NODE => Ok(()),
         other => Err(format!("{NODE_LABEL} is {other}, expected {NODE}")),
@@ -313,7 +313,7 @@ fn labelled_for_this_node(seen: &Seen) -> Result<(), String> {
 fn shown_pv(
     pvs: &Arc<PvIndex>,
     uid: &'static str,
-) -> impl Fn(&Seen) -> (u16, Value) + Send + 'static {
+) -> impl Fn(&Received) -> (u16, Value) + Send + 'static {
     let pvs = pvs.clone();
     move |seen| {
         let pv = created(seen, uid, "1");
@@ -324,7 +324,9 @@ fn shown_pv(
 
 /// The answer to an apply of our LocalDisk: the object as stored, shown to the agent's LocalDisk store as its
 /// watch would show it.
-fn stored_disk(disks: &Arc<Store<LocalDisk>>) -> impl Fn(&Seen) -> (u16, Value) + Send + 'static {
+fn stored_disk(
+    disks: &Arc<Store<LocalDisk>>,
+) -> impl Fn(&Received) -> (u16, Value) + Send + 'static {
     let disks = disks.clone();
     move |seen| {
         let disk = created(seen, "disk-uid-1", "2");
@@ -339,8 +341,8 @@ fn stored_disk(disks: &Arc<Store<LocalDisk>>) -> impl Fn(&Seen) -> (u16, Value) 
 }
 
 /// The pass that creates a PV builds the LocalDisk before it; the next pass names it there.
-fn naming_the_pv(stores: &Stores) -> Step {
-    Step::new(
+fn naming_the_pv(stores: &Stores) -> Exchange {
+    Exchange::new(
         "the LocalDisk naming its PV",
         "PATCH",
         &local_disk_path("fs-uuid-1"),
@@ -359,7 +361,7 @@ async fn a_new_disk_becomes_one_pv_with_the_node_label_and_one_local_disk() {
     let (disk, stores) = (TestDisk::new(), stores(vec![]));
     let local_disk = local_disk_path("fs-uuid-1");
     let steps = vec![
-        Step::new("the PV create", "POST", "/api/v1/persistentvolumes")
+        Exchange::new("the PV create", "POST", "/api/v1/persistentvolumes")
             .query("fieldManager=localpv-node")
             .check(labelled_for_this_node)
             .body(
@@ -369,9 +371,9 @@ async fn a_new_disk_becomes_one_pv_with_the_node_label_and_one_local_disk() {
             .body("/spec/local/path", json!(HOST_PATH))
             .body("/spec/storageClassName", json!(CLASS))
             .answer_with(shown_pv(&stores.pvs, "pv-uid-1")),
-        Step::new("the look for another node's LocalDisk", "GET", &local_disk)
+        Exchange::new("the look for another node's LocalDisk", "GET", &local_disk)
             .fail(404, "NotFound"),
-        Step::new("the LocalDisk create", "PATCH", &local_disk)
+        Exchange::new("the LocalDisk create", "PATCH", &local_disk)
             .query("fieldManager=localpv-node-n1")
             .check(|seen| match seen.query.contains("force=true") {
                 false => Ok(()),
@@ -405,7 +407,7 @@ fn patched_pv(
     pvs: &Arc<PvIndex>,
     pv: &Value,
     version: &'static str,
-) -> impl Fn(&Seen) -> (u16, Value) + Send + 'static {
+) -> impl Fn(&Received) -> (u16, Value) + Send + 'static {
     let (pvs, pv) = (pvs.clone(), pv.clone());
     move |seen| {
         let mut now = pv.clone();
@@ -427,29 +429,29 @@ async fn a_released_pv_is_wiped_between_two_phase_patches_deleted_and_published_
     );
     let local_disk = local_disk_path("fs-uuid-1");
     let steps = vec![
-        Step::new("the wipe phase Wiping", "PATCH", &pv_path)
+        Exchange::new("the wipe phase Wiping", "PATCH", &pv_path)
             .query("fieldManager=localpv-node")
             .body("/metadata/uid", json!("pv-uid-1"))
             .body("/metadata/resourceVersion", json!("7"))
             .check(|seen| wipe_phase(seen, "Wiping"))
             .answer_with(patched_pv(&stores.pvs, &pv, "8")),
-        Step::new("the look for another node's LocalDisk", "GET", &local_disk)
+        Exchange::new("the look for another node's LocalDisk", "GET", &local_disk)
             .fail(404, "NotFound"),
-        Step::new("the LocalDisk create", "PATCH", &local_disk)
+        Exchange::new("the LocalDisk create", "PATCH", &local_disk)
             .body("/status/phase", json!("Wiping"))
             .answer_with(stored_disk(&stores.disks)),
-        Step::new("the wipe phase Wiped", "PATCH", &pv_path)
+        Exchange::new("the wipe phase Wiped", "PATCH", &pv_path)
             .body("/metadata/uid", json!("pv-uid-1"))
             .check(|seen| wipe_phase(seen, "Wiped"))
             .answer_with(patched_pv(&stores.pvs, &pv, "9")),
-        Step::new(
+        Exchange::new(
             "the WipeCompleted Event",
             "POST",
             "/apis/events.k8s.io/v1/namespaces/default/events",
         )
         .body("/reason", json!("WipeCompleted"))
         .body("/regarding/uid", json!("pv-uid-1")),
-        Step::new("the PV delete", "DELETE", &pv_path)
+        Exchange::new("the PV delete", "DELETE", &pv_path)
             .body("/preconditions/uid", json!("pv-uid-1"))
             .body("/preconditions/resourceVersion", json!("9"))
             .answer_with({
@@ -459,15 +461,15 @@ async fn a_released_pv_is_wiped_between_two_phase_patches_deleted_and_published_
                     (200, pv.clone())
                 }
             }),
-        Step::new("the LocalDisk wiped", "PATCH", &local_disk)
+        Exchange::new("the LocalDisk wiped", "PATCH", &local_disk)
             .query("force=true")
             .body("/status/reason", json!("Wiped"))
             .answer_with(stored_disk(&stores.disks)),
-        Step::new("the new PV", "POST", "/api/v1/persistentvolumes")
+        Exchange::new("the new PV", "POST", "/api/v1/persistentvolumes")
             .check(labelled_for_this_node)
             .body("/spec/local/path", json!(HOST_PATH))
             .answer_with(shown_pv(&stores.pvs, "pv-uid-2")),
-        Step::new("the LocalDisk available", "PATCH", &local_disk)
+        Exchange::new("the LocalDisk available", "PATCH", &local_disk)
             .query("force=true")
             .body("/status/phase", json!("Available"))
             .answer_with(stored_disk(&stores.disks)),
@@ -502,7 +504,7 @@ fn merge(target: &mut Value, patch: &Value) {
     }
 }
 
-fn wipe_phase(seen: &Seen, phase: &str) -> Result<(), String> {
+fn wipe_phase(seen: &Received, phase: &str) -> Result<(), String> {
     match &seen.body["metadata"]["annotations"][ANN_WIPE_PHASE] {
         Value::String(p) if p == phase => Ok(()),
         other => Err(format!("{ANN_WIPE_PHASE} is {other}, expected {phase}")),
@@ -522,13 +524,13 @@ async fn the_startup_taint_is_removed_once_the_first_pass_has_published_the_disk
     let stores = stores_with_taints(vec![], taints);
     let local_disk = local_disk_path("fs-uuid-1");
     let steps = vec![
-        Step::new("the PV create", "POST", "/api/v1/persistentvolumes")
+        Exchange::new("the PV create", "POST", "/api/v1/persistentvolumes")
             .answer_with(shown_pv(&stores.pvs, "pv-uid-1")),
-        Step::new("the look for another node's LocalDisk", "GET", &local_disk)
+        Exchange::new("the look for another node's LocalDisk", "GET", &local_disk)
             .fail(404, "NotFound"),
-        Step::new("the LocalDisk create", "PATCH", &local_disk)
+        Exchange::new("the LocalDisk create", "PATCH", &local_disk)
             .answer_with(stored_disk(&stores.disks)),
-        Step::new(
+        Exchange::new(
             "the taint removed",
             "PATCH",
             &format!("/api/v1/nodes/{NODE}"),
@@ -543,7 +545,7 @@ async fn the_startup_taint_is_removed_once_the_first_pass_has_published_the_disk
 }
 
 /// The Node as the API server stores it after `seen`'s taint patch, shown to the agent's Node store.
-fn untainted_node(nodes: &Arc<Store<Node>>) -> impl Fn(&Seen) -> (u16, Value) + Send + 'static {
+fn untainted_node(nodes: &Arc<Store<Node>>) -> impl Fn(&Received) -> (u16, Value) + Send + 'static {
     let nodes = nodes.clone();
     move |seen| {
         let node = json!({"metadata": {"name": NODE, "uid": NODE_UID, "resourceVersion": "6",
@@ -568,17 +570,17 @@ async fn a_taint_patch_that_meets_a_changed_node_is_tried_again() {
     let local_disk = local_disk_path("fs-uuid-1");
     let node_path = format!("/api/v1/nodes/{NODE}");
     let steps = vec![
-        Step::new("the PV create", "POST", "/api/v1/persistentvolumes")
+        Exchange::new("the PV create", "POST", "/api/v1/persistentvolumes")
             .answer_with(shown_pv(&stores.pvs, "pv-uid-1")),
-        Step::new("the look for another node's LocalDisk", "GET", &local_disk)
+        Exchange::new("the look for another node's LocalDisk", "GET", &local_disk)
             .fail(404, "NotFound"),
-        Step::new("the LocalDisk create", "PATCH", &local_disk)
+        Exchange::new("the LocalDisk create", "PATCH", &local_disk)
             .answer_with(stored_disk(&stores.disks)),
-        Step::new("the taint patch, on a changed Node", "PATCH", &node_path)
+        Exchange::new("the taint patch, on a changed Node", "PATCH", &node_path)
             .body("/spec/taints", json!(null))
             .fail(409, "Conflict"),
         naming_the_pv(&stores),
-        Step::new("the taint patch again", "PATCH", &node_path)
+        Exchange::new("the taint patch again", "PATCH", &node_path)
             .body("/metadata/resourceVersion", json!("5"))
             .body("/spec/taints", json!(null))
             .answer_with(untainted_node(&stores.nodes)),

@@ -41,7 +41,7 @@ pub(super) fn configmap_data(document: &Value) -> Option<BTreeMap<String, String
 }
 
 pub(super) fn parse_document(document: &Value) -> Result<Loaded, ConfigError> {
-    let mut reader = Reader::default();
+    let mut reader = ConfigReader::default();
     let config = reader.document(document);
     if reader.problems.is_empty() {
         Ok(Loaded {
@@ -57,7 +57,7 @@ pub(super) fn parse_document(document: &Value) -> Result<Loaded, ConfigError> {
 }
 
 #[derive(Default)]
-struct Reader {
+struct ConfigReader {
     problems: Vec<Problem>,
     warnings: Vec<Warning>,
 }
@@ -81,7 +81,7 @@ struct RawClass {
     wipe_on_first_discovery: Option<bool>,
 }
 
-impl Reader {
+impl ConfigReader {
     fn problem(&mut self, key: &str, message: impl Into<String>) {
         self.problems.push(Problem {
             key: key.to_string(),

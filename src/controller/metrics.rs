@@ -36,7 +36,7 @@ pub enum WriteVerdict {
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Work {
+pub enum ControllerWork {
     Cleanup,
     Explain,
     Recovery,
@@ -44,7 +44,7 @@ pub enum Work {
 
 /// What recovery decided for one lost volume in one pass.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Verdict {
+pub enum RecoveryVerdict {
     Recovered,
     DryRun,
     Held,
@@ -52,7 +52,7 @@ pub enum Verdict {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerdictLabels {
-    pub verdict: Verdict,
+    pub verdict: RecoveryVerdict,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -63,16 +63,16 @@ pub struct WriteLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WorkLabels {
-    pub work: Work,
+    pub work: ControllerWork,
 }
 
-type HistogramFamily = Family<WorkLabels, Histogram, fn() -> Histogram>;
+type PassHistograms = Family<WorkLabels, Histogram, fn() -> Histogram>;
 
 #[derive(Clone)]
 pub struct Metrics {
     pub leader: Gauge,
     pub writes: Family<WriteLabels, Counter>,
-    pub pass: HistogramFamily,
+    pub pass: PassHistograms,
     /// Lost volumes by what recovery decided, once per volume and decision.
     pub recoveries: Family<VerdictLabels, Counter>,
 }
@@ -87,7 +87,7 @@ impl Metrics {
         let m = Metrics {
             leader: Gauge::default(),
             writes: Family::default(),
-            pass: HistogramFamily::new_with_constructor(pass_histogram),
+            pass: PassHistograms::new_with_constructor(pass_histogram),
             recoveries: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("localpv_controller");
@@ -131,12 +131,21 @@ impl Metrics {
         at_zero(&m.writes, writes.into_iter().flat_map(every));
         at_zero(
             &m.pass,
-            [Work::Cleanup, Work::Explain, Work::Recovery].map(|work| WorkLabels { work }),
+            [
+                ControllerWork::Cleanup,
+                ControllerWork::Explain,
+                ControllerWork::Recovery,
+            ]
+            .map(|work| WorkLabels { work }),
         );
         at_zero(
             &m.recoveries,
-            [Verdict::Recovered, Verdict::DryRun, Verdict::Held]
-                .map(|verdict| VerdictLabels { verdict }),
+            [
+                RecoveryVerdict::Recovered,
+                RecoveryVerdict::DryRun,
+                RecoveryVerdict::Held,
+            ]
+            .map(|verdict| VerdictLabels { verdict }),
         );
         m
     }

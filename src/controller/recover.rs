@@ -33,14 +33,14 @@ mod tests;
 
 use tell::{all_clear, clear_claim_health, tell_pods};
 
-use super::Writer;
-use super::metrics::{Verdict, VerdictLabels, WriteKind, WriteVerdict};
+use super::LeaderWriter;
+use super::metrics::{RecoveryVerdict, VerdictLabels, WriteKind, WriteVerdict};
 use crate::cleanup::Volume;
 use crate::effects::{self, Applied, Failed, Reason};
 use crate::logging::error_text;
 use crate::recovery::{
-    self, Ask, Claim, Decision, Disk, Lost, NodeSignals, NodeState, PodState, Policy, Scene, Set,
-    Sources, Steps,
+    self, Ask, ClaimFacts, Decision, DiskFacts, Lost, NodeSignals, NodeState, PodState,
+    RecoveryPolicy, Scene, Set, Sources, Steps,
 };
 
 /// How often a recovery's pod delete is tried before the pass gives up on it, and the pause between tries.
@@ -83,13 +83,13 @@ impl Memory {
 /// What one pass reads from the stores.
 pub struct Inputs<'a> {
     pub pvs: &'a [Arc<Volume>],
-    pub disks: &'a [Disk],
+    pub disks: &'a [DiskFacts],
     pub nodes: &'a BTreeMap<String, NodeState>,
     pub gone_since: &'a BTreeMap<String, SystemTime>,
 }
 
 pub(super) async fn pass(
-    writer: &Writer,
+    writer: &LeaderWriter,
     client: &Client,
     settings: &Settings,
     inputs: &Inputs<'_>,
@@ -117,7 +117,7 @@ pub(super) async fn pass(
         memory.told.retain(|k, _| seen.contains(k));
         return;
     }
-    let policy = Policy {
+    let policy = RecoveryPolicy {
         classes: (settings.classes)(),
         interval: settings.interval,
     };
@@ -171,10 +171,10 @@ async fn read_namespace(client: &Client, ns: &str) -> Option<Scene> {
     })
 }
 
-async fn read_claim(client: &Client, ns: &str, name: &str) -> Result<Option<Claim>, ()> {
+async fn read_claim(client: &Client, ns: &str, name: &str) -> Result<Option<ClaimFacts>, ()> {
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     match api.get_opt(name).await {
-        Ok(claim) => Ok(claim.as_ref().map(Claim::from_claim)),
+        Ok(claim) => Ok(claim.as_ref().map(ClaimFacts::from_claim)),
         Err(error) => {
             warn!(namespace = ns, claim = name, error = %error_text(&error), "recovery: failed to read the claim; nothing done for it this pass");
             Err(())
@@ -182,7 +182,13 @@ async fn read_claim(client: &Client, ns: &str, name: &str) -> Result<Option<Clai
     }
 }
 
-async fn act(writer: &Writer, l: &Lost, decision: Decision, memory: &mut Memory, now: SystemTime) {
+async fn act(
+    writer: &LeaderWriter,
+    l: &Lost,
+    decision: Decision,
+    memory: &mut Memory,
+    now: SystemTime,
+) {
     let key = pv_key(l);
     let said = memory.told.get(&key).cloned();
     match decision {
@@ -192,7 +198,7 @@ async fn act(writer: &Writer, l: &Lost, decision: Decision, memory: &mut Memory,
             if said.as_deref() == Some(what.as_str()) {
                 return;
             }
-            writer.count_verdict(Verdict::Held);
+            writer.count_verdict(RecoveryVerdict::Held);
             let note = hold.message(l);
             let claim = claim_ref(l);
             if writer
@@ -206,7 +212,7 @@ async fn act(writer: &Writer, l: &Lost, decision: Decision, memory: &mut Memory,
             if said.as_deref() == Some("dry-run") {
                 return;
             }
-            writer.count_verdict(Verdict::DryRun);
+            writer.count_verdict(RecoveryVerdict::DryRun);
             let mut all = true;
             for regarding in regarding(l, &steps) {
                 all &= writer
@@ -263,7 +269,7 @@ async fn act(writer: &Writer, l: &Lost, decision: Decision, memory: &mut Memory,
             }
             if claim == WriteVerdict::Applied {
                 info!(pv = %l.pv, claim = %format!("{}/{}", steps.namespace, steps.claim), pod = %steps.replica.pod, "recovered a StatefulSet replica whose local volume is lost");
-                writer.count_verdict(Verdict::Recovered);
+                writer.count_verdict(RecoveryVerdict::Recovered);
                 memory.decisions.started(&steps, now);
                 memory.told.insert(key, "recovered".into());
             }
@@ -297,7 +303,7 @@ fn regarding(l: &Lost, steps: &Steps) -> Vec<k8s_openapi::api::core::v1::ObjectR
     out
 }
 
-impl Writer {
+impl LeaderWriter {
     /// One Warning Event through the effects writer, only while the Lease is held; true when published.
     pub(super) async fn note(
         &self,
@@ -371,7 +377,7 @@ impl Writer {
         outcome
     }
 
-    fn count_verdict(&self, verdict: Verdict) {
+    fn count_verdict(&self, verdict: RecoveryVerdict) {
         let labels = VerdictLabels { verdict };
         self.metrics.recoveries.get_or_create(&labels).inc();
     }

@@ -7,16 +7,16 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 
 use super::metrics::{Metrics, WriteKind, WriteLabels, WriteVerdict};
-use super::{Leadership, Writer};
+use super::{LeaderWriter, Leadership};
 use crate::cleanup::CleanupAction;
-use crate::effects::scripted::{self, Step, Verifier};
+use crate::effects::scripted::{self, Exchange, Verifier};
 use crate::effects::{self, Uncounted};
 use crate::plan::PvRef;
 
-pub(super) fn writer(steps: Vec<Step>, held: bool) -> (Writer, Verifier) {
+pub(super) fn writer(steps: Vec<Exchange>, held: bool) -> (LeaderWriter, Verifier) {
     let (client, verifier) = scripted::client(steps);
     let held_until = held.then(|| Instant::now() + Duration::from_secs(60));
-    let writer = Writer {
+    let writer = LeaderWriter {
         effects: effects::Writer::new(
             client,
             "localpv-cleanup",
@@ -39,13 +39,13 @@ fn delete_pv() -> CleanupAction {
     })
 }
 
-fn delete_step() -> Step {
-    Step::new("delete PV pv-1", "DELETE", "/api/v1/persistentvolumes/pv-1")
+fn delete_step() -> Exchange {
+    Exchange::new("delete PV pv-1", "DELETE", "/api/v1/persistentvolumes/pv-1")
         .body("/preconditions/uid", json!("u1"))
         .body("/preconditions/resourceVersion", json!("7"))
 }
 
-fn counted(w: &Writer, outcome: WriteVerdict) -> u64 {
+fn counted(w: &LeaderWriter, outcome: WriteVerdict) -> u64 {
     let labels = WriteLabels {
         write: WriteKind::DeletePv,
         outcome,
@@ -91,7 +91,7 @@ fn lease(holder: &str, ago: i64) -> serde_json::Value {
 
 const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/localpv-cleanup";
 
-async fn elect(steps: Vec<Step>) -> bool {
+async fn elect(steps: Vec<Exchange>) -> bool {
     let (client, verifier) = scripted::client(steps);
     let elector = super::lease::Elector::new(
         client,
@@ -110,15 +110,15 @@ async fn elect(steps: Vec<Step>) -> bool {
 
 #[tokio::test]
 async fn a_replica_takes_a_missing_lease_renews_its_own_and_follows_a_live_one_without_writing() {
-    let get = || Step::new("read the Lease", "GET", LEASE_PATH);
-    let create = Step::new(
+    let get = || Exchange::new("read the Lease", "GET", LEASE_PATH);
+    let create = Exchange::new(
         "create the Lease",
         "POST",
         "/apis/coordination.k8s.io/v1/namespaces/ns/leases",
     )
     .body("/spec/holderIdentity", json!("r1"));
     assert!(elect(vec![get().fail(404, "NotFound"), create]).await);
-    let renew = Step::new("renew", "PUT", LEASE_PATH)
+    let renew = Exchange::new("renew", "PUT", LEASE_PATH)
         .body("/metadata/resourceVersion", json!("5"))
         .body("/spec/holderIdentity", json!("r1"))
         .body("/spec/leaseTransitions", json!(1));
@@ -133,9 +133,9 @@ async fn a_replica_takes_a_missing_lease_renews_its_own_and_follows_a_live_one_w
 async fn two_replicas_racing_for_an_expired_lease_never_both_lead() {
     // r1 and r2 both read r3's expired Lease at resourceVersion 5 and both try to take it: the API server accepts
     // the first write and answers the second with 409, so exactly one leads.
-    let get = || Step::new("read the Lease", "GET", LEASE_PATH).answer(200, lease("r3", 60));
+    let get = || Exchange::new("read the Lease", "GET", LEASE_PATH).answer(200, lease("r3", 60));
     let take = |code: u16| {
-        let step = Step::new("take over", "PUT", LEASE_PATH)
+        let step = Exchange::new("take over", "PUT", LEASE_PATH)
             .body("/metadata/resourceVersion", json!("5"))
             .body("/spec/leaseTransitions", json!(2));
         match code {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use rstest::rstest;
 
 use super::*;
-use crate::host::fake::{Call, FakeHost};
+use crate::host::fake::{FakeHost, HostCall};
 use crate::host::{DirEntry, EntryKind, FsProbe, HardwareIds, VolumeTag};
 
 const HOST_DIR: &str = "/mnt/disks";
@@ -126,7 +126,7 @@ fn a_tmpfs_mount_is_a_disk_sized_by_statvfs_with_no_device() {
         !host
             .calls()
             .iter()
-            .any(|c| matches!(c, Call::ProbeFilesystem(_) | Call::HardwareIds(_)))
+            .any(|c| matches!(c, HostCall::ProbeFilesystem(_) | HostCall::HardwareIds(_)))
     );
 }
 
@@ -163,7 +163,8 @@ fn a_device_backed_mount_carries_blkid_and_hardware_identity() {
         (Some("S1"), Some(false))
     );
     assert!(
-        host.calls().contains(&Call::Statvfs(probe_path("vol1"))),
+        host.calls()
+            .contains(&HostCall::Statvfs(probe_path("vol1"))),
         "probing goes through mount_dir"
     );
 }
@@ -656,7 +657,10 @@ fn the_agents_volume_id_is_read_from_the_volume_root(
         ),
         (volume_id, unsupported)
     );
-    assert!(host.calls().contains(&Call::VolumeId(probe_path("vol1"))));
+    assert!(
+        host.calls()
+            .contains(&HostCall::VolumeId(probe_path("vol1")))
+    );
 }
 
 #[test]
@@ -683,7 +687,7 @@ fn an_unreadable_volume_id_spoils_only_its_entry_and_block_entries_are_never_ask
         vec![("vol1", UnusableReason::ProbeFailed)]
     );
     assert!(!host.calls().iter().any(
-        |c| matches!(c, Call::VolumeId(p) | Call::TagVolume(p) if p.starts_with(BLOCK_MOUNT_DIR))
+        |c| matches!(c, HostCall::VolumeId(p) | HostCall::TagVolume(p) if p.starts_with(BLOCK_MOUNT_DIR))
     ));
 }
 
@@ -693,7 +697,7 @@ fn statvfs_calls(host: &FakeHost) -> Vec<PathBuf> {
     host.calls()
         .into_iter()
         .filter_map(|c| match c {
-            Call::Statvfs(p) => Some(p),
+            HostCall::Statvfs(p) => Some(p),
             _ => None,
         })
         .collect()
@@ -728,7 +732,7 @@ fn a_pass_after_one_new_mount_measures_only_that_mount() {
 fn dir_reads(host: &FakeHost) -> usize {
     host.calls()
         .iter()
-        .filter(|c| matches!(c, Call::ReadDir(_)))
+        .filter(|c| matches!(c, HostCall::ReadDir(_)))
         .count()
 }
 
@@ -758,7 +762,7 @@ fn a_pass_after_a_named_entry_and_a_mount_looks_at_that_entry_alone() {
     assert!(
         after
             .calls()
-            .contains(&Call::DirEntry(PathBuf::from(MOUNT_DIR).join("vol3")))
+            .contains(&HostCall::DirEntry(PathBuf::from(MOUNT_DIR).join("vol3")))
     );
     assert_eq!(statvfs_calls(&after), [probe_path("vol3")]);
     // Only a mount event (the directory existed): the listing stands, the new mount table decides.
@@ -855,7 +859,7 @@ fn block_entries_are_measured_on_every_pass() {
         again
             .calls()
             .iter()
-            .any(|c| matches!(c, Call::BlockDeviceSize(_)))
+            .any(|c| matches!(c, HostCall::BlockDeviceSize(_)))
     );
 }
 
@@ -871,8 +875,8 @@ fn a_pass_on_an_unchanged_host_measures_only_forgotten_entries_and_reads_no_list
     assert_eq!(
         again.calls(),
         [
-            Call::Statvfs(probe_path("vol2")),
-            Call::VolumeId(probe_path("vol2"))
+            HostCall::Statvfs(probe_path("vol2")),
+            HostCall::VolumeId(probe_path("vol2"))
         ]
     );
     assert_eq!(probed.last_measured, 1);
@@ -892,7 +896,7 @@ fn a_pass_after_a_resync_or_with_other_classes_lists_the_host_again() {
     other.name = "other".into();
     let reconfigured = tmpfs_host(&[(30, "vol1")]);
     discover_again(&reconfigured, &[other], &mut probed);
-    assert!(reconfigured.calls().contains(&Call::MountTable));
+    assert!(reconfigured.calls().contains(&HostCall::MountTable));
 }
 
 /// A pass on an unchanged host keeps every other measurement as it was, the very same allocation (the planner

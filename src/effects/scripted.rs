@@ -2,7 +2,7 @@
 //! a given order, checks each (method, path, query, body) and answers it. No cluster, no socket.
 //!
 //! ```text
-//!  code under test ──> kube::Client ──> Scripted service: next Step? ── matches ──> its answer
+//!  code under test ──> kube::Client ──> Scripted service: next Exchange? ── matches ──> its answer
 //!                                                        └─ no / wrong ─> 500 + a problem recorded
 //!  test ──> Verifier::problems(): requests that did not match, steps that never came
 //! ```
@@ -24,14 +24,14 @@ use serde_json::{Value, json};
 
 /// One request as the API server received it.
 #[derive(Clone, Debug)]
-pub struct Seen {
+pub struct Received {
     pub method: String,
     pub path: String,
     pub query: String,
     pub body: Value,
 }
 
-impl Seen {
+impl Received {
     /// `METHOD /path?query`, for problems and logs.
     pub fn line(&self) -> String {
         match self.query.is_empty() {
@@ -46,23 +46,23 @@ impl Seen {
     }
 }
 
-type Check = Box<dyn Fn(&Seen) -> Result<(), String> + Send>;
-type Answer = Box<dyn Fn(&Seen) -> (u16, Value) + Send>;
+type Expectation = Box<dyn Fn(&Received) -> Result<(), String> + Send>;
+type Reply = Box<dyn Fn(&Received) -> (u16, Value) + Send>;
 
 /// One expected request and its answer.
-pub struct Step {
+pub struct Exchange {
     what: String,
     method: String,
     path: String,
-    checks: Vec<Check>,
-    answer: Answer,
+    checks: Vec<Expectation>,
+    answer: Reply,
 }
 
-impl Step {
+impl Exchange {
     /// A request `method path` (path without the query), answered 200 with the request's own body until
-    /// [`Step::answer`] says otherwise.
-    pub fn new(what: &str, method: &str, path: &str) -> Step {
-        Step {
+    /// [`Exchange::answer`] says otherwise.
+    pub fn new(what: &str, method: &str, path: &str) -> Exchange {
+        Exchange {
             what: what.to_owned(),
             method: method.to_owned(),
             path: path.to_owned(),
@@ -72,13 +72,16 @@ impl Step {
     }
 
     /// The request must pass `check` (an `Err` says what is wrong).
-    pub fn check(mut self, check: impl Fn(&Seen) -> Result<(), String> + Send + 'static) -> Step {
+    pub fn check(
+        mut self,
+        check: impl Fn(&Received) -> Result<(), String> + Send + 'static,
+    ) -> Exchange {
         self.checks.push(Box::new(check));
         self
     }
 
     /// The body must hold `value` at the JSON pointer.
-    pub fn body(self, pointer: &'static str, value: Value) -> Step {
+    pub fn body(self, pointer: &'static str, value: Value) -> Exchange {
         self.check(move |seen| match seen.at(pointer) == &value {
             true => Ok(()),
             false => Err(format!(
@@ -89,27 +92,30 @@ impl Step {
     }
 
     /// The query string must contain `pair` (`fieldManager=localpv-node`).
-    pub fn query(self, pair: &'static str) -> Step {
+    pub fn query(self, pair: &'static str) -> Exchange {
         self.check(move |seen| match seen.query.split('&').any(|p| p == pair) {
             true => Ok(()),
             false => Err(format!("query {:?} lacks {pair}", seen.query)),
         })
     }
 
-    /// Answer with `status` and `body`.
-    pub fn answer(mut self, status: u16, body: Value) -> Step {
+    /// Reply with `status` and `body`.
+    pub fn answer(mut self, status: u16, body: Value) -> Exchange {
         self.answer = Box::new(move |_| (status, body.clone()));
         self
     }
 
-    /// Answer computed from the request (echo it with a UID, say).
-    pub fn answer_with(mut self, answer: impl Fn(&Seen) -> (u16, Value) + Send + 'static) -> Step {
+    /// Reply computed from the request (echo it with a UID, say).
+    pub fn answer_with(
+        mut self,
+        answer: impl Fn(&Received) -> (u16, Value) + Send + 'static,
+    ) -> Exchange {
         self.answer = Box::new(answer);
         self
     }
 
-    /// Answer with a `Status` failure, as the API server does (`404 NotFound`, `409 Conflict`...).
-    pub fn fail(self, code: u16, reason: &str) -> Step {
+    /// Reply with a `Status` failure, as the API server does (`404 NotFound`, `409 Conflict`...).
+    pub fn fail(self, code: u16, reason: &str) -> Exchange {
         let body = status(code, reason);
         self.answer(code, body)
     }
@@ -129,7 +135,7 @@ pub fn status(code: u16, reason: &str) -> Value {
 }
 
 /// The request body with server-set fields added, as a create answers.
-pub fn created(seen: &Seen, uid: &str, resource_version: &str) -> Value {
+pub fn created(seen: &Received, uid: &str, resource_version: &str) -> Value {
     let mut body = seen.body.clone();
     body["metadata"]["uid"] = json!(uid);
     body["metadata"]["resourceVersion"] = json!(resource_version);
@@ -137,21 +143,21 @@ pub fn created(seen: &Seen, uid: &str, resource_version: &str) -> Value {
 }
 
 #[derive(Default)]
-struct State {
-    steps: VecDeque<Step>,
-    seen: Vec<Seen>,
+struct Script {
+    steps: VecDeque<Exchange>,
+    seen: Vec<Received>,
     problems: Vec<String>,
 }
 
 /// Reads what the scripted server saw once the code under test is done.
 #[derive(Clone)]
 pub struct Verifier {
-    state: Arc<Mutex<State>>,
+    state: Arc<Mutex<Script>>,
 }
 
 impl Verifier {
     /// Every request received, in order.
-    pub fn seen(&self) -> Vec<Seen> {
+    pub fn seen(&self) -> Vec<Received> {
         self.lock().seen.clone()
     }
 
@@ -173,7 +179,7 @@ impl Verifier {
     pub fn assert_done(&self) {
         let problems = self.problems();
         if !problems.is_empty() {
-            let seen: Vec<String> = self.seen().iter().map(Seen::line).collect();
+            let seen: Vec<String> = self.seen().iter().map(Received::line).collect();
             panic!(
                 "the API server script was not followed:\n  {}\nrequests seen:\n  {}",
                 problems.join("\n  "),
@@ -182,16 +188,16 @@ impl Verifier {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Script> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// A client whose API server follows `steps` in order.
-pub fn client(steps: Vec<Step>) -> (Client, Verifier) {
-    let state = Arc::new(Mutex::new(State {
+pub fn client(steps: Vec<Exchange>) -> (Client, Verifier) {
+    let state = Arc::new(Mutex::new(Script {
         steps: steps.into(),
-        ..State::default()
+        ..Script::default()
     }));
     let verifier = Verifier {
         state: state.clone(),
@@ -201,7 +207,7 @@ pub fn client(steps: Vec<Step>) -> (Client, Verifier) {
 }
 
 /// A client whose every request is answered by `answer` (status and JSON body).
-pub fn serve(answer: impl Fn(Seen) -> (u16, Value) + Send + Sync + 'static) -> Client {
+pub fn serve(answer: impl Fn(Received) -> (u16, Value) + Send + Sync + 'static) -> Client {
     let answer = Arc::new(answer);
     let service = tower::service_fn(move |req: Request<kube::client::Body>| {
         let answer = answer.clone();
@@ -212,7 +218,7 @@ pub fn serve(answer: impl Fn(Seen) -> (u16, Value) + Send + Sync + 'static) -> C
                 .await
                 .map(|c| c.to_bytes())
                 .unwrap_or_default();
-            let seen = Seen {
+            let seen = Received {
                 method: parts.method.to_string(),
                 path: parts.uri.path().to_owned(),
                 query: parts.uri.query().unwrap_or_default().to_owned(),
@@ -230,7 +236,7 @@ pub fn serve(answer: impl Fn(Seen) -> (u16, Value) + Send + Sync + 'static) -> C
     Client::new(service, "default")
 }
 
-fn answer(state: &Mutex<State>, seen: Seen) -> (u16, Value) {
+fn answer(state: &Mutex<Script>, seen: Received) -> (u16, Value) {
     let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
     state.seen.push(seen.clone());
     let Some(step) = state.steps.pop_front() else {

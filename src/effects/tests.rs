@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
-use super::scripted::{self, Step, Verifier, created};
+use super::scripted::{self, Exchange, Verifier, created};
 use super::{Applied, Count, Failed, Reason, Verb, WriteOutcome, Writer, exactly, reference};
 
 const PVS: &str = "/api/v1/persistentvolumes";
@@ -21,7 +21,7 @@ impl Count for Counted {
     }
 }
 
-fn writer(steps: Vec<Step>) -> (Writer, Verifier, Arc<Counted>) {
+fn writer(steps: Vec<Exchange>) -> (Writer, Verifier, Arc<Counted>) {
     let (client, verifier) = scripted::client(steps);
     let counted = Arc::new(Counted::default());
     let writer = Writer::new(client, "localpv-node", "n1", counted.clone());
@@ -34,15 +34,15 @@ fn pv(name: &str) -> PersistentVolume {
     pv
 }
 
-fn create_step() -> Step {
-    Step::new("create PV pv-1", "POST", PVS)
+fn create_step() -> Exchange {
+    Exchange::new("create PV pv-1", "POST", PVS)
         .query("fieldManager=localpv-node")
         .body("/metadata/name", json!("pv-1"))
         .answer_with(|seen| (201, created(seen, "u1", "7")))
 }
 
-fn delete_step(uid: &'static str, rv: &'static str) -> Step {
-    Step::new("delete PV pv-1", "DELETE", &format!("{PVS}/pv-1"))
+fn delete_step(uid: &'static str, rv: &'static str) -> Exchange {
+    Exchange::new("delete PV pv-1", "DELETE", &format!("{PVS}/pv-1"))
         .body("/preconditions/uid", json!(uid))
         .body("/preconditions/resourceVersion", json!(rv))
         .answer(
@@ -78,7 +78,9 @@ async fn create_answers_are_sorted_into_done_moot_and_failed(
     #[case] expected: Result<Applied<()>, Failed>,
     #[case] outcome: WriteOutcome,
 ) {
-    let (w, verifier, counted) = writer(vec![Step::new("create", "POST", PVS).fail(code, reason)]);
+    let (w, verifier, counted) = writer(vec![
+        Exchange::new("create", "POST", PVS).fail(code, reason),
+    ]);
     let got = w.create(&pv("pv-1")).await.map(|a| match a {
         Applied::Done(_) => Applied::Done(()),
         Applied::Moot => Applied::Moot,
@@ -114,7 +116,7 @@ async fn delete_is_guarded_by_uid_and_resource_version(
 #[tokio::test]
 async fn a_namespaced_delete_goes_to_the_objects_namespace() {
     let path = "/api/v1/namespaces/web/persistentvolumeclaims/data";
-    let step = Step::new("delete claim", "DELETE", path)
+    let step = Exchange::new("delete claim", "DELETE", path)
         .body("/preconditions/uid", json!("c1"))
         .answer(
             200,
@@ -131,7 +133,7 @@ async fn a_namespaced_delete_goes_to_the_objects_namespace() {
 #[tokio::test]
 async fn merge_patch_sends_the_patch_as_a_merge_patch_with_the_field_manager() {
     let patch = json!({"metadata": {"uid": "u1", "annotations": {"a": "b"}}});
-    let step = Step::new("patch PV", "PATCH", &format!("{PVS}/pv-1"))
+    let step = Exchange::new("patch PV", "PATCH", &format!("{PVS}/pv-1"))
         .query("fieldManager=localpv-node")
         .check(|seen| {
             match seen.body == json!({"metadata": {"uid": "u1", "annotations": {"a": "b"}}}) {
@@ -159,14 +161,14 @@ async fn merge_patch_sends_the_patch_as_a_merge_patch_with_the_field_manager() {
 async fn apply_is_a_server_side_apply_forced_only_when_asked() {
     let path = format!("{PVS}/pv-1");
     let steps = vec![
-        Step::new("apply", "PATCH", &path)
+        Exchange::new("apply", "PATCH", &path)
             .query("fieldManager=other")
             .check(|s| match s.query.contains("force=true") {
                 true => Err("forced".into()),
                 false => Ok(()),
             })
             .fail(409, "Conflict"),
-        Step::new("forced apply", "PATCH", &path)
+        Exchange::new("forced apply", "PATCH", &path)
             .query("fieldManager=other")
             .query("force=true"),
     ];
@@ -181,7 +183,7 @@ async fn apply_is_a_server_side_apply_forced_only_when_asked() {
 async fn an_event_names_its_object_reason_and_action_and_lands_in_the_objects_namespace() {
     let long = "x".repeat(1500);
     let steps = vec![
-        Step::new(
+        Exchange::new(
             "event on a PV",
             "POST",
             "/apis/events.k8s.io/v1/namespaces/default/events",
@@ -198,7 +200,7 @@ async fn an_event_names_its_object_reason_and_action_and_lands_in_the_objects_na
             Some(1000) => Ok(()),
             other => Err(format!("note of {other:?} chars")),
         }),
-        Step::new(
+        Exchange::new(
             "event on a claim",
             "POST",
             "/apis/events.k8s.io/v1/namespaces/web/events",
@@ -229,7 +231,7 @@ async fn an_event_names_its_object_reason_and_action_and_lands_in_the_objects_na
 async fn a_failed_event_is_returned_and_counted() {
     let path = "/apis/events.k8s.io/v1/namespaces/default/events";
     let (w, verifier, counted) = writer(vec![
-        Step::new("event", "POST", path).fail(500, "InternalError"),
+        Exchange::new("event", "POST", path).fail(500, "InternalError"),
     ]);
     let on_pv = reference::<PersistentVolume>(None, "pv-1", None);
     let got = w
@@ -244,7 +246,7 @@ async fn a_failed_event_is_returned_and_counted() {
 }
 
 /// Create, then delete with the created object's UID and resourceVersion: the sequence the mutation tests break.
-async fn create_then_delete(steps: Vec<Step>) -> Vec<String> {
+async fn create_then_delete(steps: Vec<Exchange>) -> Vec<String> {
     let (w, verifier, _) = writer(steps);
     if let Ok(Applied::Done(pv)) = w.create(&pv("pv-1")).await {
         let uid = pv.metadata.uid.unwrap_or_default();

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use self::matching::{maximum_matching, merged};
-use self::scan::{Cause, ClaimView};
+use self::scan::{ClaimView, Shortfall};
 use super::model::Claim;
 use super::snapshot::{ClassIndex, NodeRef, Snapshot, VolId};
 use crate::selector::NodeLabels;
@@ -92,7 +92,7 @@ pub struct PodClaims<'s> {
     /// (retried). A claim being deleted is `Unresolvable`, as in-tree.
     problem: Option<Verdict>,
     /// Reasons already formatted for this request (see `why`).
-    reasons: RefCell<Vec<(Arc<str>, Cause, String)>>,
+    reasons: RefCell<Vec<(Arc<str>, Shortfall, String)>>,
 }
 
 impl<'s> PodClaims<'s> {

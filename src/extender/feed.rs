@@ -22,7 +22,7 @@ use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
 use super::cache::Cache;
-use super::metrics::{Kind, KindLabels, Metrics};
+use super::metrics::{KindLabels, Metrics, WatchedKind};
 use super::model::{Claim, Class, ModelError, Volume, node_labels};
 use super::snapshot::Snapshot;
 use crate::selector::Labels;
@@ -62,10 +62,10 @@ fn build(stores: &Stores, metrics: &Metrics) -> Option<Snapshot> {
         ..
     } = stores;
     for (kind, n) in [
-        (Kind::PersistentVolumes, volumes.len()),
-        (Kind::PersistentVolumeClaims, claims.len()),
-        (Kind::StorageClasses, classes.len()),
-        (Kind::Nodes, nodes.len()),
+        (WatchedKind::PersistentVolumes, volumes.len()),
+        (WatchedKind::PersistentVolumeClaims, claims.len()),
+        (WatchedKind::StorageClasses, classes.len()),
+        (WatchedKind::Nodes, nodes.len()),
     ] {
         metrics
             .cached

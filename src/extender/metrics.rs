@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 use crate::telemetry::at_zero;
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Verb {
+pub enum WebhookVerb {
     Filter,
     Prioritize,
 }
@@ -36,7 +36,7 @@ pub enum NodeResult {
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Kind {
+pub enum WatchedKind {
     PersistentVolumes,
     PersistentVolumeClaims,
     StorageClasses,
@@ -45,23 +45,23 @@ pub enum Kind {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub verb: Verb,
+    pub verb: WebhookVerb,
     pub outcome: RequestOutcome,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerbLabels {
-    pub verb: Verb,
+    pub verb: WebhookVerb,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodeLabels {
+pub struct ResultLabels {
     pub result: NodeResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
-    pub kind: Kind,
+    pub kind: WatchedKind,
 }
 
 const OUTCOMES: [RequestOutcome; 7] = [
@@ -74,13 +74,13 @@ const OUTCOMES: [RequestOutcome; 7] = [
     RequestOutcome::Internal,
 ];
 
-type HistogramFamily = Family<VerbLabels, Histogram, fn() -> Histogram>;
+type VerbHistograms = Family<VerbLabels, Histogram, fn() -> Histogram>;
 
 #[derive(Clone)]
 pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
-    pub duration: HistogramFamily,
-    pub nodes: Family<NodeLabels, Counter>,
+    pub duration: VerbHistograms,
+    pub nodes: Family<ResultLabels, Counter>,
     pub cached: Family<KindLabels, Gauge>,
     pub snapshot_builds: Counter,
 }
@@ -94,12 +94,12 @@ impl Metrics {
     pub fn register(reg: &mut Registry) -> Metrics {
         let m = Metrics {
             requests: Family::default(),
-            duration: HistogramFamily::new_with_constructor(duration_histogram),
+            duration: VerbHistograms::new_with_constructor(duration_histogram),
             nodes: Family::default(),
             cached: Family::default(),
             snapshot_builds: Counter::default(),
         };
-        let verbs = [Verb::Filter, Verb::Prioritize];
+        let verbs = [WebhookVerb::Filter, WebhookVerb::Prioritize];
         let every = |verb| OUTCOMES.map(|outcome| RequestLabels { verb, outcome });
         at_zero(&m.requests, verbs.into_iter().flat_map(every));
         at_zero(&m.duration, verbs.map(|verb| VerbLabels { verb }));
@@ -108,12 +108,12 @@ impl Metrics {
             NodeResult::Failed,
             NodeResult::Unresolvable,
         ];
-        at_zero(&m.nodes, results.map(|result| NodeLabels { result }));
+        at_zero(&m.nodes, results.map(|result| ResultLabels { result }));
         let kinds = [
-            Kind::PersistentVolumes,
-            Kind::PersistentVolumeClaims,
-            Kind::StorageClasses,
-            Kind::Nodes,
+            WatchedKind::PersistentVolumes,
+            WatchedKind::PersistentVolumeClaims,
+            WatchedKind::StorageClasses,
+            WatchedKind::Nodes,
         ];
         at_zero(&m.cached, kinds.map(|kind| KindLabels { kind }));
         let reg = reg.sub_registry_with_prefix("localpv_extender");
@@ -145,7 +145,7 @@ impl Metrics {
         m
     }
 
-    pub fn request(&self, verb: Verb, outcome: RequestOutcome, seconds: f64) {
+    pub fn request(&self, verb: WebhookVerb, outcome: RequestOutcome, seconds: f64) {
         self.requests
             .get_or_create(&RequestLabels { verb, outcome })
             .inc();

@@ -29,7 +29,7 @@ use tracing::{debug, warn};
 
 // The state's cache type, for callers that build an `AppState`.
 pub use super::cache::Cache;
-use super::metrics::{Metrics, NodeLabels, NodeResult, RequestOutcome, Verb};
+use super::metrics::{Metrics, NodeResult, RequestOutcome, ResultLabels, WebhookVerb};
 use super::model::Strategy;
 use super::verbs;
 use super::wire::{DecodeError, DecodeLimits, ExtenderArgs, ExtenderFilterResult};
@@ -92,8 +92,8 @@ impl AppState {
 pub fn app(state: AppState) -> Router {
     let limit = state.config.body_limit;
     Router::new()
-        .route(&state.config.filter_path, verb(Verb::Filter))
-        .route(&state.config.prioritize_path, verb(Verb::Prioritize))
+        .route(&state.config.filter_path, verb(WebhookVerb::Filter))
+        .route(&state.config.prioritize_path, verb(WebhookVerb::Prioritize))
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -122,7 +122,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
 type MaybeCharge = Option<Extension<Charge>>;
 
 /// The route of one verb.
-fn verb(verb: Verb) -> MethodRouter<AppState> {
+fn verb(verb: WebhookVerb) -> MethodRouter<AppState> {
     post(
         move |State(state): State<AppState>,
               charge: MaybeCharge,
@@ -164,7 +164,7 @@ impl Reject {
         }
     }
 
-    fn into_response(self, verb: Verb) -> Response {
+    fn into_response(self, verb: WebhookVerb) -> Response {
         warn!(?verb, error = %self, "extender request rejected");
         let message = self.to_string();
         match self {
@@ -176,7 +176,7 @@ impl Reject {
             Reject::NotReady => (StatusCode::SERVICE_UNAVAILABLE, message).into_response(),
             // A filter Error is reported by the scheduler on the pod; prioritize has no such field, and the
             // scheduler ignores failed prioritize calls.
-            Reject::Deadline(_) | Reject::Internal(_) if verb == Verb::Filter => {
+            Reject::Deadline(_) | Reject::Internal(_) if verb == WebhookVerb::Filter => {
                 axum::Json(ExtenderFilterResult::error(message, true)).into_response()
             }
             Reject::Deadline(_) | Reject::Internal(_) => {
@@ -188,7 +188,7 @@ impl Reject {
 
 async fn handle(
     state: AppState,
-    verb: Verb,
+    verb: WebhookVerb,
     charge: MaybeCharge,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -211,7 +211,7 @@ async fn handle(
 
 async fn decide(
     state: &AppState,
-    verb: Verb,
+    verb: WebhookVerb,
     charge: Option<Charge>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Bytes, Reject> {
@@ -250,7 +250,7 @@ async fn decide(
         off_runtime(inline && verbs::light(&args), "decision", move || {
             let _deciding = deciding;
             let encoded = match verb {
-                Verb::Filter => {
+                WebhookVerb::Filter => {
                     let (result, counts) = verbs::filter(args, &snapshot);
                     for (result, n) in [
                         (NodeResult::Passed, counts.passed),
@@ -259,14 +259,14 @@ async fn decide(
                     ] {
                         metrics
                             .nodes
-                            .get_or_create(&NodeLabels { result })
+                            .get_or_create(&ResultLabels { result })
                             .inc_by(n as u64);
                     }
                     // A `Nodes` answer echoes up to the whole request: a warm buffer spares its page faults.
                     let mut out = WARM.take(result.json_size_hint());
                     result.write_json(&mut out).map(|()| WARM.bytes(out))
                 }
-                Verb::Prioritize => {
+                WebhookVerb::Prioritize => {
                     serde_json::to_vec(&verbs::prioritize(&args, &snapshot, strategy))
                         .map(Bytes::from)
                 }

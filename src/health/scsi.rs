@@ -18,7 +18,7 @@
 //! solid state media page (an SSD's) gives in parameter 0001h, byte 3 of its value, the percentage of the rated
 //! endurance used.
 
-use super::{Hardware, HardwareSource, Warning};
+use super::{DriveWarning, Hardware, HardwareSource};
 
 /// Page codes read.
 pub const INFORMATIONAL_EXCEPTIONS: u8 = 0x2F;
@@ -146,12 +146,12 @@ pub fn endurance_used(page: &LogPage<'_>) -> Option<u8> {
 impl InformationalException {
     /// The warning the exception raises, if any: 5Dh (failure predicted, not the test report FFh) fails the disk;
     /// 0Bh/01h is a temperature warning; any other exception is a warning that degrades it.
-    pub fn warning(&self) -> Option<Warning> {
+    pub fn warning(&self) -> Option<DriveWarning> {
         match (self.asc, self.ascq) {
             (0, _) => None,
             (ASC_FAILURE_PREDICTED, ASCQ_TEST) => None,
-            (ASC_WARNING, 0x01) => Some(Warning::Temperature),
-            (asc, ascq) => Some(Warning::Exception { asc, ascq }),
+            (ASC_WARNING, 0x01) => Some(DriveWarning::Temperature),
+            (asc, ascq) => Some(DriveWarning::Exception { asc, ascq }),
         }
     }
 }

@@ -18,7 +18,7 @@
 //! layout Linux's libata writes in `ata_scsi_set_passthru_sense_fields`); ACS-4 "Device Statistics log", "Solid
 //! State Device Statistics".
 
-use super::{Hardware, HardwareSource, Warning};
+use super::{DriveWarning, Hardware, HardwareSource};
 
 /// Length of the NVMe SMART / Health Information log page and of an ATA SMART data sector.
 pub const PAGE_LEN: usize = 512;
@@ -58,13 +58,13 @@ pub struct NvmeHealth {
 }
 
 /// Critical warning bits, in bit order.
-const NVME_WARNINGS: [Warning; 6] = [
-    Warning::SpareLow,
-    Warning::Temperature,
-    Warning::ReliabilityDegraded,
-    Warning::ReadOnly,
-    Warning::BackupFailed,
-    Warning::PersistentMemoryReadOnly,
+const NVME_WARNINGS: [DriveWarning; 6] = [
+    DriveWarning::SpareLow,
+    DriveWarning::Temperature,
+    DriveWarning::ReliabilityDegraded,
+    DriveWarning::ReadOnly,
+    DriveWarning::BackupFailed,
+    DriveWarning::PersistentMemoryReadOnly,
 ];
 
 fn le128(page: &[u8], at: usize) -> u128 {
@@ -94,7 +94,7 @@ pub fn parse_nvme(page: &[u8]) -> Result<NvmeHealth, ParseError> {
 impl NvmeHealth {
     /// The page as a health signal.
     pub fn hardware(&self) -> Hardware {
-        let mut warnings: Vec<Warning> = NVME_WARNINGS
+        let mut warnings: Vec<DriveWarning> = NVME_WARNINGS
             .iter()
             .enumerate()
             .filter(|(bit, _)| self.critical_warning & (1 << bit) != 0)
@@ -102,8 +102,8 @@ impl NvmeHealth {
             .collect();
         // NB: a threshold above 100 is reserved (a Samsung 980 PRO was seen reporting 255): it cannot be compared.
         let spare_low = self.spare_threshold <= 100 && self.available_spare < self.spare_threshold;
-        if spare_low && !warnings.contains(&Warning::SpareLow) {
-            warnings.insert(0, Warning::SpareLow);
+        if spare_low && !warnings.contains(&DriveWarning::SpareLow) {
+            warnings.insert(0, DriveWarning::SpareLow);
         }
         Hardware {
             source: HardwareSource::Nvme,
@@ -278,7 +278,7 @@ pub fn ata_hardware(
 ) -> Hardware {
     let mut warnings = Vec::new();
     if failing == Some(true) {
-        warnings.push(Warning::SmartFailing);
+        warnings.push(DriveWarning::SmartFailing);
     }
     for attribute in attributes {
         // NB: a threshold of 0 never trips (e.g. 197, whose normalised value barely moves); 255 is "always failing"
@@ -288,7 +288,7 @@ pub fn ata_hardware(
             .find(|(id, _)| *id == attribute.id)
             .map_or(0, |(_, t)| *t);
         if threshold != 0 && threshold != 255 && attribute.value <= threshold {
-            warnings.push(Warning::AttributeAtThreshold {
+            warnings.push(DriveWarning::AttributeAtThreshold {
                 id: attribute.id,
                 prefail: attribute.prefail(),
             });
@@ -302,7 +302,7 @@ pub fn ata_hardware(
     };
     let unreadable = raw(PENDING_SECTORS).max(raw(UNCORRECTABLE_SECTORS));
     if unreadable > 0 {
-        warnings.push(Warning::UnreadableSectors { count: unreadable });
+        warnings.push(DriveWarning::UnreadableSectors { count: unreadable });
     }
     Hardware {
         source: HardwareSource::Ata,

@@ -77,7 +77,7 @@ fn one_transient_error_does_not_flap_and_heals_after_a_quiet_period() {
 
 #[rstest]
 #[case::shut_down(Signals { fs_shut_down: true, ..Signals::default() }, Cause::FilesystemShutDown)]
-#[case::media_read_only(hw(&[Warning::ReadOnly], 0, None), Cause::HardwareWarning)]
+#[case::media_read_only(hw(&[DriveWarning::ReadOnly], 0, None), Cause::HardwareWarning)]
 fn a_shut_down_filesystem_or_a_critical_warning_fails_at_once(
     #[case] signals: Signals,
     #[case] cause: Cause,
@@ -88,7 +88,7 @@ fn a_shut_down_filesystem_or_a_critical_warning_fails_at_once(
     );
 }
 
-fn hw(warnings: &[Warning], media_errors: u64, percentage_used: Option<u8>) -> Signals {
+fn hw(warnings: &[DriveWarning], media_errors: u64, percentage_used: Option<u8>) -> Signals {
     Signals {
         hardware: Some(Hardware {
             source: HardwareSource::Nvme,
@@ -103,18 +103,18 @@ fn hw(warnings: &[Warning], media_errors: u64, percentage_used: Option<u8>) -> S
 /// What one hardware reading alone makes of a disk seen healthy before.
 #[rstest]
 #[case::nothing(hw(&[], 0, Some(3)), State::Healthy)]
-#[case::spare_low(hw(&[Warning::SpareLow], 0, Some(40)), State::Degraded)]
-#[case::too_hot(hw(&[Warning::Temperature], 0, None), State::Degraded)]
+#[case::spare_low(hw(&[DriveWarning::SpareLow], 0, Some(40)), State::Degraded)]
+#[case::too_hot(hw(&[DriveWarning::Temperature], 0, None), State::Degraded)]
 #[case::endurance_used_up(hw(&[], 0, Some(103)), State::Degraded)]
-#[case::reliability_degraded(hw(&[Warning::ReliabilityDegraded], 0, Some(20)), State::Failed)]
-#[case::reliability_flag_of_a_worn_drive(hw(&[Warning::ReliabilityDegraded], 0, Some(100)), State::Degraded)]
-#[case::read_only(hw(&[Warning::ReadOnly], 0, Some(100)), State::Failed)]
-#[case::backup_failed(hw(&[Warning::BackupFailed], 0, None), State::Failed)]
-#[case::pmr_read_only(hw(&[Warning::PersistentMemoryReadOnly], 0, None), State::Failed)]
-#[case::smart_failing(hw(&[Warning::SmartFailing], 0, None), State::Failed)]
-#[case::prefail_attribute(hw(&[Warning::AttributeAtThreshold { id: 5, prefail: true }], 0, None), State::Failed)]
-#[case::old_age_attribute(hw(&[Warning::AttributeAtThreshold { id: 202, prefail: false }], 0, None), State::Degraded)]
-#[case::unreadable_sectors(hw(&[Warning::UnreadableSectors { count: 8 }], 0, None), State::Degraded)]
+#[case::reliability_degraded(hw(&[DriveWarning::ReliabilityDegraded], 0, Some(20)), State::Failed)]
+#[case::reliability_flag_of_a_worn_drive(hw(&[DriveWarning::ReliabilityDegraded], 0, Some(100)), State::Degraded)]
+#[case::read_only(hw(&[DriveWarning::ReadOnly], 0, Some(100)), State::Failed)]
+#[case::backup_failed(hw(&[DriveWarning::BackupFailed], 0, None), State::Failed)]
+#[case::pmr_read_only(hw(&[DriveWarning::PersistentMemoryReadOnly], 0, None), State::Failed)]
+#[case::smart_failing(hw(&[DriveWarning::SmartFailing], 0, None), State::Failed)]
+#[case::prefail_attribute(hw(&[DriveWarning::AttributeAtThreshold { id: 5, prefail: true }], 0, None), State::Failed)]
+#[case::old_age_attribute(hw(&[DriveWarning::AttributeAtThreshold { id: 202, prefail: false }], 0, None), State::Degraded)]
+#[case::unreadable_sectors(hw(&[DriveWarning::UnreadableSectors { count: 8 }], 0, None), State::Degraded)]
 fn a_hardware_reading_alone(#[case] signals: Signals, #[case] state: State) {
     let expected = match state {
         State::Healthy => (State::Healthy, Cause::NoErrors),
@@ -147,7 +147,7 @@ fn media_errors_seen_first_are_the_baseline_and_only_a_rise_degrades() {
 
 #[test]
 fn a_lasting_hardware_warning_keeps_the_disk_degraded() {
-    let low = hw(&[Warning::SpareLow], 0, Some(90));
+    let low = hw(&[DriveWarning::SpareLow], 0, Some(90));
     let states = history(&[(0, low.clone()), (700, low.clone()), (1_400, low)]);
     assert!(
         states
@@ -160,7 +160,7 @@ fn a_lasting_hardware_warning_keeps_the_disk_degraded() {
 #[test]
 fn a_temperature_warning_heals_once_the_device_cools() {
     let states = history(&[
-        (0, hw(&[Warning::Temperature], 0, None)),
+        (0, hw(&[DriveWarning::Temperature], 0, None)),
         (300, hw(&[], 0, None)),
         (601, hw(&[], 0, None)),
     ]);
@@ -183,7 +183,7 @@ fn media_errors_do_not_count_towards_failing_the_disk() {
 fn the_message_names_the_hardware_facts() {
     let policy = Policy::default();
     let first = judge(None, &hw(&[], 9, Some(50)), &policy, at(0));
-    let signals = hw(&[Warning::SpareLow], 12, Some(103));
+    let signals = hw(&[DriveWarning::SpareLow], 12, Some(103));
     let record = judge(Some(&first), &signals, &policy, at(10));
     assert_eq!(
         record.message,

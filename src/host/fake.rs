@@ -14,7 +14,7 @@ use super::{
 
 /// A host call, as recorded by [`FakeHost`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Call {
+pub enum HostCall {
     MountTable,
     Canonicalize(PathBuf),
     ReadDir(PathBuf),
@@ -53,7 +53,7 @@ pub struct FakeHost {
     /// mount's is its mountinfo id in this generation ([`FakeHost::with_mounts_made_again`] starts another).
     /// `None`: the table is mountinfo's, whose ids the kernel hands out again.
     pub unique_ids: Option<u64>,
-    calls: Mutex<Vec<Call>>,
+    calls: Mutex<Vec<HostCall>>,
     /// The last mount table answered: a mount whose line did not change is handed over as the same allocation,
     /// as the live host does.
     last_table: Mutex<Vec<std::sync::Arc<super::MountEntry>>>,
@@ -135,15 +135,15 @@ impl FakeHost {
     }
 
     /// Every call so far, in order.
-    pub fn calls(&self) -> Vec<Call> {
+    pub fn calls(&self) -> Vec<HostCall> {
         self.lock_calls().clone()
     }
 
-    fn record(&self, call: Call) {
+    fn record(&self, call: HostCall) {
         self.lock_calls().push(call);
     }
 
-    fn lock_calls(&self) -> std::sync::MutexGuard<'_, Vec<Call>> {
+    fn lock_calls(&self) -> std::sync::MutexGuard<'_, Vec<HostCall>> {
         // A panic while holding the lock can only come from a failing test; the log is still readable.
         self.calls
             .lock()
@@ -165,7 +165,7 @@ fn answer<T: Clone>(map: &HashMap<PathBuf, Canned<T>>, path: &Path) -> Result<T,
 
 impl Host for FakeHost {
     fn mount_table(&self) -> Result<MountTable, HostError> {
-        self.record(Call::MountTable);
+        self.record(HostCall::MountTable);
         let path = PathBuf::from("/proc/self/mountinfo");
         let text = match &self.mountinfo {
             Some(Ok(text)) => text.clone(),
@@ -199,7 +199,7 @@ impl Host for FakeHost {
     }
 
     fn canonicalize(&self, path: &Path) -> Result<PathBuf, HostError> {
-        self.record(Call::Canonicalize(path.into()));
+        self.record(HostCall::Canonicalize(path.into()));
         match self.canonical.get(path) {
             Some(Ok(resolved)) => Ok(resolved.clone()),
             Some(Err(code)) => Err(HostError::Canonicalize {
@@ -216,7 +216,7 @@ impl Host for FakeHost {
     }
 
     fn read_dir(&self, dir: &Path) -> Result<Vec<DirEntry>, HostError> {
-        self.record(Call::ReadDir(dir.into()));
+        self.record(HostCall::ReadDir(dir.into()));
         answer(&self.dirs, dir).map_err(|source| HostError::ReadDir {
             path: dir.into(),
             source,
@@ -224,7 +224,7 @@ impl Host for FakeHost {
     }
 
     fn dir_entry(&self, dir: &Path, name: &std::ffi::OsStr) -> Result<Option<DirEntry>, HostError> {
-        self.record(Call::DirEntry(dir.join(name)));
+        self.record(HostCall::DirEntry(dir.join(name)));
         let entries = answer(&self.dirs, dir).map_err(|source| HostError::ReadDir {
             path: dir.into(),
             source,
@@ -235,7 +235,7 @@ impl Host for FakeHost {
     }
 
     fn statvfs(&self, path: &Path) -> Result<FsSize, HostError> {
-        self.record(Call::Statvfs(path.into()));
+        self.record(HostCall::Statvfs(path.into()));
         answer(&self.statvfs, path).map_err(|source| HostError::Statvfs {
             path: path.into(),
             source,
@@ -243,7 +243,7 @@ impl Host for FakeHost {
     }
 
     fn block_device_size(&self, path: &Path) -> Result<u64, HostError> {
-        self.record(Call::BlockDeviceSize(path.into()));
+        self.record(HostCall::BlockDeviceSize(path.into()));
         answer(&self.block_sizes, path).map_err(|source| HostError::OpenDevice {
             path: path.into(),
             source,
@@ -251,7 +251,7 @@ impl Host for FakeHost {
     }
 
     fn probe_filesystem(&self, device: &Path) -> Result<FsProbe, HostError> {
-        self.record(Call::ProbeFilesystem(device.into()));
+        self.record(HostCall::ProbeFilesystem(device.into()));
         answer(&self.probes, device).map_err(|source| HostError::Probe {
             device: device.into(),
             source: source.into(),
@@ -259,7 +259,7 @@ impl Host for FakeHost {
     }
 
     fn device_claimed(&self, device: &Path) -> Result<bool, HostError> {
-        self.record(Call::DeviceClaimed(device.into()));
+        self.record(HostCall::DeviceClaimed(device.into()));
         answer(&self.claimed, device).map_err(|source| HostError::DeviceClaimed {
             path: device.into(),
             source,
@@ -267,7 +267,7 @@ impl Host for FakeHost {
     }
 
     fn hardware_ids(&self, dev: DevId) -> Result<HardwareIds, HostError> {
-        self.record(Call::HardwareIds(dev));
+        self.record(HostCall::HardwareIds(dev));
         match self.hardware.get(&dev) {
             Some(Ok(ids)) => Ok(ids.clone()),
             Some(Err(code)) => Err(HostError::ReadSysfs {
@@ -279,12 +279,12 @@ impl Host for FakeHost {
     }
 
     fn device_node(&self, dev: DevId) -> Result<Option<PathBuf>, HostError> {
-        self.record(Call::DeviceNode(dev));
+        self.record(HostCall::DeviceNode(dev));
         Ok(self.nodes.get(&dev).cloned())
     }
 
     fn volume_id(&self, path: &Path) -> Result<VolumeTag, HostError> {
-        self.record(Call::VolumeId(path.into()));
+        self.record(HostCall::VolumeId(path.into()));
         match self.lock_ids().get(path) {
             Some(Ok(tag)) => Ok(tag.clone()),
             Some(Err(code)) => Err(HostError::ReadVolumeId {
@@ -296,7 +296,7 @@ impl Host for FakeHost {
     }
 
     fn tag_volume(&self, path: &Path) -> Result<String, HostError> {
-        self.record(Call::TagVolume(path.into()));
+        self.record(HostCall::TagVolume(path.into()));
         let failed = |code| HostError::TagVolume {
             path: path.into(),
             source: errno(code),

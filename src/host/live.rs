@@ -36,11 +36,11 @@ const CHECKS: usize = 3;
 
 #[derive(Debug, Default)]
 pub struct LiveMounts {
-    state: Mutex<State>,
+    state: Mutex<LiveState>,
 }
 
 #[derive(Debug, Default)]
-enum State {
+enum LiveState {
     #[default]
     Unknown,
     /// The API cannot be used here, for this reason (logged once).
@@ -74,24 +74,24 @@ impl LiveMounts {
     pub fn table(&self, mountinfo: &Path) -> Option<(MountTable, Read)> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match &mut *state {
-            State::Off(_) => None,
-            State::Unknown => match start(mountinfo) {
+            LiveState::Off(_) => None,
+            LiveState::Unknown => match start(mountinfo) {
                 Ok(tracked) => {
                     let table = tracked.table.clone();
-                    *state = State::On(tracked);
+                    *state = LiveState::On(tracked);
                     Some((table, Read::Full))
                 }
                 Err(reason) => {
                     info!(%reason, "reading the whole mount table after every mount event");
-                    *state = State::Off(reason);
+                    *state = LiveState::Off(reason);
                     None
                 }
             },
-            State::On(tracked) => match tracked.update() {
+            LiveState::On(tracked) => match tracked.update() {
                 Ok(read) => Some((tracked.table.clone(), read)),
                 Err(errno) => {
                     warn!(error = %errno, "the mount API failed; reading the whole mount table from now on");
-                    *state = State::Off(format!("the mount API failed: {errno}"));
+                    *state = LiveState::Off(format!("the mount API failed: {errno}"));
                     None
                 }
             },
@@ -101,7 +101,7 @@ impl LiveMounts {
     /// Why the mount API is not used, once a read found out.
     pub fn off_reason(&self) -> Option<String> {
         match &*self.state.lock().unwrap_or_else(|e| e.into_inner()) {
-            State::Off(reason) => Some(reason.clone()),
+            LiveState::Off(reason) => Some(reason.clone()),
             _ => None,
         }
     }

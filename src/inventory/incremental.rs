@@ -50,20 +50,20 @@ pub struct Work {
 
 #[derive(Default)]
 pub struct IncrementalInventory {
-    last: Option<Last>,
+    last: Option<LastBuild>,
     work: Work,
     /// Entries built by every build so far.
     built: usize,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-enum Entry {
+enum FoundEntry {
     Disk(Arc<Disk>),
     Unusable(Unusable),
 }
 
 struct SeenEntry {
-    entry: Entry,
+    entry: FoundEntry,
     links: Vec<EntryLink>,
     /// The object name the last build gave it.
     name: Option<String>,
@@ -74,15 +74,15 @@ struct SeenObject {
     key: DiskKey,
 }
 
-struct Global {
+struct BuildContext {
     node: String,
     settings: Settings,
     failed: Vec<ClassFailure>,
     others: Vec<LocalDisk>,
 }
 
-struct Last {
-    global: Global,
+struct LastBuild {
+    global: BuildContext,
     entries: FastMap<PathBuf, SeenEntry>,
     /// This node's objects by name, and their names by disk key.
     objects: BTreeMap<String, SeenObject>,
@@ -114,17 +114,17 @@ struct Last {
     pv_order: Vec<Arc<PersistentVolume>>,
 }
 
-fn entry_key(entry: &Entry) -> DiskKey {
+fn entry_key(entry: &FoundEntry) -> DiskKey {
     match entry {
-        Entry::Disk(disk) => DiskKey::of_disk(disk),
-        Entry::Unusable(u) => DiskKey::Path(u.host_path.clone()),
+        FoundEntry::Disk(disk) => DiskKey::of_disk(disk),
+        FoundEntry::Unusable(u) => DiskKey::Path(u.host_path.clone()),
     }
 }
 
-fn entry_links(node: &str, entry: &Entry) -> Vec<EntryLink> {
+fn entry_links(node: &str, entry: &FoundEntry) -> Vec<EntryLink> {
     let disk = match entry {
-        Entry::Disk(disk) => Some(&**disk),
-        Entry::Unusable(_) => None,
+        FoundEntry::Disk(disk) => Some(&**disk),
+        FoundEntry::Unusable(_) => None,
     };
     relation::entry_links(node, entry_key(entry), disk, host_path(entry))
 }
@@ -259,7 +259,7 @@ impl IncrementalInventory {
                 .collect();
             for path in &affected {
                 if let Some(SeenEntry {
-                    entry: Entry::Disk(disk),
+                    entry: FoundEntry::Disk(disk),
                     ..
                 }) = last.entries.get(*path)
                 {
@@ -276,7 +276,7 @@ impl IncrementalInventory {
         for disk in &found.disks {
             let key = DiskKey::of_disk(disk);
             let same = matches!(last.entries.get(&disk.host_path),
-                Some(SeenEntry { entry: Entry::Disk(d), .. }) if d == disk);
+                Some(SeenEntry { entry: FoundEntry::Disk(d), .. }) if d == disk);
             if same && !keys.contains(&key) {
                 names.extend(last.wanted.get(&disk.host_path).cloned());
                 continue;
@@ -302,7 +302,7 @@ impl IncrementalInventory {
             whole: true,
         };
         self.built += entries;
-        self.last = Last::whole(inputs, trace.names, trace.noisy);
+        self.last = LastBuild::whole(inputs, trace.names, trace.noisy);
         changes
     }
 
@@ -316,15 +316,15 @@ impl IncrementalInventory {
     }
 }
 
-impl Last {
+impl LastBuild {
     fn whole(
         inputs: &Inputs<'_>,
         names: Vec<(PathBuf, String)>,
         noisy: BTreeSet<PathBuf>,
-    ) -> Option<Last> {
+    ) -> Option<LastBuild> {
         let mine = mine(inputs.node, inputs.existing)?;
-        let mut last = Last {
-            global: Global {
+        let mut last = LastBuild {
+            global: BuildContext {
                 node: inputs.node.to_string(),
                 settings: inputs.settings.clone(),
                 failed: inputs.found.failed_classes.clone(),
@@ -435,7 +435,7 @@ impl Last {
         }
     }
 
-    fn add_entry(&mut self, node: &str, entry: Entry) {
+    fn add_entry(&mut self, node: &str, entry: FoundEntry) {
         let links = entry_links(node, &entry);
         let path = host_path(&entry).to_path_buf();
         for link in &links {
@@ -481,7 +481,7 @@ impl Last {
         for path in paths {
             self.wanted.remove(path);
             let Some(SeenEntry {
-                entry: Entry::Disk(disk),
+                entry: FoundEntry::Disk(disk),
                 ..
             }) = self.entries.get(path)
             else {
@@ -556,7 +556,7 @@ impl Last {
             dirty.extend(paths(&self.unhealthy));
         }
         // Found entries.
-        let mut changed_entries: Vec<Entry> = Vec::new();
+        let mut changed_entries: Vec<FoundEntry> = Vec::new();
         let mut gone_entries: Vec<PathBuf> = Vec::new();
         // NB: the same entries as the last build's are the ones `entries` holds: none changed, none gone.
         let same_entries = self.same_disks(inputs.found) && inputs.found.unusable == self.unusable;
@@ -834,20 +834,20 @@ fn disks_at(found: &Discovery, paths: &BTreeSet<PathBuf>) -> Vec<Arc<Disk>> {
 }
 
 /// Found entries, disks first, as the builder takes them.
-fn entries(found: &Discovery) -> Vec<Entry> {
+fn entries(found: &Discovery) -> Vec<FoundEntry> {
     found
         .disks
         .iter()
         .cloned()
-        .map(Entry::Disk)
-        .chain(found.unusable.iter().cloned().map(Entry::Unusable))
+        .map(FoundEntry::Disk)
+        .chain(found.unusable.iter().cloned().map(FoundEntry::Unusable))
         .collect()
 }
 
-fn host_path(entry: &Entry) -> &Path {
+fn host_path(entry: &FoundEntry) -> &Path {
     match entry {
-        Entry::Disk(d) => &d.host_path,
-        Entry::Unusable(u) => &u.host_path,
+        FoundEntry::Disk(d) => &d.host_path,
+        FoundEntry::Unusable(u) => &u.host_path,
     }
 }
 
@@ -865,18 +865,18 @@ impl<'a> EntryRef<'a> {
         }
     }
 
-    fn is(&self, entry: &Entry) -> bool {
+    fn is(&self, entry: &FoundEntry) -> bool {
         match (self, entry) {
-            (EntryRef::Disk(a), Entry::Disk(b)) => *a == b,
-            (EntryRef::Unusable(a), Entry::Unusable(b)) => *a == b,
+            (EntryRef::Disk(a), FoundEntry::Disk(b)) => *a == b,
+            (EntryRef::Unusable(a), FoundEntry::Unusable(b)) => *a == b,
             _ => false,
         }
     }
 
-    fn owned(&self) -> Entry {
+    fn owned(&self) -> FoundEntry {
         match self {
-            EntryRef::Disk(d) => Entry::Disk(Arc::clone(d)),
-            EntryRef::Unusable(u) => Entry::Unusable((*u).clone()),
+            EntryRef::Disk(d) => FoundEntry::Disk(Arc::clone(d)),
+            EntryRef::Unusable(u) => FoundEntry::Unusable((*u).clone()),
         }
     }
 }

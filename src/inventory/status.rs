@@ -22,7 +22,7 @@ use crate::config::values::label_value_problem;
 use crate::contract::{CLASS_LABEL, FS_UUID_LABEL, NODE_LABEL, Phase, WipePhase};
 use crate::disk::{Disk, Unusable, UnusableReason};
 use crate::plan::identity::{self, IdentityCheck};
-use crate::plan::pv::{Policy, PvView};
+use crate::plan::pv::{PvView, ReclaimPolicy};
 use crate::plan::state::DiskState;
 use crate::plan::{HoldReason, Unpublished};
 
@@ -81,14 +81,14 @@ pub fn labels(spec: &LocalDiskSpec) -> BTreeMap<String, String> {
 
 type PvAt<'a> = (PvView, &'a PersistentVolume);
 
-struct Verdict {
+struct PhaseVerdict {
     phase: LocalDiskPhase,
     reason: Option<DiskReason>,
     message: Option<String>,
 }
 
-fn verdict(phase: LocalDiskPhase, reason: DiskReason, message: String) -> Verdict {
-    Verdict {
+fn verdict(phase: LocalDiskPhase, reason: DiskReason, message: String) -> PhaseVerdict {
+    PhaseVerdict {
         phase,
         reason: Some(reason),
         message: Some(message),
@@ -150,7 +150,7 @@ fn disk_verdict(
     pv: Option<&PvAt<'_>>,
     (wiping, held): (bool, Option<&Unpublished>),
     failures: Option<&WipeFailures>,
-) -> Verdict {
+) -> PhaseVerdict {
     let failing =
         |f: &&WipeFailures| f.consecutive > 0 && f.consecutive >= inputs.settings.failing_after;
     if let Some(failures) = failures.filter(failing) {
@@ -200,7 +200,7 @@ fn disk_verdict(
             DiskReason::Retained,
             "the disk served a claim under reclaim policy Retain; mark it clean once its data is dealt with".into(),
         ),
-        _ => Verdict {
+        _ => PhaseVerdict {
             phase: LocalDiskPhase::Available,
             reason: None,
             message: None,
@@ -209,10 +209,10 @@ fn disk_verdict(
 }
 
 /// The phase a PV at the path gives; `None` for a PV being deleted that no claim holds.
-fn pv_verdict(view: &PvView, wiping: bool) -> Option<Verdict> {
+fn pv_verdict(view: &PvView, wiping: bool) -> Option<PhaseVerdict> {
     let name = &view.pv_ref.name;
     Some(match view.phase {
-        Phase::Bound => Verdict {
+        Phase::Bound => PhaseVerdict {
             phase: LocalDiskPhase::Bound,
             reason: None,
             message: None,
@@ -227,7 +227,7 @@ fn pv_verdict(view: &PvView, wiping: bool) -> Option<Verdict> {
             DiskReason::Wiped,
             format!("wiped; PV {name} is deleted next and the disk published again"),
         ),
-        Phase::Released if view.policy == Policy::Retain => verdict(
+        Phase::Released if view.policy == ReclaimPolicy::Retain => verdict(
             LocalDiskPhase::Released,
             DiskReason::Retained,
             format!(
@@ -247,7 +247,7 @@ fn pv_verdict(view: &PvView, wiping: bool) -> Option<Verdict> {
             format!("PV {name} is Failed; see its events"),
         ),
         Phase::Pending | Phase::Unknown | Phase::Available if view.deleting => return None,
-        Phase::Pending | Phase::Unknown | Phase::Available => Verdict {
+        Phase::Pending | Phase::Unknown | Phase::Available => PhaseVerdict {
             phase: LocalDiskPhase::Available,
             reason: None,
             message: None,
@@ -255,7 +255,7 @@ fn pv_verdict(view: &PvView, wiping: bool) -> Option<Verdict> {
     })
 }
 
-fn hold_verdict(held: &Unpublished) -> Verdict {
+fn hold_verdict(held: &Unpublished) -> PhaseVerdict {
     let (phase, reason) = match held.reason {
         HoldReason::Retained => (LocalDiskPhase::Released, DiskReason::Retained),
         HoldReason::AwaitingWipe => (LocalDiskPhase::Wiping, DiskReason::AwaitingWipe),

@@ -16,21 +16,41 @@ fn held(holder: Option<&str>, renewed: Option<i64>, duration: Option<i32>) -> Le
 
 #[test]
 fn each_lease_state_gives_one_step() {
-    let follow = |until: i64| Step::Follow {
+    let follow = |until: i64| LeaseStep::Follow {
         holder: "b".into(),
         until: Some(at(until)),
     };
     // (lease, now) -> step, for replica "a"
-    let cases: [(Option<LeaseSpec>, i64, Step); 9] = [
-        (None, 0, Step::Create),
-        (Some(held(Some("a"), Some(0), Some(15))), 5, Step::Renew),
-        (Some(held(Some("a"), Some(0), Some(15))), 500, Step::Renew),
+    let cases: [(Option<LeaseSpec>, i64, LeaseStep); 9] = [
+        (None, 0, LeaseStep::Create),
+        (
+            Some(held(Some("a"), Some(0), Some(15))),
+            5,
+            LeaseStep::Renew,
+        ),
+        (
+            Some(held(Some("a"), Some(0), Some(15))),
+            500,
+            LeaseStep::Renew,
+        ),
         (Some(held(Some("b"), Some(0), Some(15))), 5, follow(15)),
         (Some(held(Some("b"), Some(0), Some(15))), 15, follow(15)),
-        (Some(held(Some("b"), Some(0), Some(15))), 16, Step::TakeOver),
-        (Some(held(None, Some(0), Some(15))), 1, Step::TakeOver),
-        (Some(held(Some(""), Some(0), Some(15))), 1, Step::TakeOver),
-        (Some(held(Some("b"), None, Some(15))), 1, Step::TakeOver),
+        (
+            Some(held(Some("b"), Some(0), Some(15))),
+            16,
+            LeaseStep::TakeOver,
+        ),
+        (Some(held(None, Some(0), Some(15))), 1, LeaseStep::TakeOver),
+        (
+            Some(held(Some(""), Some(0), Some(15))),
+            1,
+            LeaseStep::TakeOver,
+        ),
+        (
+            Some(held(Some("b"), None, Some(15))),
+            1,
+            LeaseStep::TakeOver,
+        ),
     ];
     for (i, (lease, now, want)) in cases.into_iter().enumerate() {
         assert_eq!(decide(lease.as_ref(), "a", at(now)), want, "case {i}");
@@ -38,7 +58,7 @@ fn each_lease_state_gives_one_step() {
     let zero = held(Some("b"), Some(0), Some(0));
     assert_eq!(
         decide(Some(&zero), "a", at(0)),
-        Step::TakeOver,
+        LeaseStep::TakeOver,
         "a zero duration holds nothing"
     );
 }
@@ -49,16 +69,16 @@ fn a_take_over_counts_a_transition_and_a_renewal_keeps_the_acquire_time() {
         acquire_time: Some(MicroTime(at(-100))),
         ..held(Some("b"), Some(0), Some(15))
     };
-    let taken = next_spec(Some(&theirs), &Step::TakeOver, "a", 15, at(20));
+    let taken = next_spec(Some(&theirs), &LeaseStep::TakeOver, "a", 15, at(20));
     assert_eq!(taken.holder_identity.as_deref(), Some("a"));
     assert_eq!(taken.lease_transitions, Some(3));
     assert_eq!(taken.acquire_time, Some(MicroTime(at(20))));
     assert_eq!(taken.renew_time, Some(MicroTime(at(20))));
-    let renewed = next_spec(Some(&taken), &Step::Renew, "a", 15, at(25));
+    let renewed = next_spec(Some(&taken), &LeaseStep::Renew, "a", 15, at(25));
     assert_eq!(renewed.lease_transitions, Some(3));
     assert_eq!(renewed.acquire_time, Some(MicroTime(at(20))));
     assert_eq!(renewed.renew_time, Some(MicroTime(at(25))));
-    let created = next_spec(None, &Step::Create, "a", 0, at(1));
+    let created = next_spec(None, &LeaseStep::Create, "a", 0, at(1));
     assert_eq!(created.lease_duration_seconds, Some(1), "at least a second");
     assert_eq!(created.lease_transitions, None);
 }
@@ -78,17 +98,17 @@ fn two_replicas_reading_the_same_lease_never_both_hold_it_without_a_write() {
             let a = decide(lease.as_ref(), "a", at(now));
             let b = decide(lease.as_ref(), "b", at(now));
             assert!(
-                !(a == Step::Renew && b == Step::Renew),
+                !(a == LeaseStep::Renew && b == LeaseStep::Renew),
                 "{lease:?} at {now}: both renew"
             );
             if a.writes() && b.writes() {
                 // NB: a holder renewing past its expiry races a taker; the resourceVersion settles it.
                 let race = matches!(
                     (&a, &b),
-                    (Step::Create, Step::Create)
-                        | (Step::TakeOver, Step::TakeOver)
-                        | (Step::Renew, Step::TakeOver)
-                        | (Step::TakeOver, Step::Renew)
+                    (LeaseStep::Create, LeaseStep::Create)
+                        | (LeaseStep::TakeOver, LeaseStep::TakeOver)
+                        | (LeaseStep::Renew, LeaseStep::TakeOver)
+                        | (LeaseStep::TakeOver, LeaseStep::Renew)
                 );
                 assert!(
                     race,

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use super::identity::{self, IdentityCheck};
 use super::owners::OtherPv;
-use super::pv::{MetaPatch, Origin, Policy, PvRef, PvView, lifetime};
-use super::relation::{self, PvIndex};
+use super::pv::{MetaPatch, Origin, PvRef, PvView, ReclaimPolicy, lifetime};
+use super::relation::{self, PvsByLink};
 use super::state::{Condition, DiskState, Memory};
 use super::{
     Action, ClassFacts, EventType, HoldReason, Inputs, Plan, PvEvent, Reason, Unpublished,
@@ -38,7 +38,7 @@ pub(super) struct Planner<'a> {
     /// Shared, so judging one PV can read the others (overlaps, twins).
     pvs: std::sync::Arc<[PvView]>,
     /// Where to find `pvs` by path, name and recorded identity (indices, in `pvs` order).
-    index: PvIndex,
+    index: PvsByLink,
     /// PVs that are not ours (see `own`).
     others: Vec<OtherPv>,
     /// The storage each PV and disk exposes, by device (see `overlap`).
@@ -96,7 +96,7 @@ impl<'a> Planner<'a> {
             deciding: None,
             #[cfg(debug_assertions)]
             reach: relation::Reach::new(inputs, &split.pvs, disks.values().copied()),
-            index: PvIndex::new(&split.pvs),
+            index: PvsByLink::new(&split.pvs),
             footprints: overlap::Footprints::new(&split.pvs, &disks),
             twins: duplicate::Twins::new(disks.values()),
             unhealthy: found
@@ -200,7 +200,9 @@ impl<'a> Planner<'a> {
         if pv.deleting {
             return;
         }
-        if pv.phase == Phase::Released && pv.policy == Policy::Delete && pv.wipe == WipePhase::Wiped
+        if pv.phase == Phase::Released
+            && pv.policy == ReclaimPolicy::Delete
+            && pv.wipe == WipePhase::Wiped
         {
             self.delete(pv);
             return;
@@ -288,7 +290,7 @@ impl<'a> Planner<'a> {
         if !pv.holds_data() {
             return;
         }
-        let state = if pv.policy == Policy::Retain {
+        let state = if pv.policy == ReclaimPolicy::Retain {
             DiskState::Retained
         } else {
             DiskState::Dirty
@@ -314,8 +316,8 @@ impl<'a> Planner<'a> {
         }
         let path = pv.path.display();
         match &pv.policy {
-            Policy::Delete => {}
-            Policy::Retain => {
+            ReclaimPolicy::Delete => {}
+            ReclaimPolicy::Retain => {
                 let message = format!("reclaim policy Retain: {path} is left untouched");
                 self.condition(
                     pv,
@@ -325,7 +327,7 @@ impl<'a> Planner<'a> {
                     message,
                 );
             }
-            Policy::Other(policy) => {
+            ReclaimPolicy::Other(policy) => {
                 let message = format!(
                     "reclaim policy {policy} is not supported for local volumes: {path} is left untouched"
                 );
@@ -398,7 +400,7 @@ impl<'a> Planner<'a> {
             why,
             message,
         );
-        if pv.phase == Phase::Released && pv.policy == Policy::Delete {
+        if pv.phase == Phase::Released && pv.policy == ReclaimPolicy::Delete {
             let message = format!("not wiping {path}: {what}; the PV stays Released");
             self.condition(
                 pv,
@@ -454,7 +456,9 @@ impl<'a> Planner<'a> {
                 // The class configuration for this directory changed; nobody uses the PV, so re-publish.
                 self.delete(pv);
             }
-            Phase::Released if pv.policy == Policy::Delete => self.reclaim(pv, disk, check, class),
+            Phase::Released if pv.policy == ReclaimPolicy::Delete => {
+                self.reclaim(pv, disk, check, class)
+            }
             _ => {}
         }
     }

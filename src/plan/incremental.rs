@@ -59,7 +59,7 @@ pub struct Work {
 /// inputs.
 #[derive(Default)]
 pub struct IncrementalPlanner {
-    last: Option<Last>,
+    last: Option<LastPass>,
     work: Work,
 }
 
@@ -78,7 +78,7 @@ impl IncrementalPlanner {
             disks: inputs.found.disks.len(),
             whole: true,
         };
-        self.last = Last::whole(inputs, &plan, noisy);
+        self.last = LastPass::whole(inputs, &plan, noisy);
         plan
     }
 
@@ -88,7 +88,7 @@ impl IncrementalPlanner {
 }
 
 /// What plans whole when it changes.
-struct Global {
+struct PassContext {
     node: NodeFacts,
     config: Config,
     classes: Vec<ClassFacts>,
@@ -96,9 +96,9 @@ struct Global {
     listed: bool,
 }
 
-impl Global {
-    fn of(inputs: &Inputs<'_>) -> Global {
-        Global {
+impl PassContext {
+    fn of(inputs: &Inputs<'_>) -> PassContext {
+        PassContext {
             node: inputs.node.clone(),
             config: inputs.config.clone(),
             classes: inputs.classes.to_vec(),
@@ -130,14 +130,14 @@ struct SeenDisk {
 }
 
 /// The address of a shared item, to find it again without reading it. NB: valid only while the item is held (the
-/// `Last` that records an address keeps its `Arc`), so an address is never reused for another item meanwhile.
+/// `LastPass` that records an address keeps its `Arc`), so an address is never reused for another item meanwhile.
 fn address<T>(item: &Arc<T>) -> usize {
     Arc::as_ptr(item) as usize
 }
 
 /// The world as the last pass saw it, and what it decided about each path.
-struct Last {
-    global: Global,
+struct LastPass {
+    global: PassContext,
     pvs: FastMap<String, SeenPv>,
     pvs_at: FastMap<PathBuf, BTreeSet<String>>,
     disks: FastMap<PathBuf, SeenDisk>,
@@ -212,15 +212,15 @@ fn remembers_foreign(memory: &Memory) -> bool {
         .any(|set| set.contains(&Condition::Foreign))
 }
 
-impl Last {
+impl LastPass {
     /// The state after a whole plan, when the world is clean.
-    fn whole(inputs: &Inputs<'_>, plan: &Plan, noisy: BTreeSet<PathBuf>) -> Option<Last> {
+    fn whole(inputs: &Inputs<'_>, plan: &Plan, noisy: BTreeSet<PathBuf>) -> Option<LastPass> {
         let owners = inputs.owners;
         if !owners.recorded || !owners.creating.is_empty() || remembers_foreign(&plan.memory) {
             return None;
         }
-        let mut last = Last {
-            global: Global::of(inputs),
+        let mut last = LastPass {
+            global: PassContext::of(inputs),
             pvs: FastMap::default(),
             pvs_at: FastMap::default(),
             disks: FastMap::default(),
@@ -412,8 +412,8 @@ impl Last {
     }
 
     /// What changed since the last pass, as paths, and the new state of what changed.
-    fn diff<'i>(&self, inputs: &Inputs<'i>) -> Option<Changes<'i>> {
-        let mut c = Changes::default();
+    fn diff<'i>(&self, inputs: &Inputs<'i>) -> Option<Diff<'i>> {
+        let mut c = Diff::default();
         let known = known_pvs(inputs);
         if inputs.owners.pvs.len() != known.len() {
             // An owner without its PV (ForgetOwner is decided whole), or a PV not recorded as ours.
@@ -536,7 +536,7 @@ impl Last {
         Some(c)
     }
 
-    fn diff_disks<'i>(&self, inputs: &Inputs<'i>, c: &mut Changes<'i>) -> Option<()> {
+    fn diff_disks<'i>(&self, inputs: &Inputs<'i>, c: &mut Diff<'i>) -> Option<()> {
         let found = &inputs.found.disks;
         // NB: a disk the pass hands over again unchanged is the same allocation: found by its address, its path
         // never hashed. Only the others are looked up by path.
@@ -693,9 +693,9 @@ impl Last {
     }
 }
 
-/// What [`Last::diff`] found.
+/// What [`LastPass::diff`] found.
 #[derive(Default)]
-struct Changes<'i> {
+struct Diff<'i> {
     dirty: BTreeSet<PathBuf>,
     /// Links of the changed items, with their paths.
     links: Vec<(Link, PathBuf)>,

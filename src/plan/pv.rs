@@ -31,7 +31,7 @@ pub fn provisioner_name(node: &str) -> String {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Policy {
+pub enum ReclaimPolicy {
     Delete,
     Retain,
     /// Recycle or anything unknown: left alone.
@@ -66,7 +66,7 @@ pub struct PvView {
     pub mode: VolumeMode,
     /// The PV's own `volumeMode`: what a claim sees.
     pub published_as: VolumeMode,
-    pub policy: Policy,
+    pub policy: ReclaimPolicy,
     pub deleting: bool,
     pub origin: Origin,
     pub recorded: Option<Recorded>,
@@ -116,9 +116,9 @@ impl PvView {
                 _ => VolumeMode::Filesystem,
             },
             policy: match spec.persistent_volume_reclaim_policy.as_deref() {
-                Some("Delete") => Policy::Delete,
-                Some("Retain") => Policy::Retain,
-                other => Policy::Other(other.unwrap_or("(unset)").to_string()),
+                Some("Delete") => ReclaimPolicy::Delete,
+                Some("Retain") => ReclaimPolicy::Retain,
+                other => ReclaimPolicy::Other(other.unwrap_or("(unset)").to_string()),
             },
             deleting: meta.deletion_timestamp.is_some(),
             origin,

@@ -3,14 +3,14 @@
 //!
 //! ```text
 //!  pv_links(PV), disk_links(disk) ──> Link: a shared id, a PV name, a ledger key
-//!        ├─> PvIndex: the whole planner finds other PVs only through a link of what it decides
+//!        ├─> PvsByLink: the whole planner finds other PVs only through a link of what it decides
 //!        ├─> incremental: a change at one path plans again every path sharing a link with it
 //!        └─> Reach (debug builds): every read of another path, or of a ledger key, is checked against the links
 //! ```
 //!
 //! A decision about the PVs and the disk at a path may read: anything at that path; another path only when the
 //! two share a [`Link`]; the ledger only at a key its path links. The planner reads other PVs only through
-//! [`PvIndex`], which answers only links; every other cross-path read (the disk at another PV's path, a footprint,
+//! [`PvsByLink`], which answers only links; every other cross-path read (the disk at another PV's path, a footprint,
 //! a twin disk, a ledger entry) goes through a planner accessor that asks [`Reach`] in debug builds. So a new rule
 //! that reads something the incremental planner does not follow fails every test that exercises it (a debug
 //! assertion), instead of leaving a stale plan that only a random world might show.
@@ -85,14 +85,14 @@ fn path_key(mode: crate::disk::VolumeMode, path: &Path) -> String {
 /// The pass's PVs by path and by the links that find them (indices in the pass's order), so placing each disk is
 /// not a scan of every PV. Only ids and names are indexed: no decision looks a PV up by ledger key.
 #[derive(Default)]
-pub struct PvIndex {
+pub struct PvsByLink {
     at_path: FastMap<PathBuf, Vec<usize>>,
     linked: FastMap<Link, Vec<usize>>,
 }
 
-impl PvIndex {
-    pub fn new(pvs: &[PvView]) -> PvIndex {
-        let mut index = PvIndex::default();
+impl PvsByLink {
+    pub fn new(pvs: &[PvView]) -> PvsByLink {
+        let mut index = PvsByLink::default();
         for (i, pv) in pvs.iter().enumerate() {
             index.at_path.entry(pv.path.clone()).or_default().push(i);
             for link in pv_lookup_links(pv) {

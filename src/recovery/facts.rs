@@ -24,7 +24,7 @@ impl Ask {
 
 /// One LocalDisk as recovery reads it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Disk {
+pub struct DiskFacts {
     pub name: String,
     pub node: String,
     /// The PV publishing it (`status.pv`).
@@ -38,8 +38,8 @@ pub struct Disk {
     pub drain: Option<bool>,
 }
 
-impl Disk {
-    pub fn from_local_disk(d: &crate::inventory::LocalDisk) -> Disk {
+impl DiskFacts {
+    pub fn from_local_disk(d: &crate::inventory::LocalDisk) -> DiskFacts {
         let status = d.status.as_ref();
         let health = status
             .and_then(|s| s.health.as_deref())
@@ -59,7 +59,7 @@ impl Disk {
             .as_ref()
             .and_then(|a| a.get(ANN_DRAIN))
             .map(|v| v.trim() == DRAIN_FORCE);
-        Disk {
+        DiskFacts {
             name: d.metadata.name.clone().unwrap_or_default(),
             node: d.spec.node.clone(),
             pv: status.and_then(|s| s.pv.clone()),
@@ -114,16 +114,16 @@ impl NodeState {
 
 /// A claim as recovery reads it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Claim {
+pub struct ClaimFacts {
     pub uid: String,
     pub volume: Option<String>,
     pub ask: Ask,
     pub deleting: bool,
 }
 
-impl Claim {
-    pub fn from_claim(c: &PersistentVolumeClaim) -> Claim {
-        Claim {
+impl ClaimFacts {
+    pub fn from_claim(c: &PersistentVolumeClaim) -> ClaimFacts {
+        ClaimFacts {
             uid: c.metadata.uid.clone().unwrap_or_default(),
             volume: c.spec.as_ref().and_then(|s| s.volume_name.clone()),
             ask: Ask::of(c.metadata.annotations.as_ref()),

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::Disk;
+use super::DiskFacts;
 use crate::cleanup::Volume;
 use crate::contract::Phase;
 
@@ -24,7 +24,7 @@ pub struct ToldPod {
 /// Whether the disk under `told`'s claim is healthy again: the PV is still Bound to that claim, on the node of a
 /// LocalDisk publishing it, and that LocalDisk shows no health problem. A PV released, deleted or moved to
 /// another claim (recovered), or a disk no LocalDisk shows, is not: the pod then hears nothing more.
-pub fn healthy_again(told: &ToldPod, pvs: &[Arc<Volume>], disks: &[Disk]) -> bool {
+pub fn healthy_again(told: &ToldPod, pvs: &[Arc<Volume>], disks: &[DiskFacts]) -> bool {
     let Some(pv) = pvs.iter().find(|pv| pv.name == told.pv) else {
         return false;
     };
@@ -78,13 +78,13 @@ mod tests {
         })
     }
 
-    fn disk(health: Option<State>, node: &str) -> Disk {
-        Disk {
+    fn disk(health: Option<State>, node: &str) -> DiskFacts {
+        DiskFacts {
             name: "disk-a".into(),
             node: node.into(),
             pv: Some("pv-a".into()),
             health,
-            ..Disk::default()
+            ..DiskFacts::default()
         }
     }
 
@@ -105,7 +105,7 @@ mod tests {
     #[case::a_disk_of_another_node(pv(Phase::Bound, "data-web-0"), disk(None, "node-2"), false)]
     fn a_told_pod_hears_the_all_clear_only_when_its_claims_disk_is_healthy_again(
         #[case] pv: Arc<Volume>,
-        #[case] disk: Disk,
+        #[case] disk: DiskFacts,
         #[case] want: bool,
     ) {
         assert_eq!(healthy_again(&told(), &[pv], &[disk]), want);

@@ -26,8 +26,8 @@ fn volume(name: &str, node: &str, phase: Phase, claim: Option<&str>) -> Arc<Volu
     })
 }
 
-fn disk(name: &str, node: &str, pv: &str, health: Option<State>) -> Disk {
-    Disk {
+fn disk(name: &str, node: &str, pv: &str, health: Option<State>) -> DiskFacts {
+    DiskFacts {
         name: name.into(),
         node: node.into(),
         pv: Some(pv.into()),
@@ -49,7 +49,7 @@ fn node_state(name: &str) -> NodeState {
 
 struct World {
     pvs: Vec<Arc<Volume>>,
-    disks: Vec<Disk>,
+    disks: Vec<DiskFacts>,
     nodes: BTreeMap<String, NodeState>,
     gone_since: BTreeMap<String, SystemTime>,
     signals: NodeSignals,
@@ -341,7 +341,7 @@ fn pod(name: &str, owner: &str, ready: bool) -> PodState {
 
 fn scene() -> Scene {
     Scene {
-        claim: Some(Claim {
+        claim: Some(ClaimFacts {
             uid: "uid-data-web-0".into(),
             volume: Some("pv-a".into()),
             ask: Ask::Unset,
@@ -363,10 +363,10 @@ fn scene() -> Scene {
     }
 }
 
-fn policy(class: Option<Mode>) -> Policy {
-    Policy {
+fn policy(class: Option<RecoveryMode>) -> RecoveryPolicy {
+    RecoveryPolicy {
         classes: class
-            .map(|m| ("fast".to_string(), Ask::Mode(m)))
+            .map(|m| ("fast".to_string(), Ask::RecoveryMode(m)))
             .into_iter()
             .collect(),
         interval: Duration::from_secs(300),
@@ -384,22 +384,27 @@ fn verdict(d: &Decision) -> String {
 
 #[test]
 fn opt_in_comes_from_the_claim_then_the_set_then_the_class_and_is_off_by_default() {
-    let on = Ask::Mode(Mode::On);
-    let off = Ask::Mode(Mode::Off);
-    let dry = Ask::Mode(Mode::DryRun);
+    let on = Ask::RecoveryMode(RecoveryMode::On);
+    let off = Ask::RecoveryMode(RecoveryMode::Off);
+    let dry = Ask::RecoveryMode(RecoveryMode::DryRun);
     // (claim, set, class) -> verdict
-    let cases: [(Ask, Ask, Option<Mode>, &str); 8] = [
+    let cases: [(Ask, Ask, Option<RecoveryMode>, &str); 8] = [
         (Ask::Unset, Ask::Unset, None, "hold Off"),
-        (Ask::Unset, Ask::Unset, Some(Mode::On), "recover"),
-        (Ask::Unset, Ask::Unset, Some(Mode::DryRun), "dry-run"),
-        (Ask::Unset, off.clone(), Some(Mode::On), "hold Off"),
+        (Ask::Unset, Ask::Unset, Some(RecoveryMode::On), "recover"),
+        (
+            Ask::Unset,
+            Ask::Unset,
+            Some(RecoveryMode::DryRun),
+            "dry-run",
+        ),
+        (Ask::Unset, off.clone(), Some(RecoveryMode::On), "hold Off"),
         (on.clone(), off.clone(), None, "recover"),
-        (off.clone(), on.clone(), Some(Mode::On), "hold Off"),
+        (off.clone(), on.clone(), Some(RecoveryMode::On), "hold Off"),
         (dry.clone(), on.clone(), None, "dry-run"),
         (
             Ask::Invalid("yes please".into()),
             on.clone(),
-            Some(Mode::On),
+            Some(RecoveryMode::On),
             "hold BadAnnotation { value: \"yes please\" }",
         ),
     ];
@@ -417,7 +422,7 @@ fn a_recovery_deletes_the_claim_and_the_pod_it_names_and_says_what_is_lost() {
     let got = decide(
         &lost_a(),
         &scene(),
-        &policy(Some(Mode::On)),
+        &policy(Some(RecoveryMode::On)),
         &mut Memory::default(),
         at(0),
     );
@@ -451,7 +456,7 @@ fn a_recovery_deletes_the_claim_and_the_pod_it_names_and_says_what_is_lost() {
 #[test]
 fn only_a_claim_of_a_statefulset_template_in_its_own_namespace_with_its_pod_owned_by_the_set_is_recovered()
  {
-    let on = policy(Some(Mode::On));
+    let on = policy(Some(RecoveryMode::On));
     let cases: [Change; 6] = [
         ("no set in the namespace", |s| s.sets.clear()),
         ("another template", |s| {
@@ -497,7 +502,7 @@ fn only_a_claim_of_a_statefulset_template_in_its_own_namespace_with_its_pod_owne
 
 #[test]
 fn a_claim_that_is_gone_replaced_or_no_longer_the_pvs_is_settled() {
-    let on = policy(Some(Mode::On));
+    let on = policy(Some(RecoveryMode::On));
     let cases: [Change; 4] = [
         ("gone", |s| s.claim = None),
         ("deleting", |s| s.claim.as_mut().unwrap().deleting = true),
@@ -518,7 +523,7 @@ fn a_claim_that_is_gone_replaced_or_no_longer_the_pvs_is_settled() {
 
 #[test]
 fn recovery_waits_while_another_replica_is_not_ready_missing_or_terminating() {
-    let on = policy(Some(Mode::On));
+    let on = policy(Some(RecoveryMode::On));
     let cases: [(Change, &str); 4] = [
         (("web-1 not Ready", |s| s.pods[1].ready = false), "web-1"),
         (
@@ -565,7 +570,7 @@ fn recovery_waits_while_another_replica_is_not_ready_missing_or_terminating() {
 
 #[test]
 fn one_recovery_in_flight_per_set_and_one_per_interval_in_the_cluster() {
-    let on = policy(Some(Mode::On));
+    let on = policy(Some(RecoveryMode::On));
     let mut memory = Memory::default();
     let Decision::Recover(steps) = decide(&lost_a(), &scene(), &on, &mut memory, at(0)) else {
         panic!()
@@ -578,10 +583,10 @@ fn one_recovery_in_flight_per_set_and_one_per_interval_in_the_cluster() {
     l1.claim = "data-web-1".into();
     l1.claim_uid = Some("uid-data-web-1".into());
     let mut s1 = scene();
-    s1.claim = Some(Claim {
+    s1.claim = Some(ClaimFacts {
         uid: "uid-data-web-1".into(),
         volume: Some("pv-b".into()),
-        ..Claim::default()
+        ..ClaimFacts::default()
     });
     s1.pods[0].ready = true;
     assert_eq!(
@@ -625,7 +630,7 @@ fn one_recovery_in_flight_per_set_and_one_per_interval_in_the_cluster() {
         verdict(&decide(
             &lost_a(),
             &other,
-            &policy(Some(Mode::DryRun)),
+            &policy(Some(RecoveryMode::DryRun)),
             &mut memory,
             at(399)
         )),
@@ -644,7 +649,7 @@ fn a_forced_drain_needs_no_opt_in_but_keeps_every_guard() {
         disk: "node-1-a".into(),
         force: true,
     };
-    let off = policy(Some(Mode::Off));
+    let off = policy(Some(RecoveryMode::Off));
     assert_eq!(
         verdict(&decide(&l, &scene(), &off, &mut Memory::default(), at(0))),
         "recover"
@@ -672,7 +677,7 @@ fn a_claim_without_a_pod_is_recovered_by_deleting_the_claim_alone() {
     let got = decide(
         &lost_a(),
         &s,
-        &policy(Some(Mode::On)),
+        &policy(Some(RecoveryMode::On)),
         &mut Memory::default(),
         at(0),
     );
@@ -686,16 +691,16 @@ fn a_claim_without_a_pod_is_recovered_by_deleting_the_claim_alone() {
 #[test]
 fn modes_and_annotations_parse_strictly() {
     for (text, want) in [
-        ("on", Some(Mode::On)),
-        ("On", Some(Mode::On)),
-        ("true", Some(Mode::On)),
-        ("dry-run", Some(Mode::DryRun)),
-        ("DryRun", Some(Mode::DryRun)),
-        ("off", Some(Mode::Off)),
+        ("on", Some(RecoveryMode::On)),
+        ("On", Some(RecoveryMode::On)),
+        ("true", Some(RecoveryMode::On)),
+        ("dry-run", Some(RecoveryMode::DryRun)),
+        ("DryRun", Some(RecoveryMode::DryRun)),
+        ("off", Some(RecoveryMode::Off)),
         ("", None),
         ("yes", None),
     ] {
-        assert_eq!(Mode::parse(text), want, "{text:?}");
+        assert_eq!(RecoveryMode::parse(text), want, "{text:?}");
     }
     assert_eq!(Ask::from_annotation(None), Ask::Unset);
     assert_eq!(

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// One open connection as the table sees it.
-pub struct Entry {
+pub struct Conn {
     id: u64,
     epoch: Instant,
     /// Milliseconds since `epoch` of the last request start or end (or the accept).
@@ -35,7 +35,7 @@ pub struct Entry {
     socket: Option<TcpStream>,
 }
 
-impl Entry {
+impl Conn {
     fn now(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
     }
@@ -71,7 +71,7 @@ impl Entry {
 
 /// What `pick_victim` needs to know of one connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Seen {
+pub struct ConnView {
     pub id: u64,
     pub last_active: u64,
     pub in_flight: u32,
@@ -82,7 +82,7 @@ pub const CANDIDATES: usize = 8;
 
 /// The connections that may be closed for a newcomer, oldest idle first, at most `CANDIDATES`; never one with a
 /// request in flight.
-pub fn oldest_idle(conns: impl IntoIterator<Item = Seen>) -> Vec<u64> {
+pub fn oldest_idle(conns: impl IntoIterator<Item = ConnView>) -> Vec<u64> {
     let mut idle: Vec<(u64, u64)> = conns
         .into_iter()
         .filter(|c| c.in_flight == 0)
@@ -98,7 +98,7 @@ pub fn oldest_idle(conns: impl IntoIterator<Item = Seen>) -> Vec<u64> {
 
 /// What `admit` did.
 pub enum Admission {
-    Admitted(Arc<Entry>),
+    Admitted(Arc<Conn>),
     /// At the cap with every connection busy.
     Refused,
 }
@@ -107,7 +107,7 @@ pub struct Table {
     cap: usize,
     epoch: Instant,
     next: AtomicU64,
-    open: Mutex<HashMap<u64, Arc<Entry>>>,
+    open: Mutex<HashMap<u64, Arc<Conn>>>,
     evictions: AtomicU64,
 }
 
@@ -123,11 +123,11 @@ impl Table {
     }
 
     /// Makes room for one more connection if it can; the entry must be `release`d when the connection ends.
-    /// `socket` is a duplicate of the new connection's descriptor (see [`Entry`]).
+    /// `socket` is a duplicate of the new connection's descriptor (see [`Conn`]).
     pub fn admit(&self, socket: Option<TcpStream>) -> Admission {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if open.len() >= self.cap {
-            let seen = open.values().map(|e| Seen {
+            let seen = open.values().map(|e| ConnView {
                 id: e.id,
                 last_active: e.last_active.load(Ordering::SeqCst),
                 in_flight: e.in_flight.load(Ordering::SeqCst),
@@ -144,7 +144,7 @@ impl Table {
             }
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let entry = Arc::new(Entry {
+        let entry = Arc::new(Conn {
             id,
             epoch: self.epoch,
             last_active: AtomicU64::new(self.epoch.elapsed().as_millis() as u64),
@@ -156,7 +156,7 @@ impl Table {
         Admission::Admitted(entry)
     }
 
-    pub fn release(&self, entry: &Entry) {
+    pub fn release(&self, entry: &Conn) {
         self.open
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -176,8 +176,8 @@ impl Table {
 mod tests {
     use super::*;
 
-    fn seen(id: u64, last_active: u64, in_flight: u32) -> Seen {
-        Seen {
+    fn seen(id: u64, last_active: u64, in_flight: u32) -> ConnView {
+        ConnView {
             id,
             last_active,
             in_flight,
@@ -206,14 +206,14 @@ mod tests {
         );
     }
 
-    fn admitted(table: &Table, socket: Option<TcpStream>) -> Arc<Entry> {
+    fn admitted(table: &Table, socket: Option<TcpStream>) -> Arc<Conn> {
         match table.admit(socket) {
             Admission::Admitted(entry) => entry,
             Admission::Refused => panic!("refused"),
         }
     }
 
-    fn evicted(entry: &Entry) -> bool {
+    fn evicted(entry: &Conn) -> bool {
         futures::FutureExt::now_or_never(entry.evicted.notified()).is_some()
     }
 
@@ -295,7 +295,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let table = Table::new(2);
         let mut clients = Vec::new();
-        let entries: Vec<Arc<Entry>> = (0..2)
+        let entries: Vec<Arc<Conn>> = (0..2)
             .map(|_| {
                 let (mut c, s) = pair(&listener);
                 c.write_all(b"GET / HTTP/1.0\r\n\r\n")

@@ -28,7 +28,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
-use super::conns::{Admission, Entry, Table};
+use super::conns::{Admission, Conn, Table};
 use super::guard::{self, Guard};
 use super::limits::Limits;
 use super::warm::WARM;
@@ -161,7 +161,7 @@ pub async fn serve_plain(
 }
 
 /// Marks the connection busy while a request is handled, so eviction and the idle timeout pass it by.
-fn tracked(app: Router, entry: &Arc<Entry>) -> Router {
+fn tracked(app: Router, entry: &Arc<Conn>) -> Router {
     let entry = entry.clone();
     app.layer(middleware::from_fn(move |req: Request, next: Next| {
         let entry = entry.clone();
@@ -177,7 +177,7 @@ fn tracked(app: Router, entry: &Arc<Entry>) -> Router {
 async fn one_connection<F, I>(
     handshake: F,
     peer: SocketAddr,
-    entry: &Arc<Entry>,
+    entry: &Arc<Conn>,
     limits: &Limits,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) where

@@ -29,7 +29,7 @@ use nix::sys::stat::{Mode, fstat};
 use super::Control;
 use super::command::{self, CommandOutput};
 pub use super::fs_types::{FsOptions, FsWipeError, SkipOp, Skipped};
-use super::walk::{Ctx, Tally, Walk, open_dir, used_bytes};
+use super::walk::{Ctx, Walk, WorkerTally, open_dir, used_bytes};
 use crate::contract::DevId;
 
 /// Environment variable naming the volume root for an operator's filesystem wipe command.
@@ -213,7 +213,7 @@ fn open_root(root: &Path, expect: &Expected<'_>) -> Result<OwnedFd, FsWipeError>
 
 /// One walk over the whole tree: scan the root, then hand its subdirectories to the workers. Every step runs on
 /// threads of our own so the idle I/O priority never sticks to the caller's thread.
-fn run_pass(ctx: Ctx<'_>) -> Result<Tally, FsWipeError> {
+fn run_pass(ctx: Ctx<'_>) -> Result<WorkerTally, FsWipeError> {
     thread::scope(|s| {
         let lead = thread::Builder::new()
             .name("wipe-0".into())
@@ -223,7 +223,7 @@ fn run_pass(ctx: Ctx<'_>) -> Result<Tally, FsWipeError> {
     })
 }
 
-fn lead_pass(ctx: Ctx<'_>) -> Result<Tally, FsWipeError> {
+fn lead_pass(ctx: Ctx<'_>) -> Result<WorkerTally, FsWipeError> {
     let mut walk = Walk::new(ctx);
     let mut subdirs = Vec::new();
     walk.scan_root(&mut subdirs)?;

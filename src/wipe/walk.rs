@@ -86,7 +86,7 @@ enum Fate {
 }
 
 /// What the walk does next, decided while the top frame is borrowed and applied after.
-enum Step {
+enum WalkStep {
     Next,
     /// Entries of the top directory that stay.
     Keep(Vec<(CString, Keep)>),
@@ -122,7 +122,7 @@ impl Frame {
 
 /// What one worker did during one pass.
 #[derive(Debug, Default)]
-pub(super) struct Tally {
+pub(super) struct WorkerTally {
     pub(super) entries: u64,
     unflushed: u64,
     pub(super) skipped: Vec<Skipped>,
@@ -132,8 +132,8 @@ pub(super) struct Tally {
     pub(super) raced: bool,
 }
 
-impl Tally {
-    pub(super) fn merge(&mut self, other: Tally) {
+impl WorkerTally {
+    pub(super) fn merge(&mut self, other: WorkerTally) {
         self.entries += other.entries;
         for s in other.skipped {
             self.push_skipped(s);
@@ -154,7 +154,7 @@ impl Tally {
 
 pub(super) struct Walk<'a> {
     ctx: Ctx<'a>,
-    tally: Tally,
+    tally: WorkerTally,
 }
 
 /// What every worker of a wipe shares.
@@ -176,11 +176,11 @@ impl<'a> Walk<'a> {
         }
         Walk {
             ctx,
-            tally: Tally::default(),
+            tally: WorkerTally::default(),
         }
     }
 
-    pub(super) fn finish(mut self) -> Tally {
+    pub(super) fn finish(mut self) -> WorkerTally {
         self.flush();
         self.tally
     }
@@ -367,14 +367,14 @@ impl<'a> Walk<'a> {
                 continue;
             }
             match self.step(&mut stack)? {
-                Step::Next => {}
-                Step::Keep(kept) => {
+                WalkStep::Next => {}
+                WalkStep::Keep(kept) => {
                     if let Some(top) = stack.last_mut() {
                         top.kept |= !kept.is_empty();
                     }
                     self.keep_all(&stack, kept);
                 }
-                Step::Push(frame) => {
+                WalkStep::Push(frame) => {
                     stack.push(frame);
                     let len = stack.len();
                     if len > MAX_OPEN_PER_WORKER {
@@ -382,7 +382,7 @@ impl<'a> Walk<'a> {
                     }
                 }
                 // The top directory is empty (or keeps something): hand it to its parent for removal.
-                Step::Pop => {
+                WalkStep::Pop => {
                     let Some(done) = stack.pop() else {
                         return Ok(());
                     };
@@ -403,31 +403,31 @@ impl<'a> Walk<'a> {
     }
 
     /// One unit of work on the top frame, whose fd is open.
-    fn step(&mut self, stack: &mut [Frame]) -> Result<Step, FsWipeError> {
+    fn step(&mut self, stack: &mut [Frame]) -> Result<WalkStep, FsWipeError> {
         let Some(top) = stack.last_mut() else {
-            return Ok(Step::Next);
+            return Ok(WalkStep::Next);
         };
         let Some(fd) = top.fd.as_ref() else {
-            return Ok(Step::Pop);
+            return Ok(WalkStep::Pop);
         };
         let dir = fd.as_fd();
         if let Some(child) = top.remove_child.take() {
             return Ok(match self.remove_dir(dir, &child) {
-                Some(keep) => Step::Keep(vec![(child, keep)]),
-                None => Step::Next,
+                Some(keep) => WalkStep::Keep(vec![(child, keep)]),
+                None => WalkStep::Next,
             });
         }
         if !top.scanned {
             top.scanned = true;
-            return self.scan(dir, &mut top.pending).map(Step::Keep);
+            return self.scan(dir, &mut top.pending).map(WalkStep::Keep);
         }
         let Some(child) = top.pending.pop() else {
-            return Ok(Step::Pop);
+            return Ok(WalkStep::Pop);
         };
         Ok(match self.open_child(dir, &child) {
-            Ok(fd) => Step::Push(Frame::new(child, fd)),
-            Err(Fate::Kept(keep)) => Step::Keep(vec![(child, keep)]),
-            Err(_) => Step::Next,
+            Ok(fd) => WalkStep::Push(Frame::new(child, fd)),
+            Err(Fate::Kept(keep)) => WalkStep::Keep(vec![(child, keep)]),
+            Err(_) => WalkStep::Next,
         })
     }
 

@@ -128,7 +128,7 @@ fn set_or_remove(family: &Family<DiskLabels, Gauge>, labels: &DiskLabels, value:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::{Hardware, HardwareSource, Warning};
+    use crate::health::{DriveWarning, Hardware, HardwareSource};
 
     fn sample(entry: &str, state: State, io_errors: u64, hardware: Option<Hardware>) -> DiskSample {
         DiskSample {
@@ -152,7 +152,7 @@ mod tests {
         let m = DiskMetrics::register(reg.sub_registry_with_prefix("localpv_node"));
         let nvme = Hardware {
             source: HardwareSource::Nvme,
-            warnings: vec![Warning::SpareLow],
+            warnings: vec![DriveWarning::SpareLow],
             media_errors: 12,
             percentage_used: Some(103),
         };

@@ -8,13 +8,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::NodeSelectorTerm;
 use serde_yaml_ng::Value;
 
-use super::Reader;
+use super::ConfigReader;
 use crate::config::PvNaming;
 use crate::config::values::{go_duration, label_key_problem, label_value_problem, yaml11_bool};
 use crate::contract::NODE_LABEL;
 use crate::disk::VolumeMode;
 
-impl Reader {
+impl ConfigReader {
     /// String-keyed entries of a mapping; a null value means "not set" and is dropped.
     pub(super) fn entries<'v>(
         &mut self,

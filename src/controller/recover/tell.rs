@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 
 use super::{Inputs, Memory};
-use crate::controller::Writer;
+use crate::controller::LeaderWriter;
 use crate::controller::metrics::{WriteKind, WriteVerdict};
 use crate::effects::{self, Applied, Failed, Reason};
 use crate::health::State;
@@ -17,7 +17,7 @@ use crate::recovery::{self, Failing, Scene};
 /// is healthy again (`recovery::healthy_again`); a pod whose claim or PV went another way hears nothing more. A write
 /// that fails stays in `seen`, to be tried again next pass.
 pub(super) async fn all_clear(
-    writer: &Writer,
+    writer: &LeaderWriter,
     inputs: &Inputs<'_>,
     memory: &mut Memory,
     seen: &mut BTreeSet<String>,
@@ -51,7 +51,7 @@ pub(super) async fn all_clear(
 /// Clears the health status of claims written before whose disk is no longer failing (or no longer theirs); a
 /// clear that fails stays in `seen`, to be tried again next pass.
 pub(super) async fn clear_claim_health(
-    writer: &Writer,
+    writer: &LeaderWriter,
     memory: &mut Memory,
     seen: &mut BTreeSet<String>,
 ) {
@@ -104,7 +104,7 @@ fn health_status(f: Option<&Failing<'_>>) -> serde_json::Value {
 
 /// Writes (or clears, with `f` None) a claim's health status once per state; true when written.
 async fn write_claim_health(
-    writer: &Writer,
+    writer: &LeaderWriter,
     namespace: &str,
     claim: &str,
     f: Option<&Failing<'_>>,
@@ -128,7 +128,7 @@ async fn write_claim_health(
 
 /// One Event per pod using a claim on a failing disk and state.
 pub(super) async fn tell_pods(
-    writer: &Writer,
+    writer: &LeaderWriter,
     f: &Failing<'_>,
     scene: &Scene,
     memory: &mut Memory,

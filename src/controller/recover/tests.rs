@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::{Memory, act};
 use crate::controller::tests::writer;
-use crate::effects::scripted::Step;
+use crate::effects::scripted::Exchange;
 use crate::recovery::{Decision, Loss, Lost, Replica, Steps};
 
 fn lost() -> Lost {
@@ -43,8 +43,8 @@ fn steps() -> Steps {
     }
 }
 
-fn event(about: &str) -> Step {
-    Step::new(
+fn event(about: &str) -> Exchange {
+    Exchange::new(
         &format!("event on {about}"),
         "POST",
         "/apis/events.k8s.io/v1/namespaces/db/events",
@@ -57,13 +57,13 @@ fn event(about: &str) -> Step {
 async fn events_go_first_then_the_claim_and_the_pod_with_their_uids_and_a_failed_pod_delete_is_tried_again()
  {
     let ok = json!({"kind": "Status", "apiVersion": "v1", "status": "Success"});
-    let pv_event = Step::new(
+    let pv_event = Exchange::new(
         "event on pv-a",
         "POST",
         "/apis/events.k8s.io/v1/namespaces/default/events",
     )
     .body("/regarding/name", json!("pv-a"));
-    let claim = Step::new(
+    let claim = Exchange::new(
         "delete the claim",
         "DELETE",
         "/api/v1/namespaces/db/persistentvolumeclaims/data-web-0",
@@ -71,7 +71,7 @@ async fn events_go_first_then_the_claim_and_the_pod_with_their_uids_and_a_failed
     .body("/preconditions/uid", json!("uid-claim"))
     .answer(200, ok.clone());
     let pod = || {
-        Step::new(
+        Exchange::new(
             "delete the pod",
             "DELETE",
             "/api/v1/namespaces/db/pods/web-0",

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::scan::Check;
+use super::scan::PvMatch;
 use super::{Delayed, Fit, PodClaims, Verdict, assignment};
 use crate::extender::snapshot::{ClassIndex, NodeRef, Slot, VolId};
 
@@ -48,7 +48,7 @@ impl PodClaims<'_> {
                     .find(|s| {
                         s.is_free()
                             && free(&s.id())
-                            && self.check(s, d) == Check::Fits
+                            && self.check(s, d) == PvMatch::Fits
                             && self.on_node(s, node)
                     })
                     .map(Slot::id)?,
@@ -72,7 +72,7 @@ impl PodClaims<'_> {
             let usable = ClassIndex::candidates(d.index, node.host)
                 .filter(|s| {
                     s.is_free()
-                        && same().any(|e| self.check(s, e) == Check::Fits)
+                        && same().any(|e| self.check(s, e) == PvMatch::Fits)
                         && self.on_node(s, node)
                 })
                 .count();

@@ -21,13 +21,13 @@ pub(super) struct ClaimView {
     bound: usize,
     free: usize,
     /// The check that free PVs got furthest in before failing.
-    furthest: Check,
+    furthest: PvMatch,
     largest_free: u128,
 }
 
 /// Outcome of comparing a PV with a claim, ordered by how far the PV got.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Check {
+pub(super) enum PvMatch {
     #[default]
     Mode,
     Attributes,
@@ -69,7 +69,7 @@ impl<'s> PodClaims<'s> {
             view.on_node += 1;
             if !s.is_free() {
                 view.bound += usize::from(s.is_claimed());
-                if s.coming_back() && self.check(s, d) == Check::Fits {
+                if s.coming_back() && self.check(s, d) == PvMatch::Fits {
                     view.later_count += 1;
                     if lists {
                         view.later.push(s.id());
@@ -79,15 +79,15 @@ impl<'s> PodClaims<'s> {
             }
             view.free += 1;
             match self.check(s, d) {
-                Check::Fits => {
+                PvMatch::Fits => {
                     view.first_now.get_or_insert(s.id());
                     view.now_count += 1;
                     if lists {
                         view.now.push(s.id());
                     }
                 }
-                Check::TooSmall => {
-                    view.furthest = view.furthest.max(Check::TooSmall);
+                PvMatch::TooSmall => {
+                    view.furthest = view.furthest.max(PvMatch::TooSmall);
                     view.largest_free = view.largest_free.max(s.capacity);
                 }
                 other => view.furthest = view.furthest.max(other),
@@ -103,31 +103,31 @@ impl<'s> PodClaims<'s> {
 
     /// The claim-specific rules (volume mode, volume attributes class, access modes, selector, capacity); class,
     /// claimRef, phase, deletion and node affinity are the caller's.
-    pub(super) fn check(&self, s: &Slot, d: &Delayed) -> Check {
+    pub(super) fn check(&self, s: &Slot, d: &Delayed) -> PvMatch {
         let c = d.claim;
         if s.mode != c.mode {
-            Check::Mode
+            PvMatch::Mode
         } else if s.attributes != d.attributes {
-            Check::Attributes
+            PvMatch::Attributes
         } else if !s.access.contains(c.access) {
-            Check::Access
+            PvMatch::Access
         } else if c
             .selector
             .as_ref()
             .is_some_and(|sel| !sel.matches(&self.snap.volume(s.id()).labels))
         {
-            Check::Selector
+            PvMatch::Selector
         } else if s.capacity < c.request {
-            Check::TooSmall
+            PvMatch::TooSmall
         } else {
-            Check::Fits
+            PvMatch::Fits
         }
     }
 
     /// The reason a claim has no PV now on a node, from what the scan saw. Rejected nodes mostly share a few
     /// reasons, so each is formatted once per request and then copied.
     pub(super) fn why(&self, d: &Delayed, view: &ClaimView) -> String {
-        let cause = Cause::of(view);
+        let cause = Shortfall::of(view);
         let mut memo = self.reasons.borrow_mut();
         if let Some((_, _, reason)) = memo
             .iter()
@@ -148,31 +148,31 @@ const MEMO_REASONS: usize = 32;
 
 /// Why a claim has no PV now on a node: everything its reason says, and nothing else.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Cause {
+pub(super) enum Shortfall {
     NoPv,
     Wiping(usize),
     AllBound(usize),
     NoneAvailable(usize),
     /// The check free PVs got furthest in; the largest free capacity only when that check is the size.
-    Furthest(Check, u128),
+    Furthest(PvMatch, u128),
 }
 
-impl Cause {
-    fn of(view: &ClaimView) -> Cause {
+impl Shortfall {
+    fn of(view: &ClaimView) -> Shortfall {
         if view.on_node == 0 {
-            Cause::NoPv
+            Shortfall::NoPv
         } else if view.later_count > 0 {
-            Cause::Wiping(view.later_count)
+            Shortfall::Wiping(view.later_count)
         } else if view.free == 0 && view.bound == view.on_node {
-            Cause::AllBound(view.on_node)
+            Shortfall::AllBound(view.on_node)
         } else if view.free == 0 {
-            Cause::NoneAvailable(view.on_node)
+            Shortfall::NoneAvailable(view.on_node)
         } else {
             match view.furthest {
-                check @ (Check::TooSmall | Check::Fits) => {
-                    Cause::Furthest(check, view.largest_free)
+                check @ (PvMatch::TooSmall | PvMatch::Fits) => {
+                    Shortfall::Furthest(check, view.largest_free)
                 }
-                check => Cause::Furthest(check, 0),
+                check => Shortfall::Furthest(check, 0),
             }
         }
     }
@@ -180,28 +180,32 @@ impl Cause {
     fn describe(self, d: &Delayed) -> String {
         let (key, class) = (&d.key, &d.claim.class);
         match self {
-            Cause::NoPv => format!("claim {key}: no PV of class {class} on node"),
-            Cause::Wiping(n) => format!("claim {key}: {n} PVs of class {class} are being wiped"),
-            Cause::AllBound(n) => format!("claim {key}: all {n} PVs of class {class} are bound"),
-            Cause::NoneAvailable(n) => {
+            Shortfall::NoPv => format!("claim {key}: no PV of class {class} on node"),
+            Shortfall::Wiping(n) => {
+                format!("claim {key}: {n} PVs of class {class} are being wiped")
+            }
+            Shortfall::AllBound(n) => {
+                format!("claim {key}: all {n} PVs of class {class} are bound")
+            }
+            Shortfall::NoneAvailable(n) => {
                 format!("claim {key}: none of the {n} PVs of class {class} is Available")
             }
-            Cause::Furthest(Check::Mode, _) => format!(
+            Shortfall::Furthest(PvMatch::Mode, _) => format!(
                 "claim {key}: no free PV of class {class} has volume mode {}",
                 d.claim.mode.as_str()
             ),
-            Cause::Furthest(Check::Attributes, _) => format!(
+            Shortfall::Furthest(PvMatch::Attributes, _) => format!(
                 "claim {key}: no free PV of class {class} has volume attributes class {:?}",
                 d.claim.attributes_class
             ),
-            Cause::Furthest(Check::Access, _) => format!(
+            Shortfall::Furthest(PvMatch::Access, _) => format!(
                 "claim {key}: no free PV of class {class} offers access modes {}",
                 d.claim.access.names().join(",")
             ),
-            Cause::Furthest(Check::Selector, _) => {
+            Shortfall::Furthest(PvMatch::Selector, _) => {
                 format!("claim {key}: no free PV of class {class} matches the claim's selector")
             }
-            Cause::Furthest(Check::TooSmall | Check::Fits, largest_free) => format!(
+            Shortfall::Furthest(PvMatch::TooSmall | PvMatch::Fits, largest_free) => format!(
                 "claim {key}: largest free PV is {}, claim asks {}",
                 format_bytes(largest_free),
                 format_bytes(d.claim.request)

@@ -32,7 +32,7 @@ struct Bucket {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Entry {
+struct NodeEntry {
     start: u32,
     len: u32,
     host: Option<HostId>,
@@ -41,7 +41,7 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct NodeTable {
     names: String,
-    entries: Vec<Entry>,
+    entries: Vec<NodeEntry>,
     labels: Vec<Arc<Labels>>,
     buckets: Vec<Bucket>,
 }
@@ -69,7 +69,7 @@ impl NodeTable {
                         tag: (h >> 32) as u32,
                         id: id as u32,
                     };
-                    table.entries.push(Entry {
+                    table.entries.push(NodeEntry {
                         start: table.names.len() as u32,
                         len: name.len() as u32,
                         host,

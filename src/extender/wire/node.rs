@@ -178,7 +178,7 @@ impl<'de> Visitor<'de> for HostnameVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<HostnameProbe, A::Error> {
         let mut probe = HostnameProbe::default();
-        while let Some((key, value)) = map.next_entry::<Text<'de>, Option<Text<'de>>>()? {
+        while let Some((key, value)) = map.next_entry::<Unescaped<'de>, Option<Unescaped<'de>>>()? {
             probe.count += 1;
             if key.0 == HOSTNAME_LABEL {
                 probe.hostname = Some(value.map(|v| v.0.into_owned()).unwrap_or_default());
@@ -189,9 +189,9 @@ impl<'de> Visitor<'de> for HostnameVisitor {
 }
 
 /// A string borrowed from the text when it holds no escapes.
-struct Text<'de>(Cow<'de, str>);
+struct Unescaped<'de>(Cow<'de, str>);
 
-impl<'de> Deserialize<'de> for Text<'de> {
+impl<'de> Deserialize<'de> for Unescaped<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_str(TextVisitor)
     }
@@ -200,18 +200,18 @@ impl<'de> Deserialize<'de> for Text<'de> {
 struct TextVisitor;
 
 impl<'de> Visitor<'de> for TextVisitor {
-    type Value = Text<'de>;
+    type Value = Unescaped<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a string")
     }
 
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Text<'de>, E> {
-        Ok(Text(Cow::Borrowed(v)))
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Unescaped<'de>, E> {
+        Ok(Unescaped(Cow::Borrowed(v)))
     }
 
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Text<'de>, E> {
-        Ok(Text(Cow::Owned(v.to_owned())))
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Unescaped<'de>, E> {
+        Ok(Unescaped(Cow::Owned(v.to_owned())))
     }
 }
 

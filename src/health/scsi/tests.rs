@@ -53,10 +53,10 @@ fn the_informational_exceptions_page_gives_the_exception_and_the_temperature() {
 
 #[rstest]
 #[case::no_exception(IE_NONE, None)]
-#[case::failure_predicted(IE_FAILING, Some(Warning::Exception { asc: 0x5D, ascq: 0x10 }))]
-#[case::too_hot(IE_HOT, Some(Warning::Temperature))]
+#[case::failure_predicted(IE_FAILING, Some(DriveWarning::Exception { asc: 0x5D, ascq: 0x10 }))]
+#[case::too_hot(IE_HOT, Some(DriveWarning::Temperature))]
 #[case::a_test_of_the_prediction(IE_TEST, None)]
-fn each_exception_raises_its_warning(#[case] page: &str, #[case] want: Option<Warning>) {
+fn each_exception_raises_its_warning(#[case] page: &str, #[case] want: Option<DriveWarning>) {
     assert_eq!(exception(page).warning(), want);
 }
 
@@ -166,7 +166,7 @@ fn a_temperature_exception_degrades_and_another_exception_warns() {
         State::Degraded
     );
     let other = Hardware {
-        warnings: vec![Warning::Exception {
+        warnings: vec![DriveWarning::Exception {
             asc: 0x0B,
             ascq: 0x02,
         }],

@@ -169,7 +169,7 @@ fn a_samsung_worn_out_warning_degrades_but_does_not_fail() {
         (0x04, 100)
     );
     let hardware = health.hardware();
-    assert_eq!(hardware.warnings, [Warning::ReliabilityDegraded]);
+    assert_eq!(hardware.warnings, [DriveWarning::ReliabilityDegraded]);
     let signals = Signals {
         hardware: Some(hardware),
         ..Signals::default()
@@ -197,7 +197,7 @@ fn a_spare_under_its_threshold_warns_even_without_the_bit_but_a_reserved_thresho
     let mut page = vec![0u8; PAGE_LEN];
     (page[3], page[4]) = (5, 10);
     let low = parse_nvme(&page).expect("a whole page").hardware();
-    assert_eq!(low.warnings, [Warning::SpareLow]);
+    assert_eq!(low.warnings, [DriveWarning::SpareLow]);
     (page[3], page[4]) = (64, 255);
     let reserved = parse_nvme(&page).expect("a whole page").hardware();
     assert_eq!(reserved.warnings, []);
@@ -337,7 +337,7 @@ fn pending_sectors_degrade_though_smart_says_passed() {
     assert_eq!(
         (hardware.warnings.as_slice(), hardware.media_errors),
         (
-            [Warning::UnreadableSectors { count: 624 }].as_slice(),
+            [DriveWarning::UnreadableSectors { count: 624 }].as_slice(),
             2872 + 624 + 624
         )
     );
@@ -363,8 +363,8 @@ fn a_failing_smart_status_fails_the_disk() {
     assert_eq!(
         hardware.warnings,
         [
-            Warning::SmartFailing,
-            Warning::AttributeAtThreshold {
+            DriveWarning::SmartFailing,
+            DriveWarning::AttributeAtThreshold {
                 id: 202,
                 prefail: false
             }

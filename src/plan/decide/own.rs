@@ -15,7 +15,7 @@ use crate::plan::{Action, EventType, Inputs, Reason};
 
 /// The PVs of one pass, sorted by owner.
 #[derive(Default)]
-pub(super) struct Split {
+pub(super) struct ByOwner {
     pub(super) pvs: Vec<PvView>,
     pub(super) others: Vec<OtherPv>,
     /// Ownership records to persist before anything else runs.
@@ -38,13 +38,13 @@ fn known_pvs<'a>(inputs: &Inputs<'a>) -> Vec<&'a PersistentVolume> {
     all
 }
 
-pub(super) fn split(inputs: &Inputs<'_>, scope: Scope) -> Split {
+pub(super) fn split(inputs: &Inputs<'_>, scope: Scope) -> ByOwner {
     let all = known_pvs(inputs);
     let node = inputs.node;
     let owners = inputs.owners;
     // Read once: the narrow doors compare each candidate with every other PV.
     let read: Vec<OtherPv> = all.iter().map(|pv| OtherPv::read(pv, node)).collect();
-    let mut out = Split::default();
+    let mut out = ByOwner::default();
     for (pv, other) in all.iter().zip(&read) {
         let uid = pv.metadata.uid.clone().unwrap_or_default();
         let view = PvView::read(pv, node);

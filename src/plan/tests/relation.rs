@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::super::relation::{Link, PvIndex, Reach, disk_links, pv_links};
+use super::super::relation::{Link, PvsByLink, Reach, disk_links, pv_links};
 use super::*;
 
 fn view(pv: &PersistentVolume) -> super::super::pv::PvView {
@@ -67,7 +67,7 @@ fn a_disk_links_the_name_its_pv_would_get_and_finds_a_pv_holding_it() {
         let name = Link::Name(pvname::localpv_name(NODE, CLASS, "vol1"));
         assert!(disk_links(inputs, &a).contains(&name));
         assert!(pv_links(&views[0]).contains(&name));
-        let index = PvIndex::new(&views);
+        let index = PvsByLink::new(&views);
         assert_eq!(index.linked(&name), [0]);
         assert!(Reach::new(inputs, &views, [&a].into_iter()).reaches(&a.host_path, &views[0].path));
     });
@@ -77,7 +77,7 @@ fn a_disk_links_the_name_its_pv_would_get_and_finds_a_pv_holding_it() {
 fn the_index_finds_pvs_by_ids_and_names_never_by_ledger_key() {
     let pv = Pv::test().for_disk(&disk("vol1")).bound().uid("u1").build();
     let views = [view(&pv)];
-    let index = PvIndex::new(&views);
+    let index = PvsByLink::new(&views);
     assert_eq!(index.sharing_an_id(&disk("vol1")), vec![0]);
     assert!(index.sharing_an_id(&disk("vol2")).is_empty());
     for link in pv_links(&views[0]) {

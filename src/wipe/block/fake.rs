@@ -9,7 +9,7 @@ use crate::sys::RangeOp;
 
 /// One call the wipe made, with its arguments.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Call {
+pub enum BlockCall {
     Size,
     Range {
         op: RangeOp,
@@ -48,7 +48,7 @@ pub struct RecordingDevice {
     /// Largest number of bytes one write accepts (short writes when smaller than the buffer).
     max_write: usize,
     faults: Vec<(Target, Errno)>,
-    log: Arc<Mutex<Vec<Call>>>,
+    log: Arc<Mutex<Vec<BlockCall>>>,
 }
 
 impl RecordingDevice {
@@ -78,24 +78,24 @@ impl RecordingDevice {
         self
     }
 
-    pub fn calls(&self) -> Vec<Call> {
+    pub fn calls(&self) -> Vec<BlockCall> {
         self.log
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    fn record(&self, call: Call) -> Result<(), Errno> {
+    fn record(&self, call: BlockCall) -> Result<(), Errno> {
         let fault = self
             .faults
             .iter()
             .find(|(target, _)| match (target, &call) {
-                (Target::Size, Call::Size) | (Target::Fdatasync, Call::Fdatasync) => true,
-                (Target::Fsync, Call::Fsync) => true,
-                (Target::Range(want, from), Call::Range { op, offset, .. }) => {
+                (Target::Size, BlockCall::Size) | (Target::Fdatasync, BlockCall::Fdatasync) => true,
+                (Target::Fsync, BlockCall::Fsync) => true,
+                (Target::Range(want, from), BlockCall::Range { op, offset, .. }) => {
                     want == op && offset >= from
                 }
-                (Target::WriteFrom(from), Call::Write { offset, .. }) => offset >= from,
+                (Target::WriteFrom(from), BlockCall::Write { offset, .. }) => offset >= from,
                 _ => false,
             });
         self.log
@@ -108,34 +108,34 @@ impl RecordingDevice {
 
 impl BlockDevice for RecordingDevice {
     fn size(&self) -> Result<u64, Errno> {
-        self.record(Call::Size).map(|()| self.size)
+        self.record(BlockCall::Size).map(|()| self.size)
     }
 
     fn range(&self, op: RangeOp, offset: u64, len: u64) -> Result<(), Errno> {
-        self.record(Call::Range { op, offset, len })
+        self.record(BlockCall::Range { op, offset, len })
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize, Errno> {
         let len = buf.len();
-        self.record(Call::Write { offset, len })
+        self.record(BlockCall::Write { offset, len })
             .map(|()| len.min(self.max_write))
     }
 
     fn set_direct(&self) -> bool {
-        self.record(Call::SetDirect).is_ok() && self.direct
+        self.record(BlockCall::SetDirect).is_ok() && self.direct
     }
 
     fn fdatasync(&self) -> Result<(), Errno> {
-        self.record(Call::Fdatasync)
+        self.record(BlockCall::Fdatasync)
     }
 
     fn fsync(&self) -> Result<(), Errno> {
-        self.record(Call::Fsync)
+        self.record(BlockCall::Fsync)
     }
 
     fn erase_signatures(&self) -> Result<(), blkid::BlkIdError> {
         // NB: never fails; the signature wipe's own fallbacks live in libblkid.
-        let _ = self.record(Call::EraseSignatures);
+        let _ = self.record(BlockCall::EraseSignatures);
         Ok(())
     }
 }

@@ -3,7 +3,7 @@ use std::path::Path;
 use nix::errno::Errno;
 use rstest::rstest;
 
-use super::fake::{Call, RecordingDevice, Target};
+use super::fake::{BlockCall, RecordingDevice, Target};
 use super::*;
 
 const DEV: &str = "/dev/fake0";
@@ -27,16 +27,16 @@ fn wipe(
     Wiper::new(Path::new(DEV), &opts, &ctl, dev.clone(), direct)?.run()
 }
 
-fn range(op: RangeOp, mib: u64) -> Call {
-    Call::Range {
+fn range(op: RangeOp, mib: u64) -> BlockCall {
+    BlockCall::Range {
         op,
         offset: mib * MIB,
         len: MIB,
     }
 }
 
-fn write(offset_mib: u64, len_mib: u64) -> Call {
-    Call::Write {
+fn write(offset_mib: u64, len_mib: u64) -> BlockCall {
+    BlockCall::Write {
         offset: offset_mib * MIB,
         len: (len_mib * MIB) as usize,
     }
@@ -57,11 +57,11 @@ fn range_method_covers_the_device_one_chunk_per_call_then_syncs(
     assert_eq!(
         dev.calls(),
         [
-            Call::Size,
+            BlockCall::Size,
             range(op, 0),
             range(op, 1),
             range(op, 2),
-            Call::Fsync
+            BlockCall::Fsync
         ]
     );
 }
@@ -76,12 +76,12 @@ fn rejected_zeroout_falls_back_to_writing_zeros_from_where_it_stopped(#[case] er
     assert_eq!(
         dev.calls(),
         [
-            Call::Size,
+            BlockCall::Size,
             range(RangeOp::ZeroOut, 0),
             range(RangeOp::ZeroOut, 1),
-            Call::SetDirect,
+            BlockCall::SetDirect,
             write(1, 2),
-            Call::Fsync
+            BlockCall::Fsync
         ]
     );
 }
@@ -96,16 +96,16 @@ fn zeroout_fallback_without_o_direct_flushes_after_every_chunk() {
     assert_eq!(
         dev.calls(),
         [
-            Call::Size,
+            BlockCall::Size,
             range(RangeOp::ZeroOut, 0),
-            Call::SetDirect,
+            BlockCall::SetDirect,
             write(0, 4),
-            Call::Fdatasync,
+            BlockCall::Fdatasync,
             write(4, 4),
-            Call::Fdatasync,
+            BlockCall::Fdatasync,
             write(8, 2),
-            Call::Fdatasync,
-            Call::Fsync
+            BlockCall::Fdatasync,
+            BlockCall::Fsync
         ]
     );
 }
@@ -117,11 +117,11 @@ fn direct_overwrite_writes_the_device_without_intermediate_flushes() {
     assert_eq!(
         dev.calls(),
         [
-            Call::Size,
+            BlockCall::Size,
             write(0, 4),
             write(4, 4),
             write(8, 2),
-            Call::Fsync
+            BlockCall::Fsync
         ]
     );
 }
@@ -134,11 +134,11 @@ fn short_writes_are_continued_where_they_stopped() {
     assert_eq!(
         dev.calls(),
         [
-            Call::Size,
+            BlockCall::Size,
             write(0, 3),
             write(1, 2),
             write(2, 1),
-            Call::Fsync
+            BlockCall::Fsync
         ]
     );
 }
@@ -157,7 +157,7 @@ fn unsupported_discard_fails_naming_the_method_and_writes_nothing(
         err.to_string(),
         format!("failed to {method} {DEV}: the device does not support it")
     );
-    assert_eq!(dev.calls(), [Call::Size, range(op, 0)]);
+    assert_eq!(dev.calls(), [BlockCall::Size, range(op, 0)]);
 }
 
 #[test]
@@ -179,7 +179,7 @@ fn io_error_during_zeroout_fails_with_method_and_offset_and_does_not_fall_back()
     assert_eq!(
         dev.calls(),
         [
-            Call::Size,
+            BlockCall::Size,
             range(RangeOp::ZeroOut, 0),
             range(RangeOp::ZeroOut, 1),
             range(RangeOp::ZeroOut, 2)
@@ -200,9 +200,9 @@ fn io_error_during_the_fallback_fails_naming_the_write_and_its_offset() {
     assert_eq!(
         dev.calls(),
         [
-            Call::Size,
+            BlockCall::Size,
             range(RangeOp::ZeroOut, 0),
-            Call::SetDirect,
+            BlockCall::SetDirect,
             write(0, 4),
             write(4, 4)
         ]
@@ -228,7 +228,7 @@ fn unreadable_size_fails_before_any_write() {
     let dev = RecordingDevice::new(MIB).fail(Target::Size, Errno::ENOTTY);
     let err = wipe(&dev, BlockMethod::ZeroOut, false).expect_err("size");
     assert_eq!(err.to_string(), format!("failed to read the size of {DEV}"));
-    assert_eq!(dev.calls(), [Call::Size]);
+    assert_eq!(dev.calls(), [BlockCall::Size]);
 }
 
 #[rstest]
@@ -250,11 +250,11 @@ fn signatures_erases_with_libblkid_then_zeros_both_ends() {
     assert_eq!(
         dev.calls(),
         [
-            Call::Size,
-            Call::EraseSignatures,
+            BlockCall::Size,
+            BlockCall::EraseSignatures,
             write(0, 1),
             write(4, 1),
-            Call::Fsync
+            BlockCall::Fsync
         ]
     );
 }
@@ -267,13 +267,13 @@ fn signatures_on_a_device_smaller_than_a_span_zeros_it_once() {
     assert_eq!(
         dev.calls(),
         [
-            Call::Size,
-            Call::EraseSignatures,
-            Call::Write {
+            BlockCall::Size,
+            BlockCall::EraseSignatures,
+            BlockCall::Write {
                 offset: 0,
                 len: (MIB / 2) as usize
             },
-            Call::Fsync
+            BlockCall::Fsync
         ]
     );
 }
@@ -289,5 +289,5 @@ fn cancelled_wipe_stops_before_the_next_chunk() {
         .run()
         .expect_err("cancelled");
     assert!(matches!(err, BlockWipeError::Cancelled { done: 0, .. }));
-    assert_eq!(dev.calls(), [Call::Size]);
+    assert_eq!(dev.calls(), [BlockCall::Size]);
 }
