@@ -175,7 +175,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let metrics = metrics::Metrics::register(&mut registry);
     let inventory_available = inventory::register_available(&mut registry);
     crate::telemetry::register(&mut registry, "node");
-    let state = http::State::new(registry);
+    let state = http::HttpState::new(registry);
     let http_state = state.clone();
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await
@@ -295,7 +295,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
 async fn start_agent(
     setup: pass::Setup,
     state_dir: &std::path::Path,
-    http: &http::State,
+    http: &http::HttpState,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Option<(pass::Agent, statelock::StateLock)>> {
     let Some(lock) = statelock::acquire(state_dir, http, shutdown).await? else {

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::plan::narrow::{
-    self, BindingSeen, Fingerprint, InForce, Mode, Narrowing, PolicySeen, Step,
+    self, BindingSeen, Fingerprint, InForce, Mode, Narrowing, PolicySeen, WatchMove,
 };
 
 /// The record of the fingerprint the agent narrowed on, in its state directory: a restart under the same policy
@@ -24,7 +24,7 @@ use crate::plan::narrow::{
 const RECORD: &str = "pv-watch.json";
 
 #[derive(Serialize, Deserialize)]
-struct Record {
+struct NarrowRecord {
     policy: String,
     fingerprint: Fingerprint,
 }
@@ -76,16 +76,16 @@ impl Guard {
         let step = self.narrowing.look(seen, Instant::now(), blockers());
         self.next_look = None;
         match step {
-            Step::CheckIn(after) => {
+            WatchMove::CheckIn(after) => {
                 self.next_look = Some(Instant::now() + after);
                 false
             }
-            Step::Narrow(fingerprint) => {
+            WatchMove::Narrow(fingerprint) => {
                 self.remember(&fingerprint);
                 info!(policy = %self.name, "admission policy in force: watching only this node's PVs");
                 true
             }
-            Step::Widen(_) | Step::Keep => false,
+            WatchMove::Widen(_) | WatchMove::Keep => false,
         }
     }
 
@@ -94,8 +94,8 @@ impl Guard {
     pub async fn verify(&mut self, dirs: &Dirs) -> Result<(), String> {
         let seen = self.read(dirs).await;
         match self.narrowing.verify(seen) {
-            Step::Keep => Ok(()),
-            Step::Widen(why) => {
+            WatchMove::Keep => Ok(()),
+            WatchMove::Widen(why) => {
                 warn!(%why, "admission policy not in force as narrowed on: watching every PV again");
                 self.forget();
                 self.next_look = None;
@@ -139,7 +139,7 @@ impl Guard {
     }
 
     fn remember(&self, fingerprint: &Fingerprint) {
-        let record = Record {
+        let record = NarrowRecord {
             policy: self.name.clone(),
             fingerprint: fingerprint.clone(),
         };
@@ -166,7 +166,7 @@ impl Guard {
 
 fn read_record(path: &Path, name: &str) -> Option<Fingerprint> {
     let bytes = std::fs::read(path).ok()?;
-    match serde_json::from_slice::<Record>(&bytes) {
+    match serde_json::from_slice::<NarrowRecord>(&bytes) {
         Ok(r) if r.policy == name => Some(r.fingerprint),
         Ok(_) => None,
         Err(error) => {

@@ -17,7 +17,7 @@ use crate::plan::{DiskLedger, Unpublished};
 use crate::serve::{Limits, listen};
 
 #[derive(Clone)]
-pub struct State {
+pub struct HttpState {
     ready: Arc<AtomicBool>,
     registry: Arc<Registry>,
     disks: Arc<RwLock<Option<Disks>>>,
@@ -27,9 +27,9 @@ pub struct State {
     waiting: Arc<RwLock<Option<String>>>,
 }
 
-impl State {
-    pub fn new(registry: Registry) -> State {
-        State {
+impl HttpState {
+    pub fn new(registry: Registry) -> HttpState {
+        HttpState {
             ready: Arc::new(AtomicBool::new(false)),
             registry: Arc::new(registry),
             disks: Arc::new(RwLock::new(None)),
@@ -79,7 +79,7 @@ impl Disks {
     }
 }
 
-pub fn app(state: State) -> Router {
+pub fn app(state: HttpState) -> Router {
     Router::new()
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -88,7 +88,7 @@ pub fn app(state: State) -> Router {
         .with_state(state)
 }
 
-async fn readyz(Extract(state): Extract<State>) -> Response {
+async fn readyz(Extract(state): Extract<HttpState>) -> Response {
     let waiting = state
         .waiting
         .read()
@@ -113,11 +113,11 @@ async fn readyz(Extract(state): Extract<State>) -> Response {
     }
 }
 
-async fn metrics(Extract(state): Extract<State>) -> Response {
+async fn metrics(Extract(state): Extract<HttpState>) -> Response {
     crate::serve::metrics_response(&state.registry)
 }
 
-async fn disks(Extract(state): Extract<State>) -> Response {
+async fn disks(Extract(state): Extract<HttpState>) -> Response {
     let value = match &*state.disks.read().unwrap_or_else(|e| e.into_inner()) {
         Some(disks) => disks.json(),
         None => serde_json::json!({"ready": false}),
@@ -130,7 +130,7 @@ async fn disks(Extract(state): Extract<State>) -> Response {
 /// or config reloads of descriptors.
 pub async fn serve(
     listener: TcpListener,
-    state: State,
+    state: HttpState,
     limits: Limits,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {

@@ -56,7 +56,7 @@ pub fn register_available(reg: &mut Registry) -> Gauge {
 pub struct Gate {
     pub client: Client,
     pub node: String,
-    pub http: super::http::State,
+    pub http: super::http::HttpState,
     pub available: Gauge,
 }
 

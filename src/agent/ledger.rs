@@ -40,14 +40,14 @@ const MIN_COMPACT: u64 = 256 << 10;
 
 /// The whole ledger: `{"disks": {..}, "owners": {"recorded": true, "pvs": {<uid>: {"name", "path"}}}}`.
 #[derive(Debug, Default, Deserialize)]
-struct Stored {
+struct LedgerJson {
     #[serde(flatten)]
     ledger: DiskLedger,
     #[serde(default)]
     owners: Owners,
 }
 
-/// [`Stored`] as written: borrowed, so a write copies nothing before it serialises.
+/// [`LedgerJson`] as written: borrowed, so a write copies nothing before it serialises.
 #[derive(Serialize)]
 struct StoredRef<'a> {
     #[serde(flatten)]
@@ -230,7 +230,7 @@ impl LedgerFile {
             }
         };
         let parse = |path: &Path, bytes: &[u8]| {
-            serde_json::from_slice::<Stored>(bytes)
+            serde_json::from_slice::<LedgerJson>(bytes)
                 .map(|s| (s.ledger, s.owners))
                 .map_err(|source| LedgerError::Parse {
                     path: path.to_path_buf(),

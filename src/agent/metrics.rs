@@ -320,7 +320,7 @@ impl crate::effects::Count for Metrics {
 #[derive(Default)]
 pub struct PvTally {
     /// The PVs counted, in the order given, with what each adds.
-    pvs: Vec<(Arc<PersistentVolume>, Share)>,
+    pvs: Vec<(Arc<PersistentVolume>, PvShare)>,
     /// PVs by phase.
     phases: BTreeMap<String, usize>,
     /// Bytes and PVs by class and phase (a key goes with its last PV).
@@ -328,21 +328,21 @@ pub struct PvTally {
 }
 
 /// What one PV adds to the tally.
-struct Share {
+struct PvShare {
     class: String,
     phase: String,
     bytes: i64,
 }
 
-impl Share {
-    fn of(pv: &PersistentVolume) -> Share {
+impl PvShare {
+    fn of(pv: &PersistentVolume) -> PvShare {
         let spec = pv.spec.as_ref();
         let capacity = spec
             .and_then(|s| s.capacity.as_ref())
             .and_then(|c| c.get("storage"))
             .and_then(|q| crate::quantity::parse_quantity(&q.0))
             .unwrap_or(0);
-        Share {
+        PvShare {
             class: spec
                 .and_then(|s| s.storage_class_name.clone())
                 .unwrap_or_default(),
@@ -371,7 +371,7 @@ impl PvTally {
         if pvs.len() != self.pvs.len() {
             *self = PvTally::default();
             for pv in pvs {
-                let share = Share::of(pv);
+                let share = PvShare::of(pv);
                 self.add(&share, 1);
                 self.pvs.push((pv.clone(), share));
             }
@@ -381,14 +381,14 @@ impl PvTally {
             if Arc::ptr_eq(&self.pvs[i].0, pv) {
                 continue;
             }
-            let share = Share::of(pv);
+            let share = PvShare::of(pv);
             self.add(&share, 1);
             let (_, old) = std::mem::replace(&mut self.pvs[i], (pv.clone(), share));
             self.add(&old, -1);
         }
     }
 
-    fn add(&mut self, share: &Share, sign: i64) {
+    fn add(&mut self, share: &PvShare, sign: i64) {
         let phase = self.phases.entry(share.phase.clone()).or_default();
         *phase = phase.checked_add_signed(sign as isize).unwrap_or(0);
         if *phase == 0 {

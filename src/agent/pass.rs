@@ -32,11 +32,11 @@ mod wipes;
 use self::record::{Book, OwnerChange};
 use self::wipes::{Backoff, Running};
 use super::exec::PvWriter;
-use super::http::{Disks as HttpDisks, State as HttpState};
+use super::http::{Disks as HttpDisks, HttpState};
 use super::inventory::{self as inv, InventoryWriter};
 use super::metrics::{Metrics, OutcomeLabels, PvTally, StepOutcome};
 use super::pvindex::{PvIndex, PvSnapshot};
-use super::wiper::{Done, Failed};
+use super::wiper::{Done, WipeFailed};
 use super::{Options, load_config};
 use crate::config::Config;
 use crate::discover::{Probed, discover_changed};
@@ -87,7 +87,7 @@ pub struct Setup {
 /// While a wipe runs, plan again this often so its progress reaches the inventory.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
-type WipeResult = (WipeOrder, Result<Done, Failed>);
+type WipeResult = (WipeOrder, Result<Done, WipeFailed>);
 
 pub struct Agent {
     s: Setup,

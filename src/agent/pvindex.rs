@@ -48,8 +48,8 @@ pub const AWAIT_LIMIT: Duration = Duration::from_secs(30);
 
 pub struct PvIndex {
     pvs: Arc<Store<PersistentVolume>>,
-    /// Kept beside the store; NB: taken before the store's lock wherever both are held.
-    book: Mutex<Book>,
+    /// KeptPv beside the store; NB: taken before the store's lock wherever both are held.
+    book: Mutex<PvBook>,
     node: watch::Sender<Option<NodeFacts>>,
     /// The watch's scope, set by the agent before the first list: only this node's labelled PVs (`true`, while the
     /// chart's admission policy is in force: `plan::narrow`) or every PV.
@@ -67,7 +67,7 @@ pub struct PvSnapshot {
 }
 
 #[derive(Default)]
-struct Book {
+struct PvBook {
     /// The node facts the stored PVs were filtered with, and whether they were listed narrow.
     filtered_for: Option<(NodeFacts, bool)>,
     /// UIDs of PVs the agent created that the watch has not shown yet, with when they were created.
@@ -94,7 +94,7 @@ impl PvIndex {
     pub fn new() -> Arc<Self> {
         Arc::new(PvIndex {
             pvs: Store::new(),
-            book: Mutex::new(Book::default()),
+            book: Mutex::new(PvBook::default()),
             node: watch::Sender::new(None),
             narrow: watch::Sender::new(None),
             last: Mutex::new(None),
@@ -176,7 +176,7 @@ impl PvIndex {
         self.book().awaited.clear();
     }
 
-    fn book(&self) -> MutexGuard<'_, Book> {
+    fn book(&self) -> MutexGuard<'_, PvBook> {
         // NB: each update is one insert, remove or assignment: a panic cannot leave the book half-updated.
         self.book.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -213,7 +213,7 @@ impl PvIndex {
         &self,
         node: NodeFacts,
         narrow: bool,
-    ) -> Reader<impl Fn(Text<PersistentVolume>) -> Kept, impl Fn(Seen)> {
+    ) -> Reader<impl Fn(Text<PersistentVolume>) -> KeptPv, impl Fn(Seen)> {
         let filter = node.clone();
         Reader {
             convert: move |text| keep(&filter, &text),
@@ -223,11 +223,11 @@ impl PvIndex {
 }
 
 /// What the index keeps of one PV (see [`keep`]).
-type Kept = Result<Option<PersistentVolume>, serde_json::Error>;
+type KeptPv = Result<Option<PersistentVolume>, serde_json::Error>;
 
 /// The PV in full when it can reach `node`; `None` when it cannot. Most PVs of a large cluster are other nodes':
 /// a glance at what [`reaches`] reads says so without decoding the rest (a tenth of the time at 10,000 PVs).
-fn keep(node: &NodeFacts, text: &Text<PersistentVolume>) -> Kept {
+fn keep(node: &NodeFacts, text: &Text<PersistentVolume>) -> KeptPv {
     // NB: a glance that fails to read falls back to the full decode, so no readable PV is ever passed over on it.
     if let Ok(glance) = text.glance::<Glance>()
         && !reaches(node, &glance.outline())

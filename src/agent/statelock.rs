@@ -101,7 +101,7 @@ fn holder(file: &mut File) -> String {
 /// Waits until this process holds the lock, saying why on `/readyz` meanwhile; `None` when shutdown came first.
 pub async fn acquire(
     state_dir: &Path,
-    http: &http::State,
+    http: &http::HttpState,
     mut shutdown: tokio_watch::Receiver<bool>,
 ) -> Result<Option<StateLock>, LockError> {
     let mut said: Option<tokio::time::Instant> = None;

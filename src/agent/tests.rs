@@ -249,7 +249,7 @@ fn start(
         disks_polled: crate::watch::Polled::kept_current(),
         changed: changed.clone(),
         metrics: metrics.clone(),
-        http: http::State::new(registry),
+        http: http::HttpState::new(registry),
     })
     .expect("the agent starts");
     let (shutdown, stop) = tokio::sync::watch::channel(false);

@@ -29,7 +29,7 @@ pub struct Done {
 
 /// Why a wipe did not happen or did not finish.
 #[derive(Debug)]
-pub enum Failed {
+pub enum WipeFailed {
     /// The disk at the path is not the one expected: nothing was touched. Never retried blindly.
     Refused(String),
     /// The wipe ran and failed; retried with backoff.
@@ -53,7 +53,7 @@ pub fn run(
     order: &WipeOrder,
     share: Share,
     ctl: &Control,
-) -> Result<Done, Failed> {
+) -> Result<Done, WipeFailed> {
     let found = verify(host.as_ref(), class, order)?;
     let dev = found.identity.dev_id;
     match &order.method {
@@ -71,7 +71,7 @@ pub fn run(
 }
 
 /// The disk at the order's path, once its identity matched the order's.
-fn verify(host: &dyn Host, class: &DiscoveryClass, order: &WipeOrder) -> Result<Disk, Failed> {
+fn verify(host: &dyn Host, class: &DiscoveryClass, order: &WipeOrder) -> Result<Disk, WipeFailed> {
     let found = discover(host, std::slice::from_ref(class));
     let Some(disk) = found.disks.iter().find(|d| d.host_path == order.host_path) else {
         let why = found
@@ -80,7 +80,7 @@ fn verify(host: &dyn Host, class: &DiscoveryClass, order: &WipeOrder) -> Result<
             .find(|u| u.host_path == order.host_path)
             .map(|u| u.message.clone())
             .unwrap_or_else(|| "it is not there".to_string());
-        return Err(Failed::Refused(format!(
+        return Err(WipeFailed::Refused(format!(
             "{} is no longer a usable disk: {why}",
             order.host_path.display()
         )));
@@ -92,27 +92,29 @@ fn verify(host: &dyn Host, class: &DiscoveryClass, order: &WipeOrder) -> Result<
     };
     match identity::check(order.method.mode(), Some(&recorded), disk) {
         IdentityCheck::Same => Ok(Disk::clone(disk)),
-        IdentityCheck::Changed(what) => Err(Failed::Refused(format!(
+        IdentityCheck::Changed(what) => Err(WipeFailed::Refused(format!(
             "{} holds a different disk: {what}",
             order.host_path.display()
         ))),
-        IdentityCheck::Unverifiable | IdentityCheck::NotRecorded => Err(Failed::Refused(format!(
-            "the identity of {} cannot be confirmed, so it is not wiped",
-            order.host_path.display()
-        ))),
+        IdentityCheck::Unverifiable | IdentityCheck::NotRecorded => {
+            Err(WipeFailed::Refused(format!(
+                "the identity of {} cannot be confirmed, so it is not wiped",
+                order.host_path.display()
+            )))
+        }
     }
 }
 
 /// The mount table, read after the wipe: any mount point beneath the volume hides files the wipe could not reach.
-fn no_mounts_below(host: &dyn Host, path: &Path) -> Result<(), Failed> {
-    let error = |e: HostError| Failed::Incomplete(crate::host::error_chain(&e));
+fn no_mounts_below(host: &dyn Host, path: &Path) -> Result<(), WipeFailed> {
+    let error = |e: HostError| WipeFailed::Incomplete(crate::host::error_chain(&e));
     let path = host.canonicalize(path).map_err(error)?;
     let below = host.mount_table().map_err(error)?.mounts_below(&path);
     if below.is_empty() {
         return Ok(());
     }
     let shown: Vec<String> = below.iter().map(|m| m.display().to_string()).collect();
-    Err(Failed::Incomplete(format!(
+    Err(WipeFailed::Incomplete(format!(
         "{} mount(s) inside {} hide data the wipe cannot reach: {}; the volume is not published until they are \
          unmounted",
         below.len(),
@@ -125,16 +127,16 @@ fn no_mounts_below(host: &dyn Host, path: &Path) -> Result<(), Failed> {
 /// apart) fails the wipe. NB: a kubelet formats a device only when it finds no signature, so a cleaner that leaves
 /// one (a `discard` that does not zero, a `blockCleanerCommand` that does less than it says) would hand the previous
 /// tenant's filesystem, files and all, to the next claim. `zeroout`, `overwrite` and `signatures` always pass.
-fn no_signature_left(host: &dyn Host, device: &Path) -> Result<(), Failed> {
+fn no_signature_left(host: &dyn Host, device: &Path) -> Result<(), WipeFailed> {
     let probe = host.probe_filesystem(device).map_err(|e| {
-        Failed::Incomplete(format!(
+        WipeFailed::Incomplete(format!(
             "the device could not be checked for signatures after the wipe: {}",
             crate::host::error_chain(&e)
         ))
     })?;
     match probe.fs_type {
         None => Ok(()),
-        Some(fs_type) => Err(Failed::Incomplete(format!(
+        Some(fs_type) => Err(WipeFailed::Incomplete(format!(
             "a {fs_type} signature survived the wipe of {}: the next tenant could read the previous one's \
              filesystem; the device is not published until a wipe leaves none",
             device.display()
@@ -148,7 +150,7 @@ fn wipe_filesystem(
     dev: Option<DevId>,
     share: Share,
     ctl: &Control,
-) -> Result<Done, Failed> {
+) -> Result<Done, WipeFailed> {
     let opts = FsOptions {
         command: match method {
             FsWipe::Command(argv) => Some(argv.clone()),
@@ -166,9 +168,9 @@ fn wipe_filesystem(
     let report =
         wipe::wipe_filesystem(&order.path, &expected, &opts, ctl).map_err(|e| match e {
             FsWipeError::WrongFilesystem { .. } | FsWipeError::RootCheck { .. } => {
-                Failed::Refused(crate::host::error_chain(&e))
+                WipeFailed::Refused(crate::host::error_chain(&e))
             }
-            e => Failed::Error(crate::host::error_chain(&e)),
+            e => WipeFailed::Error(crate::host::error_chain(&e)),
         })?;
     if !report.skipped.is_empty() {
         let first: Vec<String> = report
@@ -177,7 +179,7 @@ fn wipe_filesystem(
             .take(3)
             .map(|s| format!("{} ({:?}: {})", s.path.display(), s.op, s.errno))
             .collect();
-        return Err(Failed::Error(format!(
+        return Err(WipeFailed::Error(format!(
             "{} entries could not be removed, e.g. {}",
             report.skipped.len() as u64 + report.skipped_more,
             first.join(", ")
@@ -192,7 +194,7 @@ fn wipe_filesystem(
 }
 
 /// A wipe that left mounts inside the volume or found entries written after it is not a completed wipe.
-fn incomplete(report: &WipeReport) -> Result<(), Failed> {
+fn incomplete(report: &WipeReport) -> Result<(), WipeFailed> {
     let shown = |paths: &[PathBuf]| -> String {
         let first: Vec<String> = paths
             .iter()
@@ -202,14 +204,14 @@ fn incomplete(report: &WipeReport) -> Result<(), Failed> {
         first.join(", ")
     };
     if !report.nested_mounts.is_empty() {
-        return Err(Failed::Incomplete(format!(
+        return Err(WipeFailed::Incomplete(format!(
             "mounts inside the volume were left in place with their contents: {}; the volume is not published \
              until they are unmounted",
             shown(&report.nested_mounts)
         )));
     }
     if !report.left.is_empty() {
-        return Err(Failed::Incomplete(format!(
+        return Err(WipeFailed::Incomplete(format!(
             "{} entries were written while the volume was wiped, e.g. {}: something still writes to it",
             report.left.len(),
             shown(&report.left)
@@ -224,7 +226,7 @@ fn wipe_block(
     dev: Option<DevId>,
     share: Share,
     ctl: &Control,
-) -> Result<Done, Failed> {
+) -> Result<Done, WipeFailed> {
     let opts = BlockOptions {
         method: method.method(),
         command: method.argv().map(<[String]>::to_vec),
@@ -232,7 +234,7 @@ fn wipe_block(
         ..BlockOptions::default()
     };
     let report = wipe::wipe_block(&order.path, dev, &opts, ctl)
-        .map_err(|e| Failed::Error(crate::host::error_chain(&e)))?;
+        .map_err(|e| WipeFailed::Error(crate::host::error_chain(&e)))?;
     Ok(Done {
         method: report.method.as_str(),
         bytes: report.bytes,
@@ -264,7 +266,7 @@ mod tests {
     fn a_filesystem_surviving_a_block_wipe_leaves_it_incomplete() {
         let host = FakeHost::default().with_probe("/dev/loop7", ext4());
         match no_signature_left(&host, Path::new("/dev/loop7")) {
-            Err(Failed::Incomplete(why)) => {
+            Err(WipeFailed::Incomplete(why)) => {
                 assert!(why.contains("ext4 signature survived"), "{why}")
             }
             other => panic!("want Incomplete, got {other:?}"),
@@ -277,7 +279,7 @@ mod tests {
         let host = FakeHost::default();
         assert!(matches!(
             no_signature_left(&host, Path::new("/dev/loop7")),
-            Err(Failed::Incomplete(_))
+            Err(WipeFailed::Incomplete(_))
         ));
     }
 }

@@ -307,7 +307,7 @@ pub enum Mode {
 
 /// What the shell does after a step.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Step {
+pub enum WatchMove {
     /// Nothing changes; look again after this long.
     CheckIn(Duration),
     /// Watch only this node's PVs from now on (and record the fingerprint).
@@ -351,41 +351,41 @@ impl Narrowing {
 
     /// A wide agent, its index complete, looked at the policy (`seen`) at `now`; `blockers` PVs of the index would
     /// be missed by a narrow watch (`blocks`).
-    pub fn look(&mut self, seen: InForce, now: Instant, blockers: usize) -> Step {
+    pub fn look(&mut self, seen: InForce, now: Instant, blockers: usize) -> WatchMove {
         if self.is_narrow() {
             return self.verify(seen);
         }
         let InForce::Yes(fingerprint) = seen else {
             self.candidate = None;
-            return Step::CheckIn(CHECK_EVERY);
+            return WatchMove::CheckIn(CHECK_EVERY);
         };
         let since = match &self.candidate {
             Some((f, at)) if *f == fingerprint => *at,
             _ => {
                 self.candidate = Some((fingerprint, now));
-                return Step::CheckIn(SETTLE);
+                return WatchMove::CheckIn(SETTLE);
             }
         };
         let held = now.saturating_duration_since(since);
         if held < SETTLE {
-            return Step::CheckIn(SETTLE - held);
+            return WatchMove::CheckIn(SETTLE - held);
         }
         if blockers > 0 {
-            return Step::CheckIn(CHECK_EVERY);
+            return WatchMove::CheckIn(CHECK_EVERY);
         }
         self.candidate = None;
         self.mode = Mode::Narrow(fingerprint.clone());
-        Step::Narrow(fingerprint)
+        WatchMove::Narrow(fingerprint)
     }
 
     /// A narrow agent is about to wipe or publish: it may rely on its narrow watch only while the fingerprint it
     /// narrowed on is still the one in force.
-    pub fn verify(&mut self, seen: InForce) -> Step {
+    pub fn verify(&mut self, seen: InForce) -> WatchMove {
         let Mode::Narrow(narrowed_on) = &self.mode else {
-            return Step::Widen("the PV watch is not narrow".into());
+            return WatchMove::Widen("the PV watch is not narrow".into());
         };
         let why = match seen {
-            InForce::Yes(f) if f == *narrowed_on => return Step::Keep,
+            InForce::Yes(f) if f == *narrowed_on => return WatchMove::Keep,
             InForce::Yes(_) => {
                 "the admission policy or its binding changed since the agent narrowed its watch"
                     .to_string()
@@ -394,7 +394,7 @@ impl Narrowing {
         };
         self.mode = Mode::Wide;
         self.candidate = None;
-        Step::Widen(why)
+        WatchMove::Widen(why)
     }
 }
 

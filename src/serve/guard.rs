@@ -28,7 +28,7 @@ use super::warm::WARM;
 
 /// The shared counters behind the middleware.
 #[derive(Clone)]
-pub struct Guard {
+pub struct RequestBounds {
     limits: Arc<Limits>,
     slots: Arc<Semaphore>,
     /// One permit per byte of request body held in memory.
@@ -86,7 +86,7 @@ impl IntoResponse for Refusal {
 /// bytes are charged as they arrive, but what decoding them builds can be many times more (a `String` per
 /// four-byte name), so the handler charges that too, from the same budget, before it uses it.
 #[derive(Clone)]
-pub struct Charge(Guard);
+pub struct Charge(RequestBounds);
 
 impl Charge {
     /// Reserves `bytes` more until the returned permit is dropped; 503 (`DecodedOverBudget`) when the budget has
@@ -105,9 +105,9 @@ impl Charge {
 /// Paths that are always answered: kubelet's probes must not fail because the server is busy.
 const PROBES: [&str; 2] = ["/livez", "/readyz"];
 
-impl Guard {
-    pub fn new(limits: Limits) -> Guard {
-        Guard {
+impl RequestBounds {
+    pub fn new(limits: Limits) -> RequestBounds {
+        RequestBounds {
             slots: Arc::new(Semaphore::new(limits.max_requests.max(1))),
             budget: Arc::new(Semaphore::new(
                 limits.body_budget.min(Semaphore::MAX_PERMITS),
@@ -175,7 +175,7 @@ impl Guard {
 }
 
 /// The middleware: `Router::layer(middleware::from_fn_with_state(guard, serve::guard::limit))`.
-pub async fn limit(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+pub async fn limit(State(guard): State<RequestBounds>, request: Request, next: Next) -> Response {
     if PROBES.contains(&request.uri().path()) {
         return next.run(request).await;
     }

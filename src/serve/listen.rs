@@ -29,7 +29,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::conns::{Admission, Conn, Table};
-use super::guard::{self, Guard};
+use super::guard::{self, RequestBounds};
 use super::limits::Limits;
 use super::warm::WARM;
 
@@ -53,7 +53,7 @@ const TRIM_EVERY: Duration = Duration::from_secs(10);
 
 /// Puts `limits`' per-request bounds (`guard::limit`) in front of every route of `app`.
 pub fn guarded(app: Router, limits: &Limits) -> Router {
-    let guard = Guard::new(limits.clone());
+    let guard = RequestBounds::new(limits.clone());
     app.layer(middleware::from_fn_with_state(guard, guard::limit))
 }
 

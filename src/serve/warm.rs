@@ -22,7 +22,7 @@ use bytes::Bytes;
 pub static WARM: Warm = Warm::new(2, 1 << 20, 64 << 20, Duration::from_secs(30));
 
 pub struct Warm {
-    kept: Mutex<Vec<Kept>>,
+    kept: Mutex<Vec<WarmKept>>,
     /// Buffers kept at most.
     spares: usize,
     /// Smaller buffers are left to the allocator, which reuses them cheaply.
@@ -33,7 +33,7 @@ pub struct Warm {
     idle: Duration,
 }
 
-struct Kept {
+struct WarmKept {
     buf: Vec<u8>,
     since: Instant,
 }
@@ -95,11 +95,11 @@ impl Warm {
         let mut kept = self.lock();
         self.drop_stale(&mut kept, now);
         if kept.len() < self.spares {
-            kept.push(Kept { buf, since: now });
+            kept.push(WarmKept { buf, since: now });
         } else if let Some(smallest) = kept.iter_mut().min_by_key(|k| k.buf.capacity())
             && smallest.buf.capacity() < buf.capacity()
         {
-            *smallest = Kept { buf, since: now };
+            *smallest = WarmKept { buf, since: now };
         }
     }
 
@@ -115,11 +115,11 @@ impl Warm {
         self.lock().iter().map(|k| k.buf.capacity()).sum()
     }
 
-    fn drop_stale(&self, kept: &mut Vec<Kept>, now: Instant) {
+    fn drop_stale(&self, kept: &mut Vec<WarmKept>, now: Instant) {
         kept.retain(|k| now.saturating_duration_since(k.since) < self.idle);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Kept>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<WarmKept>> {
         // NB: a panic while holding the lock leaves a plain list of buffers, still consistent.
         self.kept
             .lock()

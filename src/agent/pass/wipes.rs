@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::super::metrics::{StepOutcome, WipeLabels};
-use super::super::wiper::{self, Failed};
+use super::super::wiper::{self, WipeFailed};
 use super::{Agent, FIRST_BACKOFF, MAX_BACKOFF, WipeResult};
 use crate::effects::Reason;
 use crate::plan::{DiskState, WipeOrder};
@@ -89,7 +89,7 @@ impl Agent {
                 wiper::run(&host, &class, &order2, share, &ctl2)
             })
             .await
-            .unwrap_or_else(|e| Err(Failed::Error(format!("wipe task failed: {e}"))));
+            .unwrap_or_else(|e| Err(WipeFailed::Error(format!("wipe task failed: {e}"))));
             let _ = tx.send((order, result)).await;
         });
         self.running.insert(
@@ -139,11 +139,11 @@ impl Agent {
                 }
             }
             Err(failure) => {
-                let incomplete = matches!(failure, Failed::Incomplete(_));
+                let incomplete = matches!(failure, WipeFailed::Incomplete(_));
                 let (reason, message, outcome) = match failure {
-                    Failed::Refused(m) => (Reason::WipeRefused, m, StepOutcome::Refused),
-                    Failed::Error(m) => (Reason::WipeFailed, m, StepOutcome::Error),
-                    Failed::Incomplete(m) => (Reason::WipeIncomplete, m, StepOutcome::Error),
+                    WipeFailed::Refused(m) => (Reason::WipeRefused, m, StepOutcome::Refused),
+                    WipeFailed::Error(m) => (Reason::WipeFailed, m, StepOutcome::Error),
+                    WipeFailed::Incomplete(m) => (Reason::WipeIncomplete, m, StepOutcome::Error),
                 };
                 self.s
                     .metrics

@@ -125,12 +125,12 @@ fn a_wide_agent_narrows_only_after_one_fingerprint_held_for_the_settle_time_with
     assert_eq!(n.mode(), &Mode::Wide, "no record: wide");
     assert_eq!(
         n.look(InForce::Yes(fingerprint()), t0, 0),
-        Step::CheckIn(SETTLE)
+        WatchMove::CheckIn(SETTLE)
     );
     let half = t0 + SETTLE / 2;
     assert_eq!(
         n.look(InForce::Yes(fingerprint()), half, 0),
-        Step::CheckIn(SETTLE / 2)
+        WatchMove::CheckIn(SETTLE / 2)
     );
     // Another fingerprint (edited meanwhile) starts the wait again.
     let edited = Fingerprint {
@@ -140,26 +140,26 @@ fn a_wide_agent_narrows_only_after_one_fingerprint_held_for_the_settle_time_with
     let t1 = t0 + SETTLE;
     assert_eq!(
         n.look(InForce::Yes(edited.clone()), t1, 0),
-        Step::CheckIn(SETTLE)
+        WatchMove::CheckIn(SETTLE)
     );
     // A blocker keeps it wide.
     let t2 = t1 + SETTLE;
     assert_eq!(
         n.look(InForce::Yes(edited.clone()), t2, 1),
-        Step::CheckIn(CHECK_EVERY)
+        WatchMove::CheckIn(CHECK_EVERY)
     );
     assert!(!n.is_narrow());
     // Gone: the wait starts again from nothing.
     let gone = InForce::No("gone".into());
-    assert_eq!(n.look(gone, t2, 0), Step::CheckIn(CHECK_EVERY));
+    assert_eq!(n.look(gone, t2, 0), WatchMove::CheckIn(CHECK_EVERY));
     assert_eq!(
         n.look(InForce::Yes(edited.clone()), t2, 0),
-        Step::CheckIn(SETTLE)
+        WatchMove::CheckIn(SETTLE)
     );
     let t3 = t2 + SETTLE;
     assert_eq!(
         n.look(InForce::Yes(edited.clone()), t3, 0),
-        Step::Narrow(edited.clone())
+        WatchMove::Narrow(edited.clone())
     );
     assert_eq!(n.mode(), &Mode::Narrow(edited));
 }
@@ -176,15 +176,15 @@ fn a_narrow_agent_keeps_its_watch_only_while_the_fingerprint_it_narrowed_on_is_i
     let mut n = Narrowing::resume(Some(&fingerprint()));
     assert!(n.is_narrow(), "a record resumes narrow");
     let step = n.verify(seen);
-    assert_eq!(step == Step::Keep, keep, "{step:?}");
+    assert_eq!(step == WatchMove::Keep, keep, "{step:?}");
     assert_eq!(n.is_narrow(), keep);
     if !keep {
-        assert!(matches!(step, Step::Widen(_)));
+        assert!(matches!(step, WatchMove::Widen(_)));
         // Wide again: it must see one fingerprint for the settle time before narrowing again.
         let t = Instant::now();
         assert_eq!(
             n.look(InForce::Yes(fingerprint()), t, 0),
-            Step::CheckIn(SETTLE)
+            WatchMove::CheckIn(SETTLE)
         );
     }
 }
@@ -202,7 +202,7 @@ fn a_restart_resumes_narrow_on_its_record_and_its_first_check_widens_when_the_po
     );
     let mut n = Narrowing::resume(Some(&fingerprint()));
     assert_eq!(n.mode(), &Mode::Narrow(fingerprint()));
-    assert!(matches!(n.verify(now), Step::Widen(_)));
+    assert!(matches!(n.verify(now), WatchMove::Widen(_)));
     assert_eq!(n.mode(), &Mode::Wide);
     let _ = Duration::ZERO;
 }
