@@ -20,6 +20,10 @@ COPY src ./src
 # NB: Cargo.toml declares the bench `agent` explicitly, and cargo refuses a manifest whose declared target file is
 # missing, even when building only the binary.
 COPY benches ./benches
+# The dev-only test harness crate is a path dev-dependency: cargo resolves it (its manifest and a library target)
+# even for the binary alone, and builds nothing of it.
+COPY crates/test-support/Cargo.toml ./crates/test-support/
+RUN mkdir -p crates/test-support/src && touch crates/test-support/src/lib.rs
 # The cache mounts keep downloaded crates and compiled dependencies between builds (BuildKit and buildah both
 # honour them); the binary is copied out of the cached target dir in the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry --mount=type=cache,target=/src/target \

@@ -25,9 +25,7 @@
 //! (bench/run.sh turns them into docs/benchmarks.md); LSP needs LOCALPV_BENCH_LSP (its binary).
 
 mod common;
-#[path = "../tests/support/mod.rs"]
-#[allow(unused_imports)]
-mod support;
+use localpv_test_support as support;
 
 /// The benchmark's parts, in benches/agent/ (a directory without main.rs, so cargo builds no target of it).
 mod agent {

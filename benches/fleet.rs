@@ -24,9 +24,7 @@
 //! builds it). With LOCALPV_BENCH_FIGURES set, figures are appended there as JSON lines.
 
 mod common;
-#[path = "../tests/support/mod.rs"]
-#[allow(unused_imports)]
-mod support;
+use localpv_test_support as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

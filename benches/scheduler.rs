@@ -21,9 +21,7 @@
 //! as JSON lines.
 
 mod common;
-#[path = "../tests/support/mod.rs"]
-#[allow(unused_imports)]
-mod support;
+use localpv_test_support as support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -13,18 +13,7 @@
 //! its watchdog does the same if the process is killed outright. Run it through `scripts/demo.sh`, which installs
 //! and builds what it needs first.
 
-// NB: the harness's `mod.rs` also brings `agent.rs`, which needs `CARGO_BIN_EXE_localpv` (set for integration
-// tests only), so the demo names the modules it uses one by one, under a `support` module of its own so their
-// `crate::support::` paths resolve.
-#[allow(dead_code)]
-#[path = "../tests/support"]
-mod support {
-    pub mod certs;
-    pub mod cluster;
-    pub mod disks;
-    pub mod proc;
-    pub mod realnode;
-}
+use localpv_test_support as support;
 #[allow(dead_code)]
 #[path = "../tests/realnode/common.rs"]
 mod common;

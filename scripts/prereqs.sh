@@ -35,7 +35,7 @@ for tool in losetup mkfs.ext4 mkfs.xfs mount umount chattr buildah debootstrap c
   command -v "$tool" >/dev/null || prereqs_die "$tool is missing after installing packages"
 done
 # NB: Debian installs fusepy as the module `fusepy` (`fuse` is python3-fuse's), for the system python only: a
-# python3 earlier on PATH (pyenv) cannot import it, so tests/support/faulty.rs runs /usr/bin/python3.
+# python3 earlier on PATH (pyenv) cannot import it, so crates/test-support/src/faulty.rs runs /usr/bin/python3.
 /usr/bin/python3 -c 'import fusepy' 2>/dev/null \
   || prereqs_die "/usr/bin/python3 cannot import fusepy after installing python3-fusepy (needed by tests/faults.rs)"
 [ -e /dev/fuse ] || prereqs_die "/dev/fuse is missing: the fault tests (tests/faults.rs) need FUSE"

@@ -47,8 +47,8 @@ export CARGO_TERM_COLOR=never
 
 step "cargo fmt --check"
 cargo fmt --check
-step "cargo clippy --all-targets -- -D warnings"
-cargo clippy --quiet --all-targets -- -D warnings
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --quiet --workspace --all-targets -- -D warnings
 # The real-node tier puts a host-built binary into the image's runtime stage. CI gives it the debug build that
 # `cargo test` makes anyway: a cold release build costs ~22 minutes on 2 cores, which CI's 90 cannot spare, and the
 # full release build inside the Dockerfile stays tested by the packaging tier.

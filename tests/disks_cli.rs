@@ -5,8 +5,7 @@
 //! server-side apply), so the test also proves the API server accepts what the builder produces and that a
 //! pass over what the server returns writes nothing.
 
-#[path = "support/mod.rs"]
-mod support;
+use localpv_test_support as support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,14 +1,10 @@
-//! Real I/O errors under ext4 and xfs, from a disk that fails on command (`support/faulty.rs`): what the kernel
+//! Real I/O errors under ext4 and xfs, from a disk that fails on command (`localpv_test_support::faulty`): what the kernel
 //! records and what syscalls return, printed (eprintln) so the agent's detection can be built on exactly these
 //! values. Needs root, /dev/fuse and Debian's python3-fusepy; fails, never skips, without them. Each test checks
 //! that it left nothing mounted or attached.
 
-#[path = "support/disks.rs"]
-#[allow(dead_code)]
-mod disks;
-#[path = "support/faulty.rs"]
-#[allow(dead_code)]
-mod faulty;
+use localpv_test_support::disks;
+use localpv_test_support::faulty;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};

@@ -3,9 +3,7 @@
 
 #[path = "host/device_dir.rs"]
 mod device_dir;
-#[path = "support/disks.rs"]
-#[allow(dead_code)]
-mod disks;
+use localpv_test_support::disks;
 #[path = "host/fixtures.rs"]
 mod fixtures;
 #[path = "host/gone.rs"]

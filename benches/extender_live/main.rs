@@ -25,9 +25,7 @@ mod common;
 mod measure;
 mod procs;
 mod report;
-#[path = "../../tests/support/mod.rs"]
-#[allow(unused_imports)]
-mod support;
+use localpv_test_support as support;
 
 use std::time::Duration;
 

@@ -1,8 +1,7 @@
 //! End-to-end tests against a real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)
 //! built by `scripts/k8s-bins.sh`. One test binary so the crate links once; one module per scenario.
 
-#[path = "../support/mod.rs"]
-mod support;
+use localpv_test_support as support;
 
 mod admission;
 mod api_cost;

@@ -1,5 +1,5 @@
 //! The host tests' world: a [`Scene`] owns one temporary directory with the discovery directories and everything
-//! mounted or attached under it (the guards of `support/disks.rs`); dropping it unmounts in reverse order, detaches
+//! mounted or attached under it (the guards of `localpv_test_support::disks`); dropping it unmounts in reverse order, detaches
 //! loop devices, then removes the directory. Also what the tests compare discovery with: blkid, statvfs, blockdev.
 
 use std::fs;

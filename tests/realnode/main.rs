@@ -2,8 +2,7 @@
 //! the node agent runs only as the DaemonSet's pods, and real pods that mount, write and read the volumes it
 //! publishes. See `support::realnode` for the harness and docs/testing.md for what it needs and costs.
 
-#[path = "../support/mod.rs"]
-mod support;
+use localpv_test_support as support;
 
 mod common;
 mod demo;

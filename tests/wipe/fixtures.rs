@@ -1,4 +1,4 @@
-//! What only the wipe tests need on top of `support/disks.rs`: their tmpfs and loop device sizes, immutable flags,
+//! What only the wipe tests need on top of `localpv_test_support::disks`: their tmpfs and loop device sizes, immutable flags,
 //! tree snapshots and trees built by fd. Every guard undoes its work in `Drop`, so a panicking test leaves no
 //! mount, loop device or immutable flag behind.
 

@@ -259,7 +259,7 @@ impl RealCluster {
             .env("HELM_CACHE_HOME", home.join("cache"))
             .env("HELM_CONFIG_HOME", home.join("config"))
             .env("HELM_DATA_HOME", home.join("data"))
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
+            .current_dir(crate::repo_root());
     }
 
     /// Runs helm (from the pinned bin dir) against this cluster; panics with its output on failure.

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::support::disks::run;
+use crate::disks::run;
 
 pub const PAUSE: &str = "localhost/localpv-pause:realnode";
 pub const BUSYBOX: &str = "localhost/localpv-busybox:realnode";
@@ -45,14 +45,14 @@ int main(void) {
 }
 "#;
 
-pub(crate) fn cache_dir() -> PathBuf {
+pub fn cache_dir() -> PathBuf {
     let home = std::env::var_os("HOME").expect("HOME is set");
     let dir = PathBuf::from(home).join(".cache/localpv/realnode");
     fs::create_dir_all(dir.join("images")).expect("image cache dir can be created");
     dir
 }
 
-pub(crate) fn key(parts: &[&[u8]]) -> String {
+pub fn key(parts: &[&[u8]]) -> String {
     let mut h = DefaultHasher::new();
     for p in parts {
         p.hash(&mut h);
@@ -73,7 +73,7 @@ pub fn image_exists(name: &str) -> bool {
 }
 
 /// Saves `image` as a docker archive at `path` (written aside, then renamed: concurrent runs never see half).
-pub(crate) fn save(image: &str, path: &Path) {
+pub fn save(image: &str, path: &Path) {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let _ = fs::remove_file(&tmp);
     buildah(&[
@@ -104,7 +104,7 @@ fn scratch_container(rootfs: &Path, work: &Path) -> String {
 }
 
 /// An image made of a root file system directory, from scratch.
-pub(crate) fn from_rootfs(rootfs: &Path, image: &str, entrypoint: &str, work: &Path) {
+pub fn from_rootfs(rootfs: &Path, image: &str, entrypoint: &str, work: &Path) {
     let c = scratch_container(rootfs, work);
     buildah(&[
         "config",
@@ -196,7 +196,7 @@ fn release_binary() -> PathBuf {
             "localpv",
         ])
         .env("CARGO_TARGET_DIR", &target)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(crate::repo_root())
         .status()
         .expect("missing prerequisite: cargo, to build the release binary for the image");
     assert!(
@@ -240,7 +240,7 @@ pub fn ensure_base_image(work_in: &Path) {
 fn localpv_archive(cache: &Path) -> (PathBuf, String) {
     let bin = release_binary();
     let bytes = fs::read(&bin).expect("release binary readable");
-    let dockerfile = Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile");
+    let dockerfile = crate::repo_root().join("Dockerfile");
     let df = fs::read(&dockerfile).expect("Dockerfile readable");
     let tag = format!("realnode-{}", &key(&[&bytes, &df])[..12]);
     let image = format!("{LOCALPV_REPOSITORY}:{tag}");

@@ -1,7 +1,6 @@
 //! Real disks for tests: tmpfs, ramfs, bind and device mounts, loop devices over sparse files formatted with mkfs,
-//! and the host tools under them. The one copy for every tier: the e2e tests and the benchmarks reach it as
-//! `support::disks`, the host and wipe tests include this file alone (`#[path]`), so it names nothing else of the
-//! harness (std and nix only).
+//! and the host tools under them. The one copy for every tier: every test, benchmark and the demo reach it as
+//! `localpv_test_support::disks`. It names nothing else of the harness (std and nix only).
 //!
 //! ```text
 //!  Mount::tmpfs / ramfs / bind / device ──┐  guard: unmounted (lazily) on drop, also while a failing test unwinds

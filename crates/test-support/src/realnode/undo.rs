@@ -8,8 +8,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::support::disks::Watchdog;
-use crate::support::proc::OnExit;
+use crate::disks::Watchdog;
+use crate::proc::OnExit;
 
 pub struct Undo {
     log: PathBuf,

@@ -1,7 +1,12 @@
-//! Test support shared by the integration tests and the benchmarks: a real control plane (`cluster`), stand-in
+//! Test support shared by the integration tests, the benchmarks and the demo (a dev-only crate, issue 35 point 5): a real control plane (`cluster`), stand-in
 //! nodes (`nodes`), real disks (`disks`) and disks that fail on command (`faulty`), agent and extender processes
 //! (`agent`, `extender`), and the process plumbing under them (`proc`, `certs`, `cgroup`).
 #![allow(dead_code)]
+
+/// The localpv repository: the harness reads its scripts, chart, CRD and Dockerfile, and builds there.
+pub fn repo_root() -> &'static std::path::Path {
+    std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
 
 pub mod agent;
 pub mod audit;

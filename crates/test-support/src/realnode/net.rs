@@ -6,8 +6,8 @@
 use std::process::Command;
 
 use super::undo::Undo;
-use crate::support::cluster::KUBERNETES_SERVICE_IP;
-use crate::support::disks::run;
+use crate::cluster::KUBERNETES_SERVICE_IP;
+use crate::disks::run;
 
 pub struct Network {
     pub bridge: String,

@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 
 use super::net::Network;
 use super::undo::Undo;
-use crate::support::cluster::ControlPlane;
-use crate::support::disks::run;
-use crate::support::proc::Component;
+use crate::cluster::ControlPlane;
+use crate::disks::run;
+use crate::proc::Component;
 
 pub struct RealNode {
     pub name: String,
@@ -179,8 +179,8 @@ impl RealNode {
             cni_config(s.net, s.index, &dir),
         )
         .expect("cni config");
-        let kubelet_port = crate::support::cluster::free_port();
-        let healthz_port = crate::support::cluster::free_port();
+        let kubelet_port = crate::cluster::free_port();
+        let healthz_port = crate::cluster::free_port();
         fs::write(
             dir.join("kubelet.yaml"),
             kubelet_config(&s, &dir, &socket, &cgroup, kubelet_port, healthz_port),
@@ -289,7 +289,7 @@ impl RealNode {
                 "----- {} {} -----\n{}\n",
                 self.name,
                 p.display(),
-                crate::support::proc::tail(&p, lines)
+                crate::proc::tail(&p, lines)
             );
         }
         out

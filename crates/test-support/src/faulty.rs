@@ -2,8 +2,7 @@
 //! FUSE server (`faultyfs.py`) that returns EIO (or ENXIO) when told to. The loop driver turns those into block
 //! I/O errors, so the filesystem sees what a failing disk would give it: this kernel has no device-mapper and no
 //! fault injection to do it otherwise. Std and nix only, and reaches the rest of the harness only through
-//! `super::disks`, so the host-tier tests include it with `#[path]` next to `disks.rs`, and the e2e tier sees it
-//! as `support::faulty`.
+//! `super::disks`.
 //!
 //! ```text
 //!  <work>/faulty-backing/disk.img   sparse image, formatted directly (no FUSE round trips for mkfs)
@@ -33,7 +32,7 @@ use nix::mount::{MntFlags, umount2};
 use super::disks::{LoopDevice, Mount, Watchdog, mkfs, run};
 
 /// The FUSE server, next to this file.
-const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/faultyfs.py");
+const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/faultyfs.py");
 /// NB: Debian's python3-fusepy is importable by the system python only (a pyenv shim may come first on PATH).
 const PYTHON: &str = "/usr/bin/python3";
 const IMAGE: &str = "disk.img";

@@ -77,7 +77,7 @@ pub fn kube_minor() -> u32 {
 
 /// A version pinned in `scripts/versions.env`.
 pub fn pinned(key: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/versions.env");
+    let path = crate::repo_root().join("scripts/versions.env");
     let text = fs::read_to_string(&path).expect("scripts/versions.env is readable");
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{key}=")))

@@ -27,8 +27,19 @@ pub struct Agent {
 }
 
 /// The localpv binary cargo built for this test run.
+/// The `localpv` binary cargo built beside the running test, benchmark or example (`target/<profile>/localpv`;
+/// cargo builds it for every integration test and benchmark), or `LOCALPV_BIN`.
 pub fn localpv_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_localpv"))
+    if let Some(bin) = std::env::var_os("LOCALPV_BIN") {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().expect("the running executable's path");
+    // target/<profile>/deps/<test> or target/<profile>/examples/<example>
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("a test under target/<profile>");
+    profile.join("localpv")
 }
 
 impl Agent {
@@ -222,7 +233,7 @@ pub fn audited(audit_log: &Path, user: &str, verbs: &[&str]) -> Vec<(String, Str
 pub async fn install_crd(cp: &ControlPlane) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Api, PostParams};
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/crd/localdisk.yaml");
+    let path = crate::repo_root().join("config/crd/localdisk.yaml");
     let text = fs::read_to_string(&path).expect("config/crd/localdisk.yaml is readable");
     let crd: CustomResourceDefinition =
         serde_yaml_ng::from_str(&text).expect("the CRD copy parses");

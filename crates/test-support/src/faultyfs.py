@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A FUSE filesystem that shows the regular files of one backing directory and fails their I/O on command.
 
-Used by tests/support/faulty.rs: a loop device attached to the disk image *through* this mount turns every error
+Used by crates/test-support/src/faulty.rs: a loop device attached to the disk image *through* this mount turns every error
 returned here into a block-level I/O error that ext4 and xfs see, as they would from a failing disk.
 
     faultyfs.py --backing DIR --mountpoint DIR --control SOCKET
