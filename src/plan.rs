@@ -35,6 +35,7 @@ pub mod incremental;
 pub mod lost;
 pub mod narrow;
 pub mod owners;
+pub mod polled;
 pub mod pv;
 pub mod state;
 pub mod taint;

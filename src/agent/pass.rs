@@ -47,6 +47,7 @@ use crate::host::{Host, HostChanges};
 use crate::inventory::{self, LocalDisk, WipeFailures};
 use crate::plan::cadence::{self, FIRST_BACKOFF, Fill, Run};
 use crate::plan::incremental::IncrementalPlanner;
+use crate::plan::polled::{self, DisksMark};
 use crate::plan::pv::planned_on;
 use crate::plan::{
     self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv,
@@ -119,8 +120,8 @@ pub struct Agent {
     backoff: HashMap<String, Backoff>,
     /// Every disk's health, looked at every `diskHealthCheckPeriod`.
     health: super::health::HealthBook,
-    /// The Node's `localpv.io/disks-changed` as the last pass saw it (`None`: no pass yet).
-    disks_mark: Option<Option<String>>,
+    /// The Node's `localpv.io/disks-changed` as the last pass saw it.
+    disks_mark: DisksMark,
     done_tx: mpsc::Sender<WipeResult>,
     done_rx: mpsc::Receiver<WipeResult>,
     last_config_error: Option<String>,
@@ -189,7 +190,7 @@ impl Agent {
     pub fn new(s: Setup) -> anyhow::Result<Agent> {
         let book = Book::open(&s.opts.state_dir)?;
         let (health, memory) = super::health::HealthBook::open(&s.opts.state_dir);
-        let disks_mark = warm_start(&s);
+        let disks_mark = DisksMark::at_start(warm_start(&s));
         let writer = Writer::new(
             s.client.clone(),
             crate::contract::NODE_MANAGER,
@@ -307,7 +308,7 @@ impl Agent {
             return;
         }
         let snapshot = super::warmstart::Snapshot {
-            disks_mark: self.disks_mark.clone().flatten(),
+            disks_mark: self.disks_mark.last(),
             local_disks: s.disks.all(),
             storage_classes: s.classes.all(),
         };
@@ -443,20 +444,15 @@ impl Agent {
         }
     }
 
-    /// Lists the LocalDisks at once when `localpv disks` marked the Node since the last pass: an operator changed
-    /// one (the first mark seen is the one the start's list already reflects).
+    /// Lists the LocalDisks at once when `localpv disks` marked the Node since the last pass (`polled::DisksMark`):
+    /// an operator changed one.
     fn look_for_disk_marks(&mut self) {
-        let mark = self.s.nodes.get_shared(&self.s.node).and_then(|n| {
-            let annotations = n.metadata.annotations.as_ref()?;
-            annotations.get(crate::contract::ANN_DISKS_CHANGED).cloned()
-        });
-        if let Some(seen) = &self.disks_mark
-            && *seen != mark
-        {
+        let node = self.s.nodes.get_shared(&self.s.node);
+        let mark = node.and_then(|n| polled::mark_of(&n));
+        if self.disks_mark.see(mark.clone()) {
             debug!(mark = ?mark, "the Node says a LocalDisk changed; listing them");
             self.s.disks_polled.poke();
         }
-        self.disks_mark = Some(mark);
     }
 
     fn node_facts(&self) -> Option<NodeFacts> {
@@ -1036,7 +1032,7 @@ enum Step {
 
 /// Seeds the StorageClass and LocalDisk stores from what a clean stop left (`warmstart`) and lets their pollers
 /// begin (the first lists a period later), or lets them list at once. The Node's mark as that agent saw it, when
-/// seeded: a different one on the Node lists the LocalDisks at once (`Agent::look_for_disk_marks`).
+/// seeded: a different one on the Node lists the LocalDisks at once (`polled::DisksMark`).
 fn warm_start(s: &Setup) -> Option<Option<String>> {
     let Some(snapshot) = super::warmstart::take(&s.opts.state_dir) else {
         s.classes_polled.begin(false);
