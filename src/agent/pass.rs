@@ -300,11 +300,11 @@ impl Agent {
         self.leave_snapshot();
     }
 
-    /// Leaves the LocalDisks, the StorageClasses and the Node's mark for the next start (`warmstart`), when both
-    /// kinds were listed (a node without LocalDisks, or without the CRD, lists them again at start).
+    /// Leaves the LocalDisks, the StorageClasses and the Node's mark for the next start (`warmstart`), when
+    /// `polled::leaves_snapshot` says so.
     fn leave_snapshot(&self) {
         let s = &self.s;
-        if !s.classes.synced() || !s.disks.synced() || s.disks.is_empty() {
+        if !polled::leaves_snapshot(s.classes.synced(), s.disks.synced(), s.disks.is_empty()) {
             return;
         }
         let snapshot = super::warmstart::Snapshot {

@@ -1,9 +1,11 @@
 //! What the agent's polled caches (its LocalDisks and the StorageClasses, `watch::poll`) decide besides their
-//! period (pure; issue 35, point 2): when the LocalDisks are listed at once. The shell (`agent::pass`) reads the
-//! Node, calls this, and pokes the poller.
+//! period (pure; issue 35, point 2): when the LocalDisks are listed at once, and when both are left for the next
+//! start (`agent::warmstart`). The shell (`agent::pass`) reads the Node and the stores, calls these, and pokes the
+//! poller or writes the file.
 //!
 //! ```text
 //!  own Node (watch store) ── mark_of ──> DisksMark::see ──> true: list the LocalDisks now (an operator changed one)
+//!  stores synced? LocalDisks found? ── leaves_snapshot ──> leave api-cache.json at a clean stop, or not
 //! ```
 
 use k8s_openapi::api::core::v1::Node;
@@ -42,6 +44,12 @@ impl DisksMark {
     pub fn last(&self) -> Option<String> {
         self.seen.clone().flatten()
     }
+}
+
+/// Whether a clean stop leaves its LocalDisks and StorageClasses for the next start: only when both stores were
+/// listed, and there are LocalDisks (a node without any, or without the CRD, lists them again at start).
+pub fn leaves_snapshot(classes_synced: bool, disks_synced: bool, disks_empty: bool) -> bool {
+    classes_synced && disks_synced && !disks_empty
 }
 
 #[cfg(test)]
@@ -90,5 +98,23 @@ mod tests {
         node.metadata.annotations =
             Some([(ANN_DISKS_CHANGED.to_string(), "t1".to_string())].into());
         assert_eq!(mark_of(&node), mark(Some("t1")));
+    }
+
+    #[rstest]
+    #[case::both_listed_with_disks(true, true, false, true)]
+    #[case::no_local_disks(true, true, true, false)]
+    #[case::classes_not_listed(false, true, false, false)]
+    #[case::disks_not_listed(true, false, false, false)]
+    #[case::nothing_listed(false, false, true, false)]
+    fn a_snapshot_is_left_only_when_both_kinds_were_listed_and_local_disks_exist(
+        #[case] classes_synced: bool,
+        #[case] disks_synced: bool,
+        #[case] disks_empty: bool,
+        #[case] want: bool,
+    ) {
+        assert_eq!(
+            leaves_snapshot(classes_synced, disks_synced, disks_empty),
+            want
+        );
     }
 }
