@@ -45,7 +45,7 @@ use crate::effects::{self, Reason, Writer};
 use crate::host::wake::MountWatcher;
 use crate::host::{Host, HostChanges};
 use crate::inventory::{self, LocalDisk, WipeFailures};
-use crate::plan::cadence::{self, FIRST_BACKOFF, Fill, Run};
+use crate::plan::cadence::{self, FIRST_BACKOFF, Fill, Progress, Run, Step};
 use crate::plan::incremental::IncrementalPlanner;
 use crate::plan::polled::{self, DisksMark};
 use crate::plan::pv::planned_on;
@@ -568,7 +568,7 @@ impl Agent {
             existing: &existing,
         };
         let mut plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
-        let mut retry = false;
+        let mut progress = Progress::default();
         let fill = cadence::fill(
             plan.needs_cluster_list,
             cluster.is_some(),
@@ -592,7 +592,7 @@ impl Agent {
                 }
                 Err(error) => {
                     warn!(error = %format!("{error:#}"), "failed to list PersistentVolumes; no wipe and no new PV this pass");
-                    retry = true;
+                    progress.retry = true;
                 }
             },
             Fill::CheckPolicy | Fill::Planned | Fill::Wait => {}
@@ -616,24 +616,15 @@ impl Agent {
         let complete = cluster.is_some();
         drop(cluster);
         let planned_in = started.elapsed();
-        let mut halted = false;
         for run in cadence::runs(plan.actions) {
-            if halted && !run.runs_after_halt() {
+            if !progress.runs(&run) {
                 continue;
             }
             let step = match run {
                 Run::Batch(batch) => self.publish_batch(batch).await,
                 Run::One(action) => self.execute(action).await,
             };
-            match step {
-                Step::Done => {}
-                Step::Retry => retry = true,
-                Step::Halt => {
-                    // NB: an unpersisted ledger change must not be acted on: skip the rest of the plan's writes.
-                    retry = true;
-                    halted = true;
-                }
-            }
+            progress.record(step);
         }
         let work = self.planner.work();
         debug!(
@@ -668,7 +659,7 @@ impl Agent {
         let again = tagging.again;
         self.publish_now = again;
         let mut ended = cadence::Ended {
-            retry,
+            retry: progress.retry,
             tagging: Some(tagging),
             held_back: plan.needs_cluster_list && !complete,
         };
@@ -908,8 +899,7 @@ impl Agent {
 
     /// Applies one action.
     async fn execute(&mut self, action: Action) -> Step {
-        let retry = |ok: bool| if ok { Step::Done } else { Step::Retry };
-        let halt = |ok: bool| if ok { Step::Done } else { Step::Halt };
+        let (retry, halt) = (Step::api, Step::ledger);
         match action {
             Action::CreatePv(pv) => self.publish_batch(vec![Action::CreatePv(pv)]).await,
             Action::DeletePv(r) => retry(self.writer.delete(&r).await.is_ok()),
@@ -975,13 +965,13 @@ impl Agent {
                 .buffer_unordered(CREATE_CONCURRENCY)
                 .collect()
                 .await;
-        let mut step = Step::Done;
+        let mut created_all = true;
         let mut created = Vec::new();
         for (i, result) in results {
             match result {
                 Ok(Some(uid)) => created.push((uid, owned[i].clone())),
                 Ok(None) => {}
-                Err(effects::Failed) => step = Step::Retry,
+                Err(effects::Failed) => created_all = false,
             }
         }
         let recorded = self.book.update_owners(
@@ -996,7 +986,7 @@ impl Agent {
         for (uid, pv) in &created {
             self.s.pvs.created(&pv.name, uid);
         }
-        if recorded { step } else { Step::Halt }
+        Step::batch(created_all, recorded)
     }
 }
 
@@ -1019,15 +1009,6 @@ struct Facts<'a> {
     classes: &'a [ClassFacts],
     found: &'a Discovery,
     existing: &'a [Arc<PersistentVolume>],
-}
-
-/// How executing one action went.
-enum Step {
-    Done,
-    /// Failed in a way the next pass should retry soon.
-    Retry,
-    /// The ledger could not be written: nothing after it in this plan may run.
-    Halt,
 }
 
 /// Seeds the StorageClass and LocalDisk stores from what a clean stop left (`warmstart`) and lets their pollers

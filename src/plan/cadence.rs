@@ -5,7 +5,7 @@
 //!  index complete? narrow? ── stands_in ──> plan ── needs_cluster_list ──> fill: use it / check the policy /
 //!                                            │                             list every PV / wait for the watch
 //!                                            v
-//!  plan.actions ── runs (ledger states and creates batched) ── after a halt only Events
+//!  plan.actions ── runs (ledger states and creates batched) ── Step per run ── Progress: after a halt only Events
 //!  volume id stored this pass and the last ── tagging (publish at once / did not read back)
 //!  pass ended clean? ── untaint_allowed ── taint::all_published
 //!  every reason to come back ── next_pass
@@ -80,6 +80,64 @@ pub fn runs(actions: Vec<Action>) -> Vec<Run> {
         }
     }
     out
+}
+
+/// How executing one step went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Done,
+    /// Failed in a way the next pass should retry soon.
+    Retry,
+    /// The ledger could not be written: nothing after it in this plan may run.
+    Halt,
+}
+
+impl Step {
+    /// After an API write (or a wipe start, a volume id stored): a failure is retried by a pass soon.
+    pub fn api(ok: bool) -> Step {
+        if ok { Step::Done } else { Step::Retry }
+    }
+
+    /// After a ledger write: a failure halts the plan (an unpersisted ledger change must not be acted on).
+    pub fn ledger(ok: bool) -> Step {
+        if ok { Step::Done } else { Step::Halt }
+    }
+
+    /// After a batch: its creates (`created_all`: none failed), then the owners recorded in one ledger write.
+    pub fn batch(created_all: bool, recorded: bool) -> Step {
+        match () {
+            _ if !recorded => Step::Halt,
+            _ if !created_all => Step::Retry,
+            _ => Step::Done,
+        }
+    }
+}
+
+/// How running a plan's steps goes so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// A step failed (or the list before them): plan again soon.
+    pub retry: bool,
+    /// A ledger write failed: only Events run after it (`Run::runs_after_halt`).
+    pub halted: bool,
+}
+
+impl Progress {
+    /// Whether `run` runs now.
+    pub fn runs(&self, run: &Run) -> bool {
+        !self.halted || run.runs_after_halt()
+    }
+
+    pub fn record(&mut self, step: Step) {
+        match step {
+            Step::Done => {}
+            Step::Retry => self.retry = true,
+            Step::Halt => {
+                self.retry = true;
+                self.halted = true;
+            }
+        }
+    }
 }
 
 /// What storing a volume id this pass (`tagged`) means, after the last pass did too or not (`tagged_before`).

@@ -85,6 +85,55 @@ fn after_a_halt_only_events_run() {
 }
 
 #[rstest]
+#[case::api_ok(Step::api(true), Step::Done)]
+#[case::api_failed(Step::api(false), Step::Retry)]
+#[case::ledger_ok(Step::ledger(true), Step::Done)]
+#[case::ledger_failed(Step::ledger(false), Step::Halt)]
+#[case::batch_done(Step::batch(true, true), Step::Done)]
+#[case::batch_create_failed(Step::batch(false, true), Step::Retry)]
+#[case::batch_not_recorded(Step::batch(true, false), Step::Halt)]
+#[case::batch_both(Step::batch(false, false), Step::Halt)]
+fn a_failed_api_write_is_retried_and_a_failed_ledger_write_halts(
+    #[case] got: Step,
+    #[case] want: Step,
+) {
+    assert_eq!(got, want);
+}
+
+#[rstest]
+#[case::done(&[Step::Done], Progress::default())]
+#[case::retry(&[Step::Retry, Step::Done], Progress { retry: true, halted: false })]
+#[case::halt(&[Step::Done, Step::Halt, Step::Done], Progress { retry: true, halted: true })]
+fn a_halt_is_retried_and_stops_the_rest(#[case] steps: &[Step], #[case] want: Progress) {
+    let mut progress = Progress::default();
+    for step in steps {
+        progress.record(*step);
+    }
+    assert_eq!(progress, want);
+}
+
+#[test]
+fn once_halted_only_events_run() {
+    let event = Run::One(Action::Event(crate::plan::PvEvent {
+        pv: crate::plan::PvRef {
+            name: "pv".into(),
+            uid: "u".into(),
+            resource_version: "1".into(),
+        },
+        type_: crate::plan::EventType::Normal,
+        reason: crate::plan::Reason::WipeCompleted,
+        message: String::new(),
+        claim: None,
+    }));
+    let mut progress = Progress::default();
+    assert!(progress.runs(&Run::One(forget("u"))));
+    progress.record(Step::Halt);
+    assert!(!progress.runs(&Run::One(forget("u"))));
+    assert!(!progress.runs(&Run::Batch(vec![state("a")])));
+    assert!(progress.runs(&event));
+}
+
+#[rstest]
 #[case::none(false, false, Tagging { again: false, unconfirmed: false })]
 #[case::first(true, false, Tagging { again: true, unconfirmed: false })]
 #[case::twice(true, true, Tagging { again: false, unconfirmed: true })]
