@@ -55,7 +55,6 @@ use crate::plan::{
 };
 use crate::watch::Store;
 
-const MAX_BACKOFF: Duration = Duration::from_secs(600);
 /// Coalesces the burst of API watch events our own writes cause into one pass. Not waited after a mount event or
 /// a timer: that pass probes only what changed, and every millisecond before it is on the way to the new PV.
 const SETTLE: Duration = Duration::from_millis(10);
@@ -686,15 +685,8 @@ impl Agent {
             .metrics
             .discovery_seconds
             .observe(started.elapsed().as_secs_f64());
-        // NB: only backoffs still running out: one already out was tried by this pass (or its wipe is no longer
-        // planned), and counting it would plan again at once, forever.
         let now = Instant::now();
-        let backoff = self
-            .backoff
-            .values()
-            .filter(|b| b.not_before > now)
-            .map(|b| b.not_before - now)
-            .min();
+        let backoff = cadence::nearest_backoff(self.backoff.values().map(|b| b.not_before), now);
         self.s.metrics.set_health(&self.health.counts());
         self.s.metrics.disk.publish(self.health.samples());
         let wakes = cadence::Wakes {

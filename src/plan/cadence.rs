@@ -8,10 +8,11 @@
 //!  plan.actions ── runs (ledger states and creates batched) ── Step per run ── Progress: after a halt only Events
 //!  volume id stored this pass and the last ── tagging (publish at once / did not read back)
 //!  pass ended clean? ── untaint_allowed ── taint::all_published
-//!  every reason to come back ── next_pass
+//!  a wipe's failures ── wipe_backoff;  held-out wipes ── nearest_backoff ─┐
+//!  every reason to come back ──────────────────────────────────────────── next_pass
 //! ```
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::plan::Action;
 
@@ -203,6 +204,31 @@ pub struct Wakes {
 
 /// After a failed step.
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The longest a failed wipe waits before it is tried again.
+pub const MAX_WIPE_BACKOFF: Duration = Duration::from_secs(600);
+
+/// How long a wipe that failed `failures` times in a row waits before the next try: doubling per failure from
+/// twice [`FIRST_BACKOFF`], capped at [`MAX_WIPE_BACKOFF`].
+pub fn wipe_backoff(failures: u32) -> Duration {
+    FIRST_BACKOFF
+        .saturating_mul(1 << failures.min(8))
+        .min(MAX_WIPE_BACKOFF)
+}
+
+/// The wait until the nearest held-out wipe may be tried again (`not_before` of each), for [`Wakes::backoff`].
+/// NB: only backoffs still running out: one already out was tried by this pass (or its wipe is no longer planned),
+/// and counting it would plan again at once, forever.
+pub fn nearest_backoff(
+    not_before: impl IntoIterator<Item = Instant>,
+    now: Instant,
+) -> Option<Duration> {
+    not_before
+        .into_iter()
+        .filter(|at| *at > now)
+        .map(|at| at - now)
+        .min()
+}
 
 /// When to plan again: the nearest reason; at once after storing a volume id, soon after a failure.
 pub fn next_pass(ended: Ended, wakes: Wakes) -> Option<Duration> {

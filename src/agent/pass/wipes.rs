@@ -11,8 +11,9 @@ use tracing::{info, warn};
 
 use super::super::metrics::{StepOutcome, WipeLabels};
 use super::super::wiper::{self, Failed};
-use super::{Agent, FIRST_BACKOFF, MAX_BACKOFF, WipeResult};
+use super::{Agent, WipeResult};
 use crate::effects::Reason;
+use crate::plan::cadence;
 use crate::plan::{DiskState, WipeOrder};
 use crate::wipe::Control;
 
@@ -160,9 +161,7 @@ impl Agent {
                 b.incomplete = incomplete;
                 b.failures += 1;
                 b.last_error = message.clone();
-                let delay = FIRST_BACKOFF
-                    .saturating_mul(1 << b.failures.min(8))
-                    .min(MAX_BACKOFF);
+                let delay = cadence::wipe_backoff(b.failures);
                 b.not_before = Instant::now() + delay;
                 warn!(disk = %order.key, %reason, note = %message, retry_in = ?delay, "wipe did not complete");
                 if let Some(pv) = &order.pv {

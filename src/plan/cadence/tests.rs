@@ -174,3 +174,31 @@ fn the_next_pass_comes_at_the_nearest_reason(
 ) {
     assert_eq!(next_pass(ended, wakes), want);
 }
+
+#[rstest]
+#[case::first(1, 10 * S)]
+#[case::second(2, 20 * S)]
+#[case::seventh(7, 600 * S)]
+#[case::capped(8, 600 * S)]
+#[case::many(40, 600 * S)]
+fn a_failed_wipe_backs_off_doubling_up_to_ten_minutes(
+    #[case] failures: u32,
+    #[case] want: Duration,
+) {
+    assert_eq!(wipe_backoff(failures), want);
+}
+
+#[test]
+fn only_backoffs_still_running_out_bring_the_next_pass() {
+    let now = std::time::Instant::now();
+    assert_eq!(nearest_backoff([], now), None);
+    assert_eq!(
+        nearest_backoff([now, now - S], now),
+        None,
+        "already out: tried by this pass"
+    );
+    assert_eq!(
+        nearest_backoff([now + 30 * S, now, now + 5 * S], now),
+        Some(5 * S)
+    );
+}
