@@ -40,7 +40,7 @@ use super::wiper::{Done, Failed};
 use super::{Options, load_config};
 use crate::config::Config;
 use crate::discover::{Probed, discover_changed};
-use crate::disk::{Discovery, UnusableReason, VolumeMode};
+use crate::disk::Discovery;
 use crate::effects::{self, Reason, Writer};
 use crate::host::wake::MountWatcher;
 use crate::host::{Host, HostChanges};
@@ -507,11 +507,8 @@ impl Agent {
         let classes = self.s.config.discovery_classes();
         let host = self.host.clone();
         let mut probed = std::mem::take(&mut self.probed);
-        // NB: block entries may change with no event in their directory (a symlink's target device appearing, a
-        // raw device of a Filesystem class mounted in another mount namespace): a configuration with a Block class,
-        // or whose last pass found a raw device, lists the host in every pass.
         let mut changes = std::mem::take(&mut self.changes);
-        changes.list_all |= self.raw_devices || classes.iter().any(|c| c.mode == VolumeMode::Block);
+        changes.list_all |= cadence::lists_host(&classes, self.raw_devices);
         let mut health = std::mem::take(&mut self.health);
         let now = Instant::now();
         let judged = (self.s.config.health, self.s.config.health_check_period);
@@ -529,11 +526,7 @@ impl Agent {
             Ok((mut found, probed, health)) => {
                 self.probed = probed;
                 self.health = health;
-                self.raw_devices = found.disks.iter().any(|d| d.mode == VolumeMode::Block)
-                    || found
-                        .unusable
-                        .iter()
-                        .any(|u| u.reason == UnusableReason::DeviceInUse);
+                self.raw_devices = cadence::found_raw(&found);
                 found.cordoned = super::health::cordoned(&self.s.disks.shared());
                 found
             }

@@ -2,6 +2,7 @@
 //! point 2). The shell (`agent::pass`) gathers, calls these, and executes.
 //!
 //! ```text
+//!  classes, raw devices found last pass ── lists_host (every entry, or only what events named)
 //!  index complete? narrow? ── stands_in ──> plan ── needs_cluster_list ──> fill: use it / check the policy /
 //!                                            │                             list every PV / wait for the watch
 //!                                            v
@@ -14,7 +15,25 @@
 
 use std::time::{Duration, Instant};
 
+use crate::disk::{Discovery, DiscoveryClass, UnusableReason, VolumeMode};
 use crate::plan::Action;
+
+/// Whether a pass lists every entry of the host, not only those a mount or directory event named. NB: block
+/// entries may change with no event in their directory (a symlink's target device appearing, a raw device of a
+/// Filesystem class mounted in another mount namespace): a configuration with a Block class, or whose last pass
+/// found a raw device ([`found_raw`]), lists the host in every pass.
+pub fn lists_host(classes: &[DiscoveryClass], raw_found_last: bool) -> bool {
+    raw_found_last || classes.iter().any(|c| c.mode == VolumeMode::Block)
+}
+
+/// Whether `found` holds a raw device: a Block disk, or an entry in use as a device (`DeviceInUse`).
+pub fn found_raw(found: &Discovery) -> bool {
+    found.disks.iter().any(|d| d.mode == VolumeMode::Block)
+        || found
+            .unusable
+            .iter()
+            .any(|u| u.reason == UnusableReason::DeviceInUse)
+}
 
 /// Whether the PV index may stand in for a list of every PV before the plan: complete, and wide (a narrow index
 /// only after the admission policy is checked, which only a plan that writes asks for).

@@ -202,3 +202,57 @@ fn only_backoffs_still_running_out_bring_the_next_pass() {
         Some(5 * S)
     );
 }
+
+fn class(mode: crate::disk::VolumeMode) -> crate::disk::DiscoveryClass {
+    crate::disk::DiscoveryClass {
+        name: "local".into(),
+        host_dir: "/mnt/disks".into(),
+        mount_dir: "/mnt/disks".into(),
+        mode,
+        name_patterns: vec!["*".into()],
+    }
+}
+
+#[rstest]
+#[case::filesystem_only(&[crate::disk::VolumeMode::Filesystem], false, false)]
+#[case::raw_found_last_pass(&[crate::disk::VolumeMode::Filesystem], true, true)]
+#[case::block_class(&[crate::disk::VolumeMode::Filesystem, crate::disk::VolumeMode::Block], false, true)]
+#[case::no_class(&[], false, false)]
+fn block_entries_list_the_host_every_pass(
+    #[case] modes: &[crate::disk::VolumeMode],
+    #[case] raw_found_last: bool,
+    #[case] want: bool,
+) {
+    let classes: Vec<_> = modes.iter().map(|m| class(*m)).collect();
+    assert_eq!(lists_host(&classes, raw_found_last), want);
+}
+
+#[test]
+fn a_block_disk_or_a_device_in_use_is_a_raw_device_found() {
+    use crate::disk::{Unusable, UnusableReason, VolumeMode};
+    let mut found = crate::disk::Discovery::default();
+    found
+        .disks
+        .push(std::sync::Arc::new(crate::plan::fixtures::disk("fs")));
+    assert!(!found_raw(&found), "a filesystem disk");
+    let unusable = |reason| Unusable {
+        class: "local".into(),
+        entry: "sdb".into(),
+        host_path: "/mnt/disks/sdb".into(),
+        reason,
+        message: String::new(),
+    };
+    found
+        .unusable
+        .push(unusable(UnusableReason::NotAMountPoint));
+    assert!(!found_raw(&found));
+    found.unusable.push(unusable(UnusableReason::DeviceInUse));
+    assert!(found_raw(&found), "a device mounted elsewhere");
+    let mut block = crate::plan::fixtures::disk("blk");
+    block.mode = VolumeMode::Block;
+    let found = crate::disk::Discovery {
+        disks: vec![std::sync::Arc::new(block)],
+        ..Default::default()
+    };
+    assert!(found_raw(&found), "a block disk");
+}
