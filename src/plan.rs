@@ -30,6 +30,7 @@
 
 pub mod cadence;
 mod decide;
+pub mod existing;
 pub mod identity;
 pub mod incremental;
 pub mod lost;

@@ -46,9 +46,9 @@ use crate::host::wake::MountWatcher;
 use crate::host::{Host, HostChanges};
 use crate::inventory::{self, LocalDisk, WipeFailures};
 use crate::plan::cadence::{self, FIRST_BACKOFF, Fill, Progress, Run, Step};
+use crate::plan::existing::Picked;
 use crate::plan::incremental::IncrementalPlanner;
 use crate::plan::polled::{self, DisksMark};
-use crate::plan::pv::planned_on;
 use crate::plan::{
     self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv,
     StorageClassFacts, WipeOrder,
@@ -140,40 +140,6 @@ pub struct Agent {
     untainted_from: Option<String>,
     /// The admission policy that lets the PV watch narrow to this node's PVs (`--admission-policy`).
     admission: Option<super::admission::Guard>,
-}
-
-/// The planner's `existing` PVs, picked from the PV index at one generation.
-struct Picked {
-    generation: u64,
-    /// The index's PVs then, and which of them were picked.
-    from: Arc<Vec<Arc<PersistentVolume>>>,
-    picked: Vec<bool>,
-    existing: Arc<Vec<Arc<PersistentVolume>>>,
-}
-
-impl Picked {
-    /// This node's PVs in `index` (`planned_on`); a PV the same pointer at the same place as in `last` was picked,
-    /// or not, then: its labels are not read again.
-    fn pick(last: Option<&Picked>, index: &PvSnapshot, node: &str) -> Picked {
-        let mut picked = Vec::with_capacity(index.pvs.len());
-        let mut existing = Vec::new();
-        for (i, pv) in index.pvs.iter().enumerate() {
-            let was = last
-                .filter(|l| l.from.get(i).is_some_and(|p| Arc::ptr_eq(p, pv)))
-                .map(|l| l.picked[i]);
-            let pick = was.unwrap_or_else(|| planned_on(pv, node));
-            picked.push(pick);
-            if pick {
-                existing.push(pv.clone());
-            }
-        }
-        Picked {
-            generation: index.generation,
-            from: index.pvs.clone(),
-            picked,
-            existing: Arc::new(existing),
-        }
-    }
 }
 
 #[derive(Default)]
@@ -767,19 +733,10 @@ impl Agent {
     }
 
     /// The planner's `existing`: this node's labelled PVs and the reference provisioner's, from the index at one
-    /// generation; picked again only when the index changed since the last pass, and then only the PVs not at the
-    /// same place as then (a PV the same pointer at the same place was picked, or not, then: its labels are not
-    /// read again).
+    /// generation (`plan::existing`).
     fn existing(&mut self, index: &PvSnapshot) -> Arc<Vec<Arc<PersistentVolume>>> {
-        if let Some(last) = &self.existing
-            && last.generation == index.generation
-        {
-            return last.existing.clone();
-        }
-        let picked = Picked::pick(self.existing.as_ref(), index, &self.s.node);
-        let existing = picked.existing.clone();
-        self.existing = Some(picked);
-        existing
+        let (generation, pvs) = (index.generation, &index.pvs);
+        plan::existing::existing(&mut self.existing, generation, pvs, &self.s.node)
     }
 
     fn plan(&mut self, facts: &Facts<'_>, cluster: Option<&[Arc<PersistentVolume>]>) -> plan::Plan {
