@@ -23,18 +23,20 @@ use kube::runtime::events::EventType as KubeEventType;
 use tokio::sync::{Notify, mpsc, watch as tokio_watch};
 use tracing::{debug, error, info, warn};
 
+mod publish;
 mod record;
 mod scope;
 #[cfg(test)]
 mod tests;
 mod wipes;
 
+use self::publish::Published;
 use self::record::{Book, OwnerChange};
 use self::wipes::{Backoff, Running};
 use super::exec::PvWriter;
-use super::http::{Disks as HttpDisks, State as HttpState};
-use super::inventory::{self as inv, InventoryWriter};
-use super::metrics::{Metrics, OutcomeLabels, PvTally, StepOutcome};
+use super::http::State as HttpState;
+use super::inventory::InventoryWriter;
+use super::metrics::{Metrics, OutcomeLabels, StepOutcome};
 use super::pvindex::{PvIndex, PvSnapshot};
 use super::wiper::{Done, Failed};
 use super::{Options, load_config};
@@ -44,14 +46,14 @@ use crate::disk::Discovery;
 use crate::effects::{self, Reason, Writer};
 use crate::host::wake::MountWatcher;
 use crate::host::{Host, HostChanges};
-use crate::inventory::{self, LocalDisk, WipeFailures};
+use crate::inventory::{self, LocalDisk};
 use crate::plan::cadence::{self, FIRST_BACKOFF, Fill, Progress, Run, Step};
 use crate::plan::existing::Picked;
 use crate::plan::incremental::IncrementalPlanner;
 use crate::plan::polled::{self, DisksMark};
 use crate::plan::{
-    self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv,
-    StorageClassFacts, WipeOrder,
+    self, Action, ClassFacts, DiskState, Inputs, Memory, NodeFacts, OwnedPv, StorageClassFacts,
+    WipeOrder,
 };
 use crate::watch::Store;
 
@@ -140,15 +142,6 @@ pub struct Agent {
     untainted_from: Option<String>,
     /// The admission policy that lets the PV watch narrow to this node's PVs (`--admission-policy`).
     admission: Option<super::admission::Guard>,
-}
-
-#[derive(Default)]
-struct Published {
-    /// This node's PVs as the metrics last counted them.
-    tally: PvTally,
-    unusable: Vec<crate::disk::Unusable>,
-    /// The ledger as of the `stored`-th write.
-    ledger: Option<(u64, Arc<DiskLedger>)>,
 }
 
 impl Agent {
@@ -758,85 +751,6 @@ impl Agent {
         });
         self.book.planned();
         plan
-    }
-
-    /// Brings this node's LocalDisks in line with the pass; returns when to look again.
-    async fn sync_inventory(
-        &mut self,
-        found: &Discovery,
-        unpublished: &[plan::Unpublished],
-        pvs: &[Arc<PersistentVolume>],
-        retry: &mut bool,
-    ) -> Option<Duration> {
-        let existing = self.s.disks.shared();
-        let wanted = self
-            .inventory_builder
-            .names_to_look_up(&self.s.node, found, &existing);
-        let others = self.inventory.fetch(&wanted).await;
-        let mut wipes = inv::WipeFacts::default();
-        for r in self.running.values() {
-            wipes
-                .running
-                .insert(r.host_path.clone(), inv::sample(r.started, &r.ctl));
-        }
-        for b in self.backoff.values() {
-            let f = WipeFailures {
-                consecutive: b.failures,
-                last_error: b.last_error.clone(),
-            };
-            wipes.failures.insert(b.host_path.clone(), f);
-        }
-        let changes = self.inventory_builder.build(&inventory::Inputs {
-            node: &self.s.node,
-            found,
-            unpublished,
-            pvs,
-            ledger: self.book.ledger(),
-            wipes: &wipes.running,
-            wipe_failures: &wipes.failures,
-            existing: &existing,
-            others: &others,
-            settings: &inventory::Settings {
-                failing_after: self.s.opts.wipe_failing_after,
-                ..inventory::Settings::default()
-            },
-            now: SystemTime::now(),
-        });
-        *retry |= !self.inventory.apply(changes.changes).await;
-        changes.requeue_after
-    }
-
-    fn publish_state(
-        &mut self,
-        found: Discovery,
-        unpublished: Vec<plan::Unpublished>,
-        pvs: &[Arc<PersistentVolume>],
-    ) {
-        let m = &self.s.metrics;
-        m.disks_found.set(found.disks.len() as i64);
-        // NB: PVs unchanged since the last pass are the same pointers in the index: compared, not read again.
-        let same_pvs = self.published.tally.is_of(pvs);
-        if !same_pvs || found.unusable != self.published.unusable {
-            let classes = self.s.config.classes.iter().map(|c| c.name.as_str());
-            self.published.tally.update(pvs);
-            m.publish_pass(classes, &found.unusable, &self.published.tally);
-            self.published.unusable = found.unusable.clone();
-        }
-        let ledger = match &self.published.ledger {
-            Some((stored, ledger)) if *stored == self.book.stored() => ledger.clone(),
-            _ => {
-                let ledger = Arc::new(self.book.ledger().clone());
-                self.published.ledger = Some((self.book.stored(), ledger.clone()));
-                ledger
-            }
-        };
-        self.s.http.set_disks(HttpDisks {
-            node: self.s.node.clone(),
-            found: Arc::new(found),
-            unpublished,
-            wiping: self.running.keys().cloned().collect(),
-            ledger,
-        });
     }
 
     /// Applies one action.
