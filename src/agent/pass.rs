@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
@@ -23,6 +22,7 @@ use kube::runtime::events::EventType as KubeEventType;
 use tokio::sync::{Notify, mpsc, watch as tokio_watch};
 use tracing::{debug, error, info, warn};
 
+mod execute;
 mod publish;
 mod record;
 mod scope;
@@ -31,7 +31,7 @@ mod tests;
 mod wipes;
 
 use self::publish::Published;
-use self::record::{Book, OwnerChange};
+use self::record::Book;
 use self::wipes::{Backoff, Running};
 use super::exec::PvWriter;
 use super::http::State as HttpState;
@@ -47,22 +47,16 @@ use crate::effects::{self, Reason, Writer};
 use crate::host::wake::MountWatcher;
 use crate::host::{Host, HostChanges};
 use crate::inventory::{self, LocalDisk};
-use crate::plan::cadence::{self, FIRST_BACKOFF, Fill, Progress, Run, Step};
+use crate::plan::cadence::{self, FIRST_BACKOFF, Fill, Progress, Run};
 use crate::plan::existing::Picked;
 use crate::plan::incremental::IncrementalPlanner;
 use crate::plan::polled::{self, DisksMark};
-use crate::plan::{
-    self, Action, ClassFacts, DiskState, Inputs, Memory, NodeFacts, OwnedPv, StorageClassFacts,
-    WipeOrder,
-};
+use crate::plan::{self, ClassFacts, Inputs, Memory, NodeFacts, StorageClassFacts, WipeOrder};
 use crate::watch::Store;
 
 /// Coalesces the burst of API watch events our own writes cause into one pass. Not waited after a mount event or
 /// a timer: that pass probes only what changed, and every millisecond before it is on the way to the new PV.
 const SETTLE: Duration = Duration::from_millis(10);
-/// PV creates in flight at once: enough to hide the round trip, few enough not to crowd the API server's
-/// per-client limits.
-const CREATE_CONCURRENCY: usize = 16;
 
 pub struct Setup {
     pub node: String,
@@ -751,111 +745,6 @@ impl Agent {
         });
         self.book.planned();
         plan
-    }
-
-    /// Applies one action.
-    async fn execute(&mut self, action: Action) -> Step {
-        let (retry, halt) = (Step::api, Step::ledger);
-        match action {
-            Action::CreatePv(pv) => self.publish_batch(vec![Action::CreatePv(pv)]).await,
-            Action::DeletePv(r) => retry(self.writer.delete(&r).await.is_ok()),
-            Action::DeleteUnclaimedPv { pv, disk } => match self.writer.delete(&pv).await {
-                Ok(true) => halt(self.book.set_disk_state(&disk, DiskState::Clean)),
-                Ok(false) => Step::Done,
-                Err(_) => Step::Retry,
-            },
-            Action::AdoptPv { name, patch } | Action::RecordIdentity { name, patch } => {
-                retry(self.writer.patch(&name, &patch).await.is_ok())
-            }
-            Action::SetDiskState { key, state } => halt(self.book.set_disk_state(&key, state)),
-            Action::RecordOwner { uid, pv } => halt(
-                self.book
-                    .update_owners(vec![OwnerChange::Record { uid, pv }]),
-            ),
-            Action::ForgetOwner { uid } => {
-                halt(self.book.update_owners(vec![OwnerChange::Forget { uid }]))
-            }
-            Action::OwnersRecorded => halt(self.book.update_owners(vec![OwnerChange::Recorded])),
-            Action::Wipe(order) => retry(self.start_wipe(*order).await),
-            Action::TagVolume { host_path, path } => match self.host.tag_volume(&path) {
-                Ok(id) => {
-                    self.probed.forget(&host_path);
-                    self.tagged = true;
-                    info!(path = %host_path.display(), volume_id = %id, "stored the volume id");
-                    Step::Done
-                }
-                Err(error) => {
-                    warn!(path = %host_path.display(), error = %crate::host::error_chain(&error), "failed to store the volume id");
-                    Step::Retry
-                }
-            },
-            Action::Event(e) => {
-                self.writer.event(&e).await;
-                Step::Done
-            }
-        }
-    }
-
-    /// Applies a run of `SetDiskState` and `CreatePv` actions: every ledger state in one write, then every name as
-    /// being created in one write (so a lost response, timeout or crash still lets the next pass recognise the PV:
-    /// `Owners::creating`), then the creates, at most [`CREATE_CONCURRENCY`] at once, then every UID as ours in one
-    /// write. Nothing is created unless the writes before it were stored.
-    async fn publish_batch(&mut self, batch: Vec<Action>) -> Step {
-        let mut states = Vec::new();
-        let mut pvs = Vec::new();
-        for action in batch {
-            match action {
-                Action::SetDiskState { key, state } => states.push((key, state)),
-                Action::CreatePv(pv) => pvs.push(*pv),
-                _ => {}
-            }
-        }
-        let owned: Vec<OwnedPv> = pvs.iter().map(owned_pv).collect();
-        if !self.book.remember_before_create(&states, &owned) {
-            return Step::Halt;
-        }
-        let writer = &self.writer;
-        let results: Vec<(usize, Result<Option<String>, effects::Failed>)> =
-            futures::stream::iter(pvs.iter().enumerate())
-                .map(|(i, pv)| async move { (i, writer.create(pv).await) })
-                .buffer_unordered(CREATE_CONCURRENCY)
-                .collect()
-                .await;
-        let mut created_all = true;
-        let mut created = Vec::new();
-        for (i, result) in results {
-            match result {
-                Ok(Some(uid)) => created.push((uid, owned[i].clone())),
-                Ok(None) => {}
-                Err(effects::Failed) => created_all = false,
-            }
-        }
-        let recorded = self.book.update_owners(
-            created
-                .iter()
-                .map(|(uid, pv)| OwnerChange::Record {
-                    uid: uid.clone(),
-                    pv: pv.clone(),
-                })
-                .collect(),
-        );
-        for (uid, pv) in &created {
-            self.s.pvs.created(&pv.name, uid);
-        }
-        Step::batch(created_all, recorded)
-    }
-}
-
-/// What the ledger remembers of a PV the agent creates.
-fn owned_pv(pv: &PersistentVolume) -> OwnedPv {
-    OwnedPv {
-        name: pv.metadata.name.clone().unwrap_or_default(),
-        path: pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.local.as_ref())
-            .map(|l| PathBuf::from(&l.path))
-            .unwrap_or_default(),
     }
 }
 
