@@ -309,45 +309,74 @@ impl HealthBook {
     }
 }
 
-/// The `localpv.io/health-cleared` value of each of this node's LocalDisks that has one, by path.
-pub fn health_clears(
-    disks: &[std::sync::Arc<crate::inventory::LocalDisk>],
-) -> BTreeMap<PathBuf, String> {
-    disks
-        .iter()
-        .filter_map(|d| {
-            let value = d
-                .metadata
-                .annotations
-                .as_ref()?
-                .get(crate::contract::ANN_HEALTH_CLEARED)?;
-            Some((PathBuf::from(&d.spec.path), value.clone()))
-        })
-        .collect()
+/// What an operator set on this node's LocalDisks with `localpv disks`, by path, read in one scan of them.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct OperatorMarks {
+    /// The `localpv.io/health-cleared` value of each disk that has one.
+    pub clears: BTreeMap<PathBuf, String>,
+    /// The disks cordoned (`localpv.io/cordoned`, any value but `false`), sorted.
+    pub cordoned: Vec<PathBuf>,
 }
 
-/// The paths of this node's LocalDisks an operator cordoned (`localpv.io/cordoned`, any value but `false`), sorted.
-pub fn cordoned(disks: &[std::sync::Arc<crate::inventory::LocalDisk>]) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = disks
-        .iter()
-        .filter(|d| {
-            d.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(crate::contract::ANN_CORDONED))
-                .is_some_and(|v| v != "false")
-        })
-        .map(|d| PathBuf::from(&d.spec.path))
-        .collect();
-    paths.sort();
-    paths.dedup();
-    paths
+pub fn operator_marks(disks: &[std::sync::Arc<crate::inventory::LocalDisk>]) -> OperatorMarks {
+    let mut marks = OperatorMarks::default();
+    for disk in disks {
+        let Some(annotations) = disk.metadata.annotations.as_ref() else {
+            continue;
+        };
+        let path = || PathBuf::from(&disk.spec.path);
+        if let Some(value) = annotations.get(crate::contract::ANN_HEALTH_CLEARED) {
+            marks.clears.insert(path(), value.clone());
+        }
+        if annotations
+            .get(crate::contract::ANN_CORDONED)
+            .is_some_and(|v| v != "false")
+        {
+            marks.cordoned.push(path());
+        }
+    }
+    marks.cordoned.sort();
+    marks.cordoned.dedup();
+    marks
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::disk::Disk;
+
+    #[test]
+    fn one_scan_reads_the_clears_and_the_cordons() {
+        use crate::contract::{ANN_CORDONED, ANN_HEALTH_CLEARED};
+        let disk = |path: &str, annotations: &[(&str, &str)]| {
+            let mut d = crate::inventory::LocalDisk::new("d", Default::default());
+            d.spec.path = path.into();
+            let a = annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()));
+            d.metadata.annotations = (!annotations.is_empty()).then(|| a.collect());
+            std::sync::Arc::new(d)
+        };
+        let disks = [
+            disk("/mnt/disks/c", &[(ANN_CORDONED, "true")]),
+            disk(
+                "/mnt/disks/a",
+                &[(ANN_CORDONED, ""), (ANN_HEALTH_CLEARED, "t1")],
+            ),
+            disk("/mnt/disks/b", &[(ANN_CORDONED, "false")]),
+            disk("/mnt/disks/d", &[]),
+        ];
+        let marks = operator_marks(&disks);
+        assert_eq!(
+            marks.cordoned,
+            [PathBuf::from("/mnt/disks/a"), "/mnt/disks/c".into()]
+        );
+        assert_eq!(
+            marks.clears,
+            BTreeMap::from([(PathBuf::from("/mnt/disks/a"), "t1".to_string())])
+        );
+        assert_eq!(operator_marks(&[]), OperatorMarks::default());
+    }
 
     fn block(path: &str, capacity_bytes: u64) -> Disk {
         Disk {

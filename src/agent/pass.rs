@@ -465,7 +465,8 @@ impl Agent {
         let mut health = std::mem::take(&mut self.health);
         let now = Instant::now();
         let judged = (self.s.config.health, self.s.config.health_check_period);
-        let clears = super::health::health_clears(&self.s.disks.shared());
+        let marks = super::health::operator_marks(&self.s.disks.shared());
+        let clears = marks.clears;
         let discovered = tokio::task::spawn_blocking(move || {
             let mut found = discover_changed(host.as_ref(), &classes, &mut probed, &changes);
             if health.must_look(now, &found) {
@@ -480,7 +481,7 @@ impl Agent {
                 self.probed = probed;
                 self.health = health;
                 self.raw_devices = cadence::found_raw(&found);
-                found.cordoned = super::health::cordoned(&self.s.disks.shared());
+                found.cordoned = marks.cordoned;
                 found
             }
             Err(error) => {
