@@ -185,6 +185,7 @@ impl HealthBook {
         let mut keys = HashMap::with_capacity(found.disks.len());
         let mut cleared = self.stored.cleared.clone();
         let mut samples = BTreeMap::new();
+        let mut changed = false;
         for disk in &found.disks {
             let Some(class) = classes.iter().find(|c| c.name == disk.class) else {
                 continue;
@@ -249,6 +250,12 @@ impl HealthBook {
                     hardware: signals.hardware.clone(),
                 },
             );
+            // NB: compared as the look goes, so that the records are copied for the file only when it changes.
+            changed |= self
+                .stored
+                .disks
+                .get(&disk.host_path)
+                .is_none_or(|kept| kept.key != key || kept.record != after);
             seen.insert(disk.host_path.clone(), after);
             keys.insert(disk.host_path.clone(), key);
         }
@@ -259,6 +266,13 @@ impl HealthBook {
         self.keys = keys;
         self.samples = samples;
         self.next = Some(Instant::now() + period);
+        // NB: a value honoured for a disk no longer found is forgotten with its record.
+        cleared.retain(|path, _| self.records.contains_key(path));
+        // Every disk seen is kept as stored: the file changes only if one went, or a clear was honoured or forgotten.
+        changed |= self.records.len() != self.stored.disks.len() || cleared != self.stored.cleared;
+        if !changed {
+            return;
+        }
         let disks = self
             .records
             .iter()
@@ -268,8 +282,6 @@ impl HealthBook {
                 Some((path.clone(), Kept { key, record }))
             })
             .collect();
-        // NB: a value honoured for a disk no longer found is forgotten with its record.
-        cleared.retain(|path, _| self.records.contains_key(path));
         let stored = Stored {
             disks,
             told: self.stored.told.clone(),
@@ -427,6 +439,41 @@ mod tests {
         book.records
             .get(&disk.host_path)
             .map_or(State::Healthy, |r| r.state)
+    }
+
+    #[test]
+    fn the_file_is_written_only_when_a_look_changes_what_it_keeps() {
+        use crate::host::fake::FakeHost;
+        use crate::plan::fixtures::disk;
+        let dir = tempfile::tempdir().expect("state dir");
+        let file = dir.path().join(FILE);
+        let (a, b) = (disk("a"), disk("b"));
+        let host = FakeHost::new();
+        let (mut book, _) = HealthBook::open(dir.path());
+        look(&mut book, &host, &[a.clone(), b.clone()]);
+        assert!(file.exists(), "the first look keeps both");
+        std::fs::remove_file(&file).expect("remove");
+        look(&mut book, &host, &[a.clone(), b.clone()]);
+        assert!(!file.exists(), "nothing changed: not written");
+        look(&mut book, &host, std::slice::from_ref(&a));
+        assert!(file.exists(), "a disk went: written");
+        std::fs::remove_file(&file).expect("remove");
+        let clear = BTreeMap::from([(a.host_path.clone(), "t1".to_string())]);
+        look_cleared(&mut book, &host, std::slice::from_ref(&a), &clear);
+        assert!(file.exists(), "a clear honoured: written");
+        std::fs::remove_file(&file).expect("remove");
+        let fails = crate::health::Signals {
+            probe_error: Some("EIO".into()),
+            ..Default::default()
+        };
+        host.health
+            .lock()
+            .unwrap()
+            .insert(a.host_path.clone(), fails);
+        look_cleared(&mut book, &host, std::slice::from_ref(&a), &clear);
+        assert!(file.exists(), "a record changed: written");
+        let (reopened, _) = HealthBook::open(dir.path());
+        assert_eq!(reopened.stored, book.stored, "as kept in memory");
     }
 
     #[test]
