@@ -9,7 +9,6 @@
 //! beside it (`record`, `wipes`, `scope`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -22,6 +21,7 @@ use kube::runtime::events::EventType as KubeEventType;
 use tokio::sync::{Notify, mpsc, watch as tokio_watch};
 use tracing::{debug, error, info, warn};
 
+mod config;
 mod execute;
 mod publish;
 mod record;
@@ -33,13 +33,13 @@ mod wipes;
 use self::publish::Published;
 use self::record::Book;
 use self::wipes::{Backoff, Running};
+use super::Options;
 use super::exec::PvWriter;
 use super::http::State as HttpState;
 use super::inventory::InventoryWriter;
-use super::metrics::{Metrics, OutcomeLabels, StepOutcome};
+use super::metrics::Metrics;
 use super::pvindex::{PvIndex, PvSnapshot};
 use super::wiper::{Done, Failed};
-use super::{Options, load_config};
 use crate::config::Config;
 use crate::discover::{Probed, discover_changed};
 use crate::disk::Discovery;
@@ -321,79 +321,6 @@ impl Agent {
             }
         }
         Ok(found)
-    }
-
-    fn mount_watcher(&self) -> Option<MountWatcher> {
-        let dirs: Vec<PathBuf> = self
-            .s
-            .config
-            .classes
-            .iter()
-            .map(|c| c.mount_dir.clone())
-            .collect();
-        match MountWatcher::new(&dirs) {
-            Ok(w) => Some(w),
-            Err(error) => {
-                warn!(error = %crate::host::error_chain(&error), "cannot watch mounts; relying on the periodic resync");
-                None
-            }
-        }
-    }
-
-    /// Re-reads the configuration. True when a new valid configuration was taken.
-    async fn reload_config(&mut self) -> bool {
-        let loaded = load_config(&self.s.opts.config).and_then(|config| {
-            config.check_state_dir(&self.s.opts.state_dir)?;
-            Ok(config)
-        });
-        match loaded {
-            Ok(config) if config == self.s.config => {
-                self.last_config_error = None;
-                false
-            }
-            Ok(config) => {
-                info!(classes = config.classes.len(), "configuration reloaded");
-                self.s
-                    .metrics
-                    .config_reloads
-                    .get_or_create(&OutcomeLabels {
-                        outcome: StepOutcome::Ok,
-                    })
-                    .inc();
-                self.s.config = config;
-                self.last_config_error = None;
-                true
-            }
-            Err(error) => {
-                let text = format!("{error:#}");
-                if self.last_config_error.as_deref() != Some(&text) {
-                    warn!(error = %text, "new configuration rejected; keeping the last good one");
-                    self.s
-                        .metrics
-                        .config_reloads
-                        .get_or_create(&OutcomeLabels {
-                            outcome: StepOutcome::Error,
-                        })
-                        .inc();
-                    let uid = self.s.nodes.get(&self.s.node).and_then(|n| n.metadata.uid);
-                    let message = format!(
-                        "configuration rejected, still running on the last good one: {text}"
-                    );
-                    let (node, warning) = (&self.s.node, KubeEventType::Warning);
-                    self.writer
-                        .on_node(
-                            node,
-                            uid.as_deref(),
-                            warning,
-                            Reason::ConfigRejected,
-                            &message,
-                        )
-                        .await;
-                    self.last_config_error = Some(text);
-                }
-                false
-            }
-        }
     }
 
     /// Lists the LocalDisks at once when `localpv disks` marked the Node since the last pass (`polled::DisksMark`):
