@@ -26,6 +26,7 @@ mod execute;
 mod publish;
 mod record;
 mod scope;
+mod start;
 #[cfg(test)]
 mod tests;
 mod wipes;
@@ -142,7 +143,7 @@ impl Agent {
     pub fn new(s: Setup) -> anyhow::Result<Agent> {
         let book = Book::open(&s.opts.state_dir)?;
         let (health, memory) = super::health::HealthBook::open(&s.opts.state_dir);
-        let disks_mark = DisksMark::at_start(warm_start(&s));
+        let disks_mark = DisksMark::at_start(start::warm_start(&s));
         let writer = Writer::new(
             s.client.clone(),
             crate::contract::NODE_MANAGER,
@@ -250,57 +251,6 @@ impl Agent {
         self.stop_wipes().await;
         self.book.close();
         self.leave_snapshot();
-    }
-
-    /// Leaves the LocalDisks, the StorageClasses and the Node's mark for the next start (`warmstart`), when
-    /// `polled::leaves_snapshot` says so.
-    fn leave_snapshot(&self) {
-        let s = &self.s;
-        if !polled::leaves_snapshot(s.classes.synced(), s.disks.synced(), s.disks.is_empty()) {
-            return;
-        }
-        let snapshot = super::warmstart::Snapshot {
-            disks_mark: self.disks_mark.last(),
-            local_disks: s.disks.all(),
-            storage_classes: s.classes.all(),
-        };
-        super::warmstart::leave(&s.opts.state_dir, &snapshot);
-    }
-
-    /// Waits for the caches (the PV index needs the Node first: it keeps the PVs that can reach it). False when
-    /// shutdown came first.
-    async fn start(&mut self, shutdown: &mut tokio_watch::Receiver<bool>) -> bool {
-        let mut delay = Duration::from_millis(5);
-        let mut waited = Duration::ZERO;
-        loop {
-            if let Some(node) = self.node_facts() {
-                self.s.pvs.set_node(&node);
-            }
-            let synced = self.s.pvs.synced()
-                && self.s.nodes.synced()
-                && self.s.classes.synced()
-                && self.s.disks.synced();
-            if synced && self.s.nodes.get(&self.s.node).is_some() {
-                return true;
-            }
-            if waited >= Duration::from_secs(3) {
-                info!(
-                    pvs = self.s.pvs.synced(),
-                    node = self.s.nodes.get(&self.s.node).is_some(),
-                    storage_classes = self.s.classes.synced(),
-                    local_disks = self.s.disks.synced(),
-                    "waiting for caches"
-                );
-            }
-            // NB: woken by every cache change, so readiness follows the last sync by microseconds, not a poll.
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = self.s.changed.notified() => {}
-                _ = shutdown.changed() => return false,
-            }
-            waited += delay;
-            delay = (delay * 2).min(Duration::from_secs(10));
-        }
     }
 
     /// One paginated list of every PV in the cluster: the fallback when a PV the agent created has not reached
@@ -682,25 +632,4 @@ struct Facts<'a> {
     classes: &'a [ClassFacts],
     found: &'a Discovery,
     existing: &'a [Arc<PersistentVolume>],
-}
-
-/// Seeds the StorageClass and LocalDisk stores from what a clean stop left (`warmstart`) and lets their pollers
-/// begin (the first lists a period later), or lets them list at once. The Node's mark as that agent saw it, when
-/// seeded: a different one on the Node lists the LocalDisks at once (`polled::DisksMark`).
-fn warm_start(s: &Setup) -> Option<Option<String>> {
-    let Some(snapshot) = super::warmstart::take(&s.opts.state_dir) else {
-        s.classes_polled.begin(false);
-        s.disks_polled.begin(false);
-        return None;
-    };
-    info!(
-        local_disks = snapshot.local_disks.len(),
-        storage_classes = snapshot.storage_classes.len(),
-        "starting from the API cache a clean stop left"
-    );
-    super::warmstart::seed(&s.classes, "StorageClass", snapshot.storage_classes);
-    super::warmstart::seed(&s.disks, "LocalDisk", snapshot.local_disks);
-    s.classes_polled.begin(true);
-    s.disks_polled.begin(true);
-    Some(snapshot.disks_mark)
 }
