@@ -534,13 +534,11 @@ impl Agent {
         let Some(node) = self.s.nodes.get_shared(&self.s.node) else {
             return false;
         };
-        let Some(patch) = plan::taint::removal(&node, key) else {
+        let Some(patch) = plan::taint::removal_due(&node, key, self.untainted_from.as_deref())
+        else {
             return false;
         };
         let version = node.metadata.resource_version.clone();
-        if version == self.untainted_from {
-            return false;
-        }
         let patched = self
             .writer
             .writer
