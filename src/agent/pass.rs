@@ -331,9 +331,10 @@ impl Agent {
         }
     }
 
-    /// One discovery + planning pass. Returns when to plan again without an event, if the plan asks.
-    async fn pass(&mut self) -> Option<Duration> {
-        let started = Instant::now();
+    /// Looks at the host (what changed, or every entry) and, when due, at every disk's health; the operator's
+    /// clears and cordons from the LocalDisks. `None` when the discovery task failed: the next pass lists every
+    /// entry.
+    async fn discover(&mut self) -> Option<Discovery> {
         let classes = self.s.config.discovery_classes();
         let host = self.host.clone();
         let mut probed = std::mem::take(&mut self.probed);
@@ -353,19 +354,27 @@ impl Agent {
             (found, probed, health)
         })
         .await;
-        let found = match discovered {
+        match discovered {
             Ok((mut found, probed, health)) => {
                 self.probed = probed;
                 self.health = health;
                 self.raw_devices = cadence::found_raw(&found);
                 found.cordoned = marks.cordoned;
-                found
+                Some(found)
             }
             Err(error) => {
                 warn!(%error, "discovery task failed");
                 self.changes.list_all = true;
-                return Some(FIRST_BACKOFF);
+                None
             }
+        }
+    }
+
+    /// One discovery + planning pass. Returns when to plan again without an event, if the plan asks.
+    async fn pass(&mut self) -> Option<Duration> {
+        let started = Instant::now();
+        let Some(found) = self.discover().await else {
+            return Some(FIRST_BACKOFF);
         };
         let discovered_in = started.elapsed();
         let Some(node) = self.node_facts() else {
