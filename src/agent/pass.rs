@@ -12,15 +12,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::Context;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
-use kube::api::{Api, ListParams};
 use kube::runtime::events::EventType as KubeEventType;
 use tokio::sync::{Notify, mpsc, watch as tokio_watch};
 use tracing::{debug, error, info, warn};
 
+mod cluster;
 mod config;
 mod execute;
 mod publish;
@@ -48,7 +47,7 @@ use crate::effects::{self, Reason, Writer};
 use crate::host::wake::MountWatcher;
 use crate::host::{Host, HostChanges};
 use crate::inventory::{self, LocalDisk};
-use crate::plan::cadence::{self, FIRST_BACKOFF, Fill, Progress, Run};
+use crate::plan::cadence::{self, FIRST_BACKOFF, Progress, Run};
 use crate::plan::existing::Picked;
 use crate::plan::incremental::IncrementalPlanner;
 use crate::plan::polled::{self, DisksMark};
@@ -253,26 +252,6 @@ impl Agent {
         self.leave_snapshot();
     }
 
-    /// One paginated list of every PV in the cluster: the fallback when a PV the agent created has not reached
-    /// the PV index for a long time (`pvindex::AWAIT_LIMIT`).
-    async fn list_all_pvs(&self) -> anyhow::Result<Vec<PersistentVolume>> {
-        let api: Api<PersistentVolume> = Api::all(self.s.client.clone());
-        let mut found = Vec::new();
-        let mut lp = ListParams::default().limit(500);
-        loop {
-            let page = api
-                .list(&lp)
-                .await
-                .context("failed to list PersistentVolumes")?;
-            found.extend(page.items);
-            match page.metadata.continue_ {
-                Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
-                _ => break,
-            }
-        }
-        Ok(found)
-    }
-
     /// Lists the LocalDisks at once when `localpv disks` marked the Node since the last pass (`polled::DisksMark`):
     /// an operator changed one.
     fn look_for_disk_marks(&mut self) {
@@ -313,22 +292,6 @@ impl Agent {
             .classes_polled
             .set_missing(facts.iter().any(|f| f.storage_class.is_none()));
         facts
-    }
-
-    /// Lists the StorageClasses now (a consistent read), into the store the poller keeps; false when the list
-    /// failed (logged).
-    async fn relist_classes(&self) -> bool {
-        let (params, reader) = (
-            kube::api::ListParams::default(),
-            crate::watch::objects::<StorageClass>(),
-        );
-        match crate::watch::list_into(&self.s.client, &params, &self.s.classes, &reader).await {
-            Ok(_) => true,
-            Err(error) => {
-                warn!(error = %crate::logging::error_text(&error), "failed to list StorageClasses; planning on the last list");
-                false
-            }
-        }
     }
 
     /// Looks at the host (what changed, or every entry) and, when due, at every disk's health; the operator's
@@ -389,7 +352,7 @@ impl Agent {
         // The whole index (every PV that can reach this node) stands in for the list of every PV once it is complete;
         // a narrow one only once the admission policy is checked, which only a plan that would write asks for.
         let index = view.pvs.pvs;
-        let mut cluster = cadence::stands_in(view.complete, view.narrow).then(|| index.clone());
+        let cluster = cadence::stands_in(view.complete, view.narrow).then(|| index.clone());
         if self.book.missing() && !self.settle_missing_ledger(&node, &found, &existing).await {
             return Some(FIRST_BACKOFF);
         }
@@ -399,7 +362,7 @@ impl Agent {
             found: &found,
             existing: &existing,
         };
-        let mut plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
+        let plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
         let mut progress = Progress::default();
         let fill = cadence::fill(
             plan.needs_cluster_list,
@@ -408,42 +371,9 @@ impl Agent {
             view.narrow,
             view.overdue,
         );
-        match fill {
-            // NB: planned again on the narrow index once the policy is confirmed; widened otherwise (the wide
-            // list's sync wakes the loop, which plans then).
-            Fill::CheckPolicy if self.narrow_still_safe().await => {
-                cluster = Some(index.clone());
-                plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
-            }
-            // NB: planned again on a list taken just now; the actions of the plan without it are dropped.
-            Fill::ListEvery => match self.list_all_pvs().await {
-                Ok(all) => {
-                    self.s.pvs.listed();
-                    cluster = Some(Arc::new(all.into_iter().map(Arc::new).collect()));
-                    plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
-                }
-                Err(error) => {
-                    warn!(error = %format!("{error:#}"), "failed to list PersistentVolumes; no wipe and no new PV this pass");
-                    progress.retry = true;
-                }
-            },
-            Fill::CheckPolicy | Fill::Planned | Fill::Wait => {}
-        }
-        // NB: a new PV takes its class's reclaim policy and mount options, and a disk whose PV went is wiped or kept
-        // by its class's policy; StorageClasses are polled, not watched, and a class may have been made again with
-        // another policy since the last list (however recent), so such a plan is made again on a list taken now. A
-        // failed list leaves the last one, as a broken watch would.
-        if plan.reads_class_policy()
-            && self.s.classes_polled.lists_before_acting()
-            && self.relist_classes().await
-        {
-            let classes = self.class_facts();
-            let facts = Facts {
-                classes: &classes,
-                ..facts
-            };
-            plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
-        }
+        let (plan, cluster) = self
+            .fill(&facts, (plan, cluster), &index, fill, &mut progress)
+            .await;
         // Otherwise an incomplete index completes with a watch event, which wakes the loop.
         let complete = cluster.is_some();
         drop(cluster);
