@@ -7,7 +7,7 @@
 //!        └──> Agent::pass, as the loop runs it: once per wake-up, again at once while it asks (a volume id stored)
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
