@@ -3,10 +3,14 @@
 //! Wipes run in the background (one per disk at a time); their completion is fed back into the loop, which updates
 //! the ledger and the PV and plans again. Failed wipes back off exponentially (capped) per disk.
 //!
-//! NB: over 500 lines because it is the one place that sequences the agent's effects (discovery task, planner,
-//! ledger, API writes, inventory, taint, PV watch scope); what each step decides lives in pure functions
-//! (`plan::cadence`, `plan::taint`, `plan::narrow`, the planner), and its parts with state of their own are modules
-//! beside it (`record`, `wipes`, `scope`).
+//! This file sequences a pass (discover, gather, plan, fill, execute, publish, come back) and holds the state
+//! between passes. What each step decides is a pure function in `plan` (`cadence`: how a plan gets every PV, runs,
+//! halts, backs off, and when the next pass comes; `polled`: the Node's disks mark and the snapshot at a clean stop;
+//! `existing`: the PVs picked from the index; `taint`, `narrow`, `lost`, the planner). The parts with state or
+//! effects of their own are modules beside it: `start` (seeded stores, caches awaited, the snapshot left), `config`
+//! (reloads, the mount watcher), `node` (the Node's facts, mark, taint and Events), `cluster` (every PV and fresh
+//! StorageClasses before a plan acts), `execute` (a plan's steps), `publish` (LocalDisks, metrics, `/disks`),
+//! `record` (ledger and owners), `wipes`, `scope` (the PV watch's scope).
 
 use std::collections::HashMap;
 use std::sync::Arc;
