@@ -435,6 +435,18 @@ mod tests {
         );
     }
 
+    /// The fake host's direct read of `disk` fails from now on.
+    fn fail_probes(host: &crate::host::fake::FakeHost, disk: &Disk) {
+        let fails = crate::health::Signals {
+            probe_error: Some("EIO".into()),
+            ..Default::default()
+        };
+        host.health
+            .lock()
+            .unwrap()
+            .insert(disk.host_path.clone(), fails);
+    }
+
     fn state_of(book: &HealthBook, disk: &Disk) -> State {
         book.records
             .get(&disk.host_path)
@@ -462,14 +474,7 @@ mod tests {
         look_cleared(&mut book, &host, std::slice::from_ref(&a), &clear);
         assert!(file.exists(), "a clear honoured: written");
         std::fs::remove_file(&file).expect("remove");
-        let fails = crate::health::Signals {
-            probe_error: Some("EIO".into()),
-            ..Default::default()
-        };
-        host.health
-            .lock()
-            .unwrap()
-            .insert(a.host_path.clone(), fails);
+        fail_probes(&host, &a);
         look_cleared(&mut book, &host, std::slice::from_ref(&a), &clear);
         assert!(file.exists(), "a record changed: written");
         let (reopened, _) = HealthBook::open(dir.path());
@@ -483,18 +488,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("state dir");
         let (sick, bumped, other) = (disk("sick"), disk("bumped"), disk("other"));
         let host = FakeHost::new();
-        let probe_fails = crate::health::Signals {
-            probe_error: Some("EIO".into()),
-            ..Default::default()
-        };
-        host.health
-            .lock()
-            .unwrap()
-            .insert(sick.host_path.clone(), probe_fails.clone());
-        host.health
-            .lock()
-            .unwrap()
-            .insert(other.host_path.clone(), probe_fails);
+        fail_probes(&host, &sick);
+        fail_probes(&host, &other);
         let counted = |n| crate::health::Signals {
             fs_errors: Some(n),
             ..Default::default()
@@ -552,14 +547,7 @@ mod tests {
         look_cleared(&mut book, &host, std::slice::from_ref(&sick), &clear("t1"));
         assert_eq!(state_of(&book, &sick), State::Healthy, "cleared");
         let (mut book, _) = HealthBook::open(dir.path());
-        let failing = crate::health::Signals {
-            probe_error: Some("EIO".into()),
-            ..Default::default()
-        };
-        host.health
-            .lock()
-            .unwrap()
-            .insert(sick.host_path.clone(), failing);
+        fail_probes(&host, &sick);
         look_cleared(&mut book, &host, std::slice::from_ref(&sick), &clear("t1"));
         assert_eq!(
             state_of(&book, &sick),
