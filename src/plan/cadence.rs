@@ -9,7 +9,7 @@
 //!  plan.actions ── runs (ledger states and creates batched) ── Step per run ── Progress: after a halt only Events
 //!  volume id stored this pass and the last ── tagging (publish at once / did not read back)
 //!  pass ended clean? ── untaint_allowed ── taint::all_published
-//!  a wipe's failures ── wipe_backoff;  held-out wipes ── nearest_backoff ─┐
+//!  a wipe's failures ── wipe_backoff ── wipe_due;  held-out wipes ── nearest_backoff ─┐
 //!  every reason to come back ──────────────────────────────────────────── next_pass
 //! ```
 
@@ -233,6 +233,13 @@ pub fn wipe_backoff(failures: u32) -> Duration {
     FIRST_BACKOFF
         .saturating_mul(1 << failures.min(8))
         .min(MAX_WIPE_BACKOFF)
+}
+
+/// Whether a planned wipe starts now: not while one runs on the disk (`running`), nor before its backoff after a
+/// failure ran out (`not_before`). NB: either way the step counts as done: the running wipe's end, or the backoff's
+/// wake-up, plans again.
+pub fn wipe_due(running: bool, not_before: Option<Instant>, now: Instant) -> bool {
+    !running && not_before.is_none_or(|at| now >= at)
 }
 
 /// The wait until the nearest held-out wipe may be tried again (`not_before` of each), for [`Wakes::backoff`].

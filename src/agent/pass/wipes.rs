@@ -49,14 +49,9 @@ pub(super) fn due_after_mount_change<'a>(
 
 impl Agent {
     pub(super) async fn start_wipe(&mut self, order: WipeOrder) -> bool {
-        if self.running.contains_key(&order.key) {
-            return true;
-        }
-        if self
-            .backoff
-            .get(&order.key)
-            .is_some_and(|b| Instant::now() < b.not_before)
-        {
+        let running = self.running.contains_key(&order.key);
+        let not_before = self.backoff.get(&order.key).map(|b| b.not_before);
+        if !cadence::wipe_due(running, not_before, Instant::now()) {
             return true;
         }
         if let (Some(pv), Some(patch)) = (&order.pv, &order.on_start) {

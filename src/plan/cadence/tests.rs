@@ -256,3 +256,19 @@ fn a_block_disk_or_a_device_in_use_is_a_raw_device_found() {
     };
     assert!(found_raw(&found), "a block disk");
 }
+
+#[rstest]
+#[case::idle(false, None, true)]
+#[case::running(true, None, false)]
+#[case::backing_off(false, Some(5), false)]
+#[case::backoff_out(false, Some(0), true)]
+#[case::running_and_out(true, Some(0), false)]
+fn a_wipe_starts_only_when_none_runs_and_its_backoff_ran_out(
+    #[case] running: bool,
+    #[case] in_secs: Option<u64>,
+    #[case] want: bool,
+) {
+    let now = std::time::Instant::now();
+    let not_before = in_secs.map(|s| now + Duration::from_secs(s));
+    assert_eq!(wipe_due(running, not_before, now), want);
+}
