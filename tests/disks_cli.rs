@@ -410,6 +410,22 @@ fn kubectl_plugin_runs_disks(plane: &ControlPlane, home: &Path, kubeconfig: &str
     assert!(help.contains("kubectl localpv disks"), "{help}");
 }
 
+/// Creates, as the admin, the cluster-scoped object `object` describes.
+async fn create<K>(plane: &ControlPlane, object: serde_json::Value)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let object: K = serde_json::from_value(object).expect("an object literal");
+    Api::<K>::all(plane.client())
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("{} created: {e}", K::kind(&())));
+}
+
 /// An operator whose kubeconfig may patch LocalDisks but not Nodes (a namespace-less role for disk operators
 /// only): `localpv disks cordon` still cordons the disk and succeeds, and says the Node could not be marked, so its
 /// agent sees the change at its next LocalDisk list instead of at once.
@@ -424,31 +440,24 @@ async fn a_cordon_without_the_right_to_patch_nodes_succeeds_and_says_the_node_wa
     let api: Api<LocalDisk> = Api::all(plane.client());
     execute(&api, &pass(&api, "node-1", &node_1()).await).await;
     // NB: the Node exists, so what the operator meets is a refusal, not a missing Node.
-    let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "node-1"}}))
-        .expect("Node literal");
-    Api::<Node>::all(plane.client())
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("Node created");
-    let role: ClusterRole = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "disk-operator"},
-        "rules": [{"apiGroups": ["localpv.io"], "resources": ["localdisks"], "verbs": ["get", "list", "patch"]}],
-    }))
-    .expect("ClusterRole literal");
-    Api::<ClusterRole>::all(plane.client())
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("ClusterRole created");
-    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "disk-operator"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "disk-operator"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "disk-operator"}],
-    }))
-    .expect("ClusterRoleBinding literal");
-    Api::<ClusterRoleBinding>::all(plane.client())
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("ClusterRoleBinding created");
+    create::<Node>(&plane, serde_json::json!({"metadata": {"name": "node-1"}})).await;
+    create::<ClusterRole>(
+        &plane,
+        serde_json::json!({
+            "metadata": {"name": "disk-operator"},
+            "rules": [{"apiGroups": ["localpv.io"], "resources": ["localdisks"], "verbs": ["get", "list", "patch"]}],
+        }),
+    )
+    .await;
+    create::<ClusterRoleBinding>(
+        &plane,
+        serde_json::json!({
+            "metadata": {"name": "disk-operator"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "disk-operator"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "disk-operator"}],
+        }),
+    )
+    .await;
     let kubeconfig = plane.kubeconfig_for("disk-operator", "disk-operator", &[]);
     let kubeconfig = kubeconfig.to_str().expect("UTF-8 path");
 
