@@ -30,11 +30,13 @@
 
 pub mod cadence;
 mod decide;
+pub mod existing;
 pub mod identity;
 pub mod incremental;
 pub mod lost;
 pub mod narrow;
 pub mod owners;
+pub mod polled;
 pub mod pv;
 pub mod relation;
 pub mod state;

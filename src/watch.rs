@@ -569,6 +569,27 @@ where
     changed
 }
 
+/// Replaces `store`'s content with `objects` as a completed list does (`Init`, one `InitApply` each, `InitDone`):
+/// a poller's list, and a store seeded from what a clean stop left (`agent::warmstart`).
+pub(crate) fn replace<W, T, E, C, O>(
+    store: &Store<T>,
+    kind: &str,
+    objects: impl IntoIterator<Item = W>,
+    reader: &Reader<C, O>,
+) where
+    W: Wire,
+    T: PartialEq,
+    E: Display,
+    C: Fn(W::Object) -> Result<Option<T>, E>,
+    O: Fn(Seen),
+{
+    apply_wire(store, kind, Event::<W>::Init, reader);
+    for object in objects {
+        apply_wire(store, kind, Event::InitApply(object), reader);
+    }
+    apply_wire(store, kind, Event::<W>::InitDone, reader);
+}
+
 /// Applies one watch event to `store`. An update that leaves the model as it was (a status or annotation the
 /// model does not keep) changes nothing.
 fn update<W, T, E>(

@@ -408,3 +408,104 @@ fn kubectl_plugin_runs_disks(plane: &ControlPlane, home: &Path, kubeconfig: &str
     let help = stdout(&run(&kubectl, &["localpv", "disks", "--help"], home, &env));
     assert!(help.contains("kubectl localpv disks"), "{help}");
 }
+
+/// Creates, as the admin, the cluster-scoped object `object` describes.
+async fn create<K>(plane: &ControlPlane, object: serde_json::Value)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let object: K = serde_json::from_value(object).expect("an object literal");
+    Api::<K>::all(plane.client())
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("{} created: {e}", K::kind(&())));
+}
+
+/// An operator whose kubeconfig may patch LocalDisks but not Nodes (a namespace-less role for disk operators
+/// only): `localpv disks cordon` still cordons the disk and succeeds, and says the Node could not be marked, so its
+/// agent sees the change at its next LocalDisk list instead of at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cordon_without_the_right_to_patch_nodes_succeeds_and_says_the_node_was_not_marked() {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+
+    let plane = ControlPlane::start(Options::default()).await;
+    let home = tempfile::tempdir().expect("temp dir");
+    install_crd(&plane, home.path()).await;
+    let api: Api<LocalDisk> = Api::all(plane.client());
+    execute(&api, &pass(&api, "node-1", &node_1()).await).await;
+    // NB: the Node exists, so what the operator meets is a refusal, not a missing Node.
+    create::<Node>(&plane, serde_json::json!({"metadata": {"name": "node-1"}})).await;
+    create::<ClusterRole>(
+        &plane,
+        serde_json::json!({
+            "metadata": {"name": "disk-operator"},
+            "rules": [{"apiGroups": ["localpv.io"], "resources": ["localdisks"], "verbs": ["get", "list", "patch"]}],
+        }),
+    )
+    .await;
+    create::<ClusterRoleBinding>(
+        &plane,
+        serde_json::json!({
+            "metadata": {"name": "disk-operator"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "disk-operator"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "disk-operator"}],
+        }),
+    )
+    .await;
+    let kubeconfig = plane.kubeconfig_for("disk-operator", "disk-operator", &[]);
+    let kubeconfig = kubeconfig.to_str().expect("UTF-8 path");
+
+    // RBAC caches take a moment to see a new binding: the first cordon may be refused the LocalDisks too.
+    let said = eventually(
+        "the operator's cordon to succeed",
+        Duration::from_secs(30),
+        || {
+            let out = run(
+                Path::new(BIN),
+                &["disks", "--kubeconfig", kubeconfig, "cordon", "node-1/vol1"],
+                home.path(),
+                &[],
+            );
+            let result = if out.status.success() {
+                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+            } else {
+                Err(String::from_utf8_lossy(&out.stderr).into_owned())
+            };
+            async move { result }
+        },
+    )
+    .await;
+    assert!(said.contains("cordoned "), "{said}");
+    assert!(
+        said.contains("note: could not mark Node node-1")
+            && said.contains("its agent sees the change at its next LocalDisk list"),
+        "{said}"
+    );
+    let cordoned = api
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .find(|d| d.spec.node == "node-1" && d.spec.entry == "vol1")
+        .and_then(|d| d.metadata.annotations)
+        .and_then(|a| a.get("localpv.io/cordoned").cloned());
+    assert_eq!(
+        cordoned.as_deref(),
+        Some("true"),
+        "the LocalDisk is cordoned"
+    );
+    let node = Api::<Node>::all(plane.client())
+        .get("node-1")
+        .await
+        .expect("Node");
+    assert!(
+        node.metadata.annotations.unwrap_or_default().is_empty(),
+        "the Node is not marked"
+    );
+}

@@ -185,6 +185,7 @@ impl HealthBook {
         let mut keys = HashMap::with_capacity(found.disks.len());
         let mut cleared = self.stored.cleared.clone();
         let mut samples = BTreeMap::new();
+        let mut changed = false;
         for disk in &found.disks {
             let Some(class) = classes.iter().find(|c| c.name == disk.class) else {
                 continue;
@@ -249,6 +250,12 @@ impl HealthBook {
                     hardware: signals.hardware.clone(),
                 },
             );
+            // NB: compared as the look goes, so that the records are copied for the file only when it changes.
+            changed |= self
+                .stored
+                .disks
+                .get(&disk.host_path)
+                .is_none_or(|kept| kept.key != key || kept.record != after);
             seen.insert(disk.host_path.clone(), after);
             keys.insert(disk.host_path.clone(), key);
         }
@@ -259,6 +266,13 @@ impl HealthBook {
         self.keys = keys;
         self.samples = samples;
         self.next = Some(Instant::now() + period);
+        // NB: a value honoured for a disk no longer found is forgotten with its record.
+        cleared.retain(|path, _| self.records.contains_key(path));
+        // Every disk seen is kept as stored: the file changes only if one went, or a clear was honoured or forgotten.
+        changed |= self.records.len() != self.stored.disks.len() || cleared != self.stored.cleared;
+        if !changed {
+            return;
+        }
         let disks = self
             .records
             .iter()
@@ -268,8 +282,6 @@ impl HealthBook {
                 Some((path.clone(), Kept { key, record }))
             })
             .collect();
-        // NB: a value honoured for a disk no longer found is forgotten with its record.
-        cleared.retain(|path, _| self.records.contains_key(path));
         let stored = Stored {
             disks,
             told: self.stored.told.clone(),
@@ -309,45 +321,74 @@ impl HealthBook {
     }
 }
 
-/// The `localpv.io/health-cleared` value of each of this node's LocalDisks that has one, by path.
-pub fn health_clears(
-    disks: &[std::sync::Arc<crate::inventory::LocalDisk>],
-) -> BTreeMap<PathBuf, String> {
-    disks
-        .iter()
-        .filter_map(|d| {
-            let value = d
-                .metadata
-                .annotations
-                .as_ref()?
-                .get(crate::contract::ANN_HEALTH_CLEARED)?;
-            Some((PathBuf::from(&d.spec.path), value.clone()))
-        })
-        .collect()
+/// What an operator set on this node's LocalDisks with `localpv disks`, by path, read in one scan of them.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct OperatorMarks {
+    /// The `localpv.io/health-cleared` value of each disk that has one.
+    pub clears: BTreeMap<PathBuf, String>,
+    /// The disks cordoned (`localpv.io/cordoned`, any value but `false`), sorted.
+    pub cordoned: Vec<PathBuf>,
 }
 
-/// The paths of this node's LocalDisks an operator cordoned (`localpv.io/cordoned`, any value but `false`), sorted.
-pub fn cordoned(disks: &[std::sync::Arc<crate::inventory::LocalDisk>]) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = disks
-        .iter()
-        .filter(|d| {
-            d.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(crate::contract::ANN_CORDONED))
-                .is_some_and(|v| v != "false")
-        })
-        .map(|d| PathBuf::from(&d.spec.path))
-        .collect();
-    paths.sort();
-    paths.dedup();
-    paths
+pub fn operator_marks(disks: &[std::sync::Arc<crate::inventory::LocalDisk>]) -> OperatorMarks {
+    let mut marks = OperatorMarks::default();
+    for disk in disks {
+        let Some(annotations) = disk.metadata.annotations.as_ref() else {
+            continue;
+        };
+        let path = || PathBuf::from(&disk.spec.path);
+        if let Some(value) = annotations.get(crate::contract::ANN_HEALTH_CLEARED) {
+            marks.clears.insert(path(), value.clone());
+        }
+        if annotations
+            .get(crate::contract::ANN_CORDONED)
+            .is_some_and(|v| v != "false")
+        {
+            marks.cordoned.push(path());
+        }
+    }
+    marks.cordoned.sort();
+    marks.cordoned.dedup();
+    marks
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::disk::Disk;
+
+    #[test]
+    fn one_scan_reads_the_clears_and_the_cordons() {
+        use crate::contract::{ANN_CORDONED, ANN_HEALTH_CLEARED};
+        let disk = |path: &str, annotations: &[(&str, &str)]| {
+            let mut d = crate::inventory::LocalDisk::new("d", Default::default());
+            d.spec.path = path.into();
+            let a = annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()));
+            d.metadata.annotations = (!annotations.is_empty()).then(|| a.collect());
+            std::sync::Arc::new(d)
+        };
+        let disks = [
+            disk("/mnt/disks/c", &[(ANN_CORDONED, "true")]),
+            disk(
+                "/mnt/disks/a",
+                &[(ANN_CORDONED, ""), (ANN_HEALTH_CLEARED, "t1")],
+            ),
+            disk("/mnt/disks/b", &[(ANN_CORDONED, "false")]),
+            disk("/mnt/disks/d", &[]),
+        ];
+        let marks = operator_marks(&disks);
+        assert_eq!(
+            marks.cordoned,
+            [PathBuf::from("/mnt/disks/a"), "/mnt/disks/c".into()]
+        );
+        assert_eq!(
+            marks.clears,
+            BTreeMap::from([(PathBuf::from("/mnt/disks/a"), "t1".to_string())])
+        );
+        assert_eq!(operator_marks(&[]), OperatorMarks::default());
+    }
 
     fn block(path: &str, capacity_bytes: u64) -> Disk {
         Disk {
@@ -394,10 +435,50 @@ mod tests {
         );
     }
 
+    /// The fake host's direct read of `disk` fails from now on.
+    fn fail_probes(host: &crate::host::fake::FakeHost, disk: &Disk) {
+        let fails = crate::health::Signals {
+            probe_error: Some("EIO".into()),
+            ..Default::default()
+        };
+        host.health
+            .lock()
+            .unwrap()
+            .insert(disk.host_path.clone(), fails);
+    }
+
     fn state_of(book: &HealthBook, disk: &Disk) -> State {
         book.records
             .get(&disk.host_path)
             .map_or(State::Healthy, |r| r.state)
+    }
+
+    #[test]
+    fn the_file_is_written_only_when_a_look_changes_what_it_keeps() {
+        use crate::host::fake::FakeHost;
+        use crate::plan::fixtures::disk;
+        let dir = tempfile::tempdir().expect("state dir");
+        let file = dir.path().join(FILE);
+        let (a, b) = (disk("a"), disk("b"));
+        let host = FakeHost::new();
+        let (mut book, _) = HealthBook::open(dir.path());
+        look(&mut book, &host, &[a.clone(), b.clone()]);
+        assert!(file.exists(), "the first look keeps both");
+        std::fs::remove_file(&file).expect("remove");
+        look(&mut book, &host, &[a.clone(), b.clone()]);
+        assert!(!file.exists(), "nothing changed: not written");
+        look(&mut book, &host, std::slice::from_ref(&a));
+        assert!(file.exists(), "a disk went: written");
+        std::fs::remove_file(&file).expect("remove");
+        let clear = BTreeMap::from([(a.host_path.clone(), "t1".to_string())]);
+        look_cleared(&mut book, &host, std::slice::from_ref(&a), &clear);
+        assert!(file.exists(), "a clear honoured: written");
+        std::fs::remove_file(&file).expect("remove");
+        fail_probes(&host, &a);
+        look_cleared(&mut book, &host, std::slice::from_ref(&a), &clear);
+        assert!(file.exists(), "a record changed: written");
+        let (reopened, _) = HealthBook::open(dir.path());
+        assert_eq!(reopened.stored, book.stored, "as kept in memory");
     }
 
     #[test]
@@ -407,18 +488,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("state dir");
         let (sick, bumped, other) = (disk("sick"), disk("bumped"), disk("other"));
         let host = FakeHost::new();
-        let probe_fails = crate::health::Signals {
-            probe_error: Some("EIO".into()),
-            ..Default::default()
-        };
-        host.health
-            .lock()
-            .unwrap()
-            .insert(sick.host_path.clone(), probe_fails.clone());
-        host.health
-            .lock()
-            .unwrap()
-            .insert(other.host_path.clone(), probe_fails);
+        fail_probes(&host, &sick);
+        fail_probes(&host, &other);
         let counted = |n| crate::health::Signals {
             fs_errors: Some(n),
             ..Default::default()
@@ -476,14 +547,7 @@ mod tests {
         look_cleared(&mut book, &host, std::slice::from_ref(&sick), &clear("t1"));
         assert_eq!(state_of(&book, &sick), State::Healthy, "cleared");
         let (mut book, _) = HealthBook::open(dir.path());
-        let failing = crate::health::Signals {
-            probe_error: Some("EIO".into()),
-            ..Default::default()
-        };
-        host.health
-            .lock()
-            .unwrap()
-            .insert(sick.host_path.clone(), failing);
+        fail_probes(&host, &sick);
         look_cleared(&mut book, &host, std::slice::from_ref(&sick), &clear("t1"));
         assert_eq!(
             state_of(&book, &sick),

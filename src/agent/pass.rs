@@ -3,64 +3,64 @@
 //! Wipes run in the background (one per disk at a time); their completion is fed back into the loop, which updates
 //! the ledger and the PV and plans again. Failed wipes back off exponentially (capped) per disk.
 //!
-//! NB: over 500 lines because it is the one place that sequences the agent's effects (discovery task, planner,
-//! ledger, API writes, inventory, taint, PV watch scope); what each step decides lives in pure functions
-//! (`plan::cadence`, `plan::taint`, `plan::narrow`, the planner), and its parts with state of their own are modules
-//! beside it (`record`, `wipes`, `scope`).
+//! This file sequences a pass (discover, gather, plan, fill, execute, publish, come back) and holds the state
+//! between passes. What each step decides is a pure function in `plan` (`cadence`: how a plan gets every PV, runs,
+//! halts, backs off, and when the next pass comes; `polled`: the Node's disks mark and the snapshot at a clean stop;
+//! `existing`: the PVs picked from the index; `taint`, `narrow`, `lost`, the planner). The parts with state or
+//! effects of their own are modules beside it: `start` (seeded stores, caches awaited, the snapshot left), `config`
+//! (reloads, the mount watcher), `node` (the Node's facts, mark, taint and Events), `cluster` (every PV and fresh
+//! StorageClasses before a plan acts), `execute` (a plan's steps), `publish` (LocalDisks, metrics, `/disks`),
+//! `record` (ledger and owners), `wipes`, `scope` (the PV watch's scope).
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::Context;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
-use kube::api::{Api, ListParams};
-use kube::runtime::events::EventType as KubeEventType;
 use tokio::sync::{Notify, mpsc, watch as tokio_watch};
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
+mod cluster;
+mod config;
+mod execute;
+mod node;
+mod publish;
 mod record;
 mod scope;
+mod start;
 #[cfg(test)]
 mod tests;
 mod wipes;
 
-use self::record::{Book, OwnerChange};
+use self::publish::Published;
+use self::record::Book;
 use self::wipes::{Backoff, Running};
+use super::Options;
 use super::exec::PvWriter;
-use super::http::{Disks as HttpDisks, HttpState};
-use super::inventory::{self as inv, InventoryWriter};
-use super::metrics::{Metrics, OutcomeLabels, PvTally, StepOutcome};
+use super::http::HttpState;
+use super::inventory::InventoryWriter;
+use super::metrics::Metrics;
 use super::pvindex::{PvIndex, PvSnapshot};
 use super::wiper::{Done, WipeFailed};
-use super::{Options, load_config};
 use crate::config::Config;
 use crate::discover::{Probed, discover_changed};
-use crate::disk::{Discovery, UnusableReason, VolumeMode};
-use crate::effects::{self, Reason, Writer};
+use crate::disk::Discovery;
+use crate::effects::Writer;
 use crate::host::wake::MountWatcher;
 use crate::host::{Host, HostChanges};
-use crate::inventory::{self, LocalDisk, WipeFailures};
-use crate::plan::cadence::{self, FIRST_BACKOFF, Fill, Run};
+use crate::inventory::{self, LocalDisk};
+use crate::plan::cadence::{self, FIRST_BACKOFF, Progress, Run};
+use crate::plan::existing::Picked;
 use crate::plan::incremental::IncrementalPlanner;
-use crate::plan::pv::planned_on;
-use crate::plan::{
-    self, Action, ClassFacts, DiskLedger, DiskState, Inputs, Memory, NodeFacts, OwnedPv,
-    StorageClassFacts, WipeOrder,
-};
+use crate::plan::polled::DisksMark;
+use crate::plan::{self, ClassFacts, Inputs, Memory, NodeFacts, StorageClassFacts, WipeOrder};
 use crate::watch::Store;
 
-const MAX_BACKOFF: Duration = Duration::from_secs(600);
 /// Coalesces the burst of API watch events our own writes cause into one pass. Not waited after a mount event or
 /// a timer: that pass probes only what changed, and every millisecond before it is on the way to the new PV.
 const SETTLE: Duration = Duration::from_millis(10);
-/// PV creates in flight at once: enough to hide the round trip, few enough not to crowd the API server's
-/// per-client limits.
-const CREATE_CONCURRENCY: usize = 16;
 
 pub struct Setup {
     pub node: String,
@@ -119,8 +119,8 @@ pub struct Agent {
     backoff: HashMap<String, Backoff>,
     /// Every disk's health, looked at every `diskHealthCheckPeriod`.
     health: super::health::HealthBook,
-    /// The Node's `localpv.io/disks-changed` as the last pass saw it (`None`: no pass yet).
-    disks_mark: Option<Option<String>>,
+    /// The Node's `localpv.io/disks-changed` as the last pass saw it.
+    disks_mark: DisksMark,
     done_tx: mpsc::Sender<WipeResult>,
     done_rx: mpsc::Receiver<WipeResult>,
     last_config_error: Option<String>,
@@ -142,54 +142,11 @@ pub struct Agent {
     admission: Option<super::admission::Guard>,
 }
 
-/// The planner's `existing` PVs, picked from the PV index at one generation.
-struct Picked {
-    generation: u64,
-    /// The index's PVs then, and which of them were picked.
-    from: Arc<Vec<Arc<PersistentVolume>>>,
-    picked: Vec<bool>,
-    existing: Arc<Vec<Arc<PersistentVolume>>>,
-}
-
-impl Picked {
-    /// This node's PVs in `index` (`planned_on`); a PV the same pointer at the same place as in `last` was picked,
-    /// or not, then: its labels are not read again.
-    fn pick(last: Option<&Picked>, index: &PvSnapshot, node: &str) -> Picked {
-        let mut picked = Vec::with_capacity(index.pvs.len());
-        let mut existing = Vec::new();
-        for (i, pv) in index.pvs.iter().enumerate() {
-            let was = last
-                .filter(|l| l.from.get(i).is_some_and(|p| Arc::ptr_eq(p, pv)))
-                .map(|l| l.picked[i]);
-            let pick = was.unwrap_or_else(|| planned_on(pv, node));
-            picked.push(pick);
-            if pick {
-                existing.push(pv.clone());
-            }
-        }
-        Picked {
-            generation: index.generation,
-            from: index.pvs.clone(),
-            picked,
-            existing: Arc::new(existing),
-        }
-    }
-}
-
-#[derive(Default)]
-struct Published {
-    /// This node's PVs as the metrics last counted them.
-    tally: PvTally,
-    unusable: Vec<crate::disk::Unusable>,
-    /// The ledger as of the `stored`-th write.
-    ledger: Option<(u64, Arc<DiskLedger>)>,
-}
-
 impl Agent {
     pub fn new(s: Setup) -> anyhow::Result<Agent> {
         let book = Book::open(&s.opts.state_dir)?;
         let (health, memory) = super::health::HealthBook::open(&s.opts.state_dir);
-        let disks_mark = warm_start(&s);
+        let disks_mark = DisksMark::at_start(start::warm_start(&s));
         let writer = Writer::new(
             s.client.clone(),
             crate::contract::NODE_MANAGER,
@@ -299,177 +256,6 @@ impl Agent {
         self.leave_snapshot();
     }
 
-    /// Leaves the LocalDisks, the StorageClasses and the Node's mark for the next start (`warmstart`), when both
-    /// kinds were listed (a node without LocalDisks, or without the CRD, lists them again at start).
-    fn leave_snapshot(&self) {
-        let s = &self.s;
-        if !s.classes.synced() || !s.disks.synced() || s.disks.is_empty() {
-            return;
-        }
-        let snapshot = super::warmstart::Snapshot {
-            disks_mark: self.disks_mark.clone().flatten(),
-            local_disks: s.disks.all(),
-            storage_classes: s.classes.all(),
-        };
-        super::warmstart::leave(&s.opts.state_dir, &snapshot);
-    }
-
-    /// Waits for the caches (the PV index needs the Node first: it keeps the PVs that can reach it). False when
-    /// shutdown came first.
-    async fn start(&mut self, shutdown: &mut tokio_watch::Receiver<bool>) -> bool {
-        let mut delay = Duration::from_millis(5);
-        let mut waited = Duration::ZERO;
-        loop {
-            if let Some(node) = self.node_facts() {
-                self.s.pvs.set_node(&node);
-            }
-            let synced = self.s.pvs.synced()
-                && self.s.nodes.synced()
-                && self.s.classes.synced()
-                && self.s.disks.synced();
-            if synced && self.s.nodes.get(&self.s.node).is_some() {
-                return true;
-            }
-            if waited >= Duration::from_secs(3) {
-                info!(
-                    pvs = self.s.pvs.synced(),
-                    node = self.s.nodes.get(&self.s.node).is_some(),
-                    storage_classes = self.s.classes.synced(),
-                    local_disks = self.s.disks.synced(),
-                    "waiting for caches"
-                );
-            }
-            // NB: woken by every cache change, so readiness follows the last sync by microseconds, not a poll.
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = self.s.changed.notified() => {}
-                _ = shutdown.changed() => return false,
-            }
-            waited += delay;
-            delay = (delay * 2).min(Duration::from_secs(10));
-        }
-    }
-
-    /// One paginated list of every PV in the cluster: the fallback when a PV the agent created has not reached
-    /// the PV index for a long time (`pvindex::AWAIT_LIMIT`).
-    async fn list_all_pvs(&self) -> anyhow::Result<Vec<PersistentVolume>> {
-        let api: Api<PersistentVolume> = Api::all(self.s.client.clone());
-        let mut found = Vec::new();
-        let mut lp = ListParams::default().limit(500);
-        loop {
-            let page = api
-                .list(&lp)
-                .await
-                .context("failed to list PersistentVolumes")?;
-            found.extend(page.items);
-            match page.metadata.continue_ {
-                Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
-                _ => break,
-            }
-        }
-        Ok(found)
-    }
-
-    fn mount_watcher(&self) -> Option<MountWatcher> {
-        let dirs: Vec<PathBuf> = self
-            .s
-            .config
-            .classes
-            .iter()
-            .map(|c| c.mount_dir.clone())
-            .collect();
-        match MountWatcher::new(&dirs) {
-            Ok(w) => Some(w),
-            Err(error) => {
-                warn!(error = %crate::host::error_chain(&error), "cannot watch mounts; relying on the periodic resync");
-                None
-            }
-        }
-    }
-
-    /// Re-reads the configuration. True when a new valid configuration was taken.
-    async fn reload_config(&mut self) -> bool {
-        let loaded = load_config(&self.s.opts.config).and_then(|config| {
-            config.check_state_dir(&self.s.opts.state_dir)?;
-            Ok(config)
-        });
-        match loaded {
-            Ok(config) if config == self.s.config => {
-                self.last_config_error = None;
-                false
-            }
-            Ok(config) => {
-                info!(classes = config.classes.len(), "configuration reloaded");
-                self.s
-                    .metrics
-                    .config_reloads
-                    .get_or_create(&OutcomeLabels {
-                        outcome: StepOutcome::Ok,
-                    })
-                    .inc();
-                self.s.config = config;
-                self.last_config_error = None;
-                true
-            }
-            Err(error) => {
-                let text = format!("{error:#}");
-                if self.last_config_error.as_deref() != Some(&text) {
-                    warn!(error = %text, "new configuration rejected; keeping the last good one");
-                    self.s
-                        .metrics
-                        .config_reloads
-                        .get_or_create(&OutcomeLabels {
-                            outcome: StepOutcome::Error,
-                        })
-                        .inc();
-                    let uid = self.s.nodes.get(&self.s.node).and_then(|n| n.metadata.uid);
-                    let message = format!(
-                        "configuration rejected, still running on the last good one: {text}"
-                    );
-                    let (node, warning) = (&self.s.node, KubeEventType::Warning);
-                    self.writer
-                        .on_node(
-                            node,
-                            uid.as_deref(),
-                            warning,
-                            Reason::ConfigRejected,
-                            &message,
-                        )
-                        .await;
-                    self.last_config_error = Some(text);
-                }
-                false
-            }
-        }
-    }
-
-    /// Lists the LocalDisks at once when `localpv disks` marked the Node since the last pass: an operator changed
-    /// one (the first mark seen is the one the start's list already reflects).
-    fn look_for_disk_marks(&mut self) {
-        let mark = self.s.nodes.get_shared(&self.s.node).and_then(|n| {
-            let annotations = n.metadata.annotations.as_ref()?;
-            annotations.get(crate::contract::ANN_DISKS_CHANGED).cloned()
-        });
-        if let Some(seen) = &self.disks_mark
-            && *seen != mark
-        {
-            debug!(mark = ?mark, "the Node says a LocalDisk changed; listing them");
-            self.s.disks_polled.poke();
-        }
-        self.disks_mark = Some(mark);
-    }
-
-    fn node_facts(&self) -> Option<NodeFacts> {
-        let node = self.s.nodes.get(&self.s.node)?;
-        let labels: BTreeMap<String, String> = node.metadata.labels.clone().unwrap_or_default();
-        Some(NodeFacts {
-            name: self.s.node.clone(),
-            hostname_label: labels.get(crate::contract::HOSTNAME_LABEL).cloned(),
-            uid: node.metadata.uid.clone().unwrap_or_default(),
-            labels,
-        })
-    }
-
     fn class_facts(&self) -> Vec<ClassFacts> {
         let facts: Vec<ClassFacts> = self
             .s
@@ -490,37 +276,20 @@ impl Agent {
         facts
     }
 
-    /// Lists the StorageClasses now (a consistent read), into the store the poller keeps; false when the list
-    /// failed (logged).
-    async fn relist_classes(&self) -> bool {
-        let (params, reader) = (
-            kube::api::ListParams::default(),
-            crate::watch::objects::<StorageClass>(),
-        );
-        match crate::watch::list_into(&self.s.client, &params, &self.s.classes, &reader).await {
-            Ok(_) => true,
-            Err(error) => {
-                warn!(error = %crate::logging::error_text(&error), "failed to list StorageClasses; planning on the last list");
-                false
-            }
-        }
-    }
-
-    /// One discovery + planning pass. Returns when to plan again without an event, if the plan asks.
-    async fn pass(&mut self) -> Option<Duration> {
-        let started = Instant::now();
+    /// Looks at the host (what changed, or every entry) and, when due, at every disk's health; the operator's
+    /// clears and cordons from the LocalDisks. `None` when the discovery task failed: the next pass lists every
+    /// entry.
+    async fn discover(&mut self) -> Option<Discovery> {
         let classes = self.s.config.discovery_classes();
         let host = self.host.clone();
         let mut probed = std::mem::take(&mut self.probed);
-        // NB: block entries may change with no event in their directory (a symlink's target device appearing, a
-        // raw device of a Filesystem class mounted in another mount namespace): a configuration with a Block class,
-        // or whose last pass found a raw device, lists the host in every pass.
         let mut changes = std::mem::take(&mut self.changes);
-        changes.list_all |= self.raw_devices || classes.iter().any(|c| c.mode == VolumeMode::Block);
+        changes.list_all |= cadence::lists_host(&classes, self.raw_devices);
         let mut health = std::mem::take(&mut self.health);
         let now = Instant::now();
         let judged = (self.s.config.health, self.s.config.health_check_period);
-        let clears = super::health::health_clears(&self.s.disks.shared());
+        let marks = super::health::operator_marks(&self.s.disks.shared());
+        let clears = marks.clears;
         let discovered = tokio::task::spawn_blocking(move || {
             let mut found = discover_changed(host.as_ref(), &classes, &mut probed, &changes);
             if health.must_look(now, &found) {
@@ -530,23 +299,27 @@ impl Agent {
             (found, probed, health)
         })
         .await;
-        let found = match discovered {
+        match discovered {
             Ok((mut found, probed, health)) => {
                 self.probed = probed;
                 self.health = health;
-                self.raw_devices = found.disks.iter().any(|d| d.mode == VolumeMode::Block)
-                    || found
-                        .unusable
-                        .iter()
-                        .any(|u| u.reason == UnusableReason::DeviceInUse);
-                found.cordoned = super::health::cordoned(&self.s.disks.shared());
-                found
+                self.raw_devices = cadence::found_raw(&found);
+                found.cordoned = marks.cordoned;
+                Some(found)
             }
             Err(error) => {
                 warn!(%error, "discovery task failed");
                 self.changes.list_all = true;
-                return Some(FIRST_BACKOFF);
+                None
             }
+        }
+    }
+
+    /// One discovery + planning pass. Returns when to plan again without an event, if the plan asks.
+    async fn pass(&mut self) -> Option<Duration> {
+        let started = Instant::now();
+        let Some(found) = self.discover().await else {
+            return Some(FIRST_BACKOFF);
         };
         let discovered_in = started.elapsed();
         let Some(node) = self.node_facts() else {
@@ -561,7 +334,7 @@ impl Agent {
         // The whole index (every PV that can reach this node) stands in for the list of every PV once it is complete;
         // a narrow one only once the admission policy is checked, which only a plan that would write asks for.
         let index = view.pvs.pvs;
-        let mut cluster = cadence::stands_in(view.complete, view.narrow).then(|| index.clone());
+        let cluster = cadence::stands_in(view.complete, view.narrow).then(|| index.clone());
         if self.book.missing() && !self.settle_missing_ledger(&node, &found, &existing).await {
             return Some(FIRST_BACKOFF);
         }
@@ -571,8 +344,8 @@ impl Agent {
             found: &found,
             existing: &existing,
         };
-        let mut plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
-        let mut retry = false;
+        let plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
+        let mut progress = Progress::default();
         let fill = cadence::fill(
             plan.needs_cluster_list,
             cluster.is_some(),
@@ -580,64 +353,22 @@ impl Agent {
             view.narrow,
             view.overdue,
         );
-        match fill {
-            // NB: planned again on the narrow index once the policy is confirmed; widened otherwise (the wide
-            // list's sync wakes the loop, which plans then).
-            Fill::CheckPolicy if self.narrow_still_safe().await => {
-                cluster = Some(index.clone());
-                plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
-            }
-            // NB: planned again on a list taken just now; the actions of the plan without it are dropped.
-            Fill::ListEvery => match self.list_all_pvs().await {
-                Ok(all) => {
-                    self.s.pvs.listed();
-                    cluster = Some(Arc::new(all.into_iter().map(Arc::new).collect()));
-                    plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
-                }
-                Err(error) => {
-                    warn!(error = %format!("{error:#}"), "failed to list PersistentVolumes; no wipe and no new PV this pass");
-                    retry = true;
-                }
-            },
-            Fill::CheckPolicy | Fill::Planned | Fill::Wait => {}
-        }
-        // NB: a new PV takes its class's reclaim policy and mount options, and a disk whose PV went is wiped or kept
-        // by its class's policy; StorageClasses are polled, not watched, and a class may have been made again with
-        // another policy since the last list (however recent), so such a plan is made again on a list taken now. A
-        // failed list leaves the last one, as a broken watch would.
-        if plan.reads_class_policy()
-            && self.s.classes_polled.lists_before_acting()
-            && self.relist_classes().await
-        {
-            let classes = self.class_facts();
-            let facts = Facts {
-                classes: &classes,
-                ..facts
-            };
-            plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
-        }
+        let (plan, cluster) = self
+            .fill(&facts, (plan, cluster), &index, fill, &mut progress)
+            .await;
         // Otherwise an incomplete index completes with a watch event, which wakes the loop.
         let complete = cluster.is_some();
         drop(cluster);
         let planned_in = started.elapsed();
-        let mut halted = false;
         for run in cadence::runs(plan.actions) {
-            if halted && !run.runs_after_halt() {
+            if !progress.runs(&run) {
                 continue;
             }
             let step = match run {
                 Run::Batch(batch) => self.publish_batch(batch).await,
                 Run::One(action) => self.execute(action).await,
             };
-            match step {
-                Step::Done => {}
-                Step::Retry => retry = true,
-                Step::Halt => {
-                    // NB: an unpersisted ledger change must not be acted on: skip the rest of the plan's writes.
-                    retry = true;
-                    halted = true;
-                }
-            }
+            progress.record(step);
         }
         let work = self.planner.work();
         debug!(
@@ -672,7 +403,7 @@ impl Agent {
         let again = tagging.again;
         self.publish_now = again;
         let mut ended = cadence::Ended {
-            retry,
+            retry: progress.retry,
             tagging: Some(tagging),
             held_back: plan.needs_cluster_list && !complete,
         };
@@ -699,15 +430,8 @@ impl Agent {
             .metrics
             .discovery_seconds
             .observe(started.elapsed().as_secs_f64());
-        // NB: only backoffs still running out: one already out was tried by this pass (or its wipe is no longer
-        // planned), and counting it would plan again at once, forever.
         let now = Instant::now();
-        let backoff = self
-            .backoff
-            .values()
-            .filter(|b| b.not_before > now)
-            .map(|b| b.not_before - now)
-            .min();
+        let backoff = cadence::nearest_backoff(self.backoff.values().map(|b| b.not_before), now);
         self.s.metrics.set_health(&self.health.counts());
         self.s.metrics.disk.publish(self.health.samples());
         let wakes = cadence::Wakes {
@@ -722,92 +446,11 @@ impl Agent {
         cadence::next_pass(ended, wakes)
     }
 
-    /// Removes the startup taint (`removeNodeNotReadyTaint`) from this node, if it has it. True when the patch
-    /// failed or met a Node changed meanwhile: try again soon (the Node's watch event wakes the loop too).
-    async fn remove_startup_taint(&mut self) -> bool {
-        let Some(key) = self.s.config.startup_taint() else {
-            return false;
-        };
-        let Some(node) = self.s.nodes.get_shared(&self.s.node) else {
-            return false;
-        };
-        let Some(patch) = plan::taint::removal(&node, key) else {
-            return false;
-        };
-        let version = node.metadata.resource_version.clone();
-        if version == self.untainted_from {
-            return false;
-        }
-        let patched = self
-            .writer
-            .writer
-            .merge_patch::<Node>(None, &self.s.node, &patch)
-            .await;
-        match patched {
-            Ok(effects::Applied::Done(_)) => {
-                info!(node = %self.s.node, taint = key, "removed the startup taint: the node's disks are published");
-                self.untainted_from = version;
-                false
-            }
-            Ok(effects::Applied::Moot) | Err(_) => true,
-        }
-    }
-
-    /// The first pass without a ledger file: when a PV of this node shows the ledger was lost, says so loudly and
-    /// stores every disk without a PV as `Published` (wiped or held before it is published: `plan::lost`). False
-    /// when that could not be stored (the pass acts on nothing).
-    async fn settle_missing_ledger(
-        &mut self,
-        node: &NodeFacts,
-        found: &Discovery,
-        existing: &[Arc<PersistentVolume>],
-    ) -> bool {
-        let Some(presumed) = plan::lost::presumed(node, found, existing) else {
-            return self.book.settle_missing(&[]);
-        };
-        let message = format!(
-            "no disk ledger in {} although PVs of this node exist: it was lost (state directory deleted, node \
-             re-imaged, or the ledger was on a wiped disk). The {} disks without a PV are of unknown state: each \
-             is wiped before it is published (reclaim policy Delete) or held for an operator (Retain)",
-            self.s.opts.state_dir.display(),
-            presumed.len()
-        );
-        error!(state_dir = %self.s.opts.state_dir.display(), disks = presumed.len(), "{message}");
-        if !self.book.settle_missing(&presumed) {
-            return false;
-        }
-        self.warn_on_node(Reason::LedgerMissing, &message).await;
-        true
-    }
-
-    /// A Warning Event on this node's Node object.
-    async fn warn_on_node(&self, reason: Reason, message: &str) {
-        let uid = self.s.nodes.get(&self.s.node).and_then(|n| n.metadata.uid);
-        self.writer
-            .on_node(
-                &self.s.node,
-                uid.as_deref(),
-                KubeEventType::Warning,
-                reason,
-                message,
-            )
-            .await;
-    }
-
     /// The planner's `existing`: this node's labelled PVs and the reference provisioner's, from the index at one
-    /// generation; picked again only when the index changed since the last pass, and then only the PVs not at the
-    /// same place as then (a PV the same pointer at the same place was picked, or not, then: its labels are not
-    /// read again).
+    /// generation (`plan::existing`).
     fn existing(&mut self, index: &PvSnapshot) -> Arc<Vec<Arc<PersistentVolume>>> {
-        if let Some(last) = &self.existing
-            && last.generation == index.generation
-        {
-            return last.existing.clone();
-        }
-        let picked = Picked::pick(self.existing.as_ref(), index, &self.s.node);
-        let existing = picked.existing.clone();
-        self.existing = Some(picked);
-        existing
+        let (generation, pvs) = (index.generation, &index.pvs);
+        plan::existing::existing(&mut self.existing, generation, pvs, &self.s.node)
     }
 
     fn plan(&mut self, facts: &Facts<'_>, cluster: Option<&[Arc<PersistentVolume>]>) -> plan::Plan {
@@ -830,191 +473,6 @@ impl Agent {
         self.book.planned();
         plan
     }
-
-    /// Brings this node's LocalDisks in line with the pass; returns when to look again.
-    async fn sync_inventory(
-        &mut self,
-        found: &Discovery,
-        unpublished: &[plan::Unpublished],
-        pvs: &[Arc<PersistentVolume>],
-        retry: &mut bool,
-    ) -> Option<Duration> {
-        let existing = self.s.disks.shared();
-        let wanted = self
-            .inventory_builder
-            .names_to_look_up(&self.s.node, found, &existing);
-        let others = self.inventory.fetch(&wanted).await;
-        let mut wipes = inv::WipeFacts::default();
-        for r in self.running.values() {
-            wipes
-                .running
-                .insert(r.host_path.clone(), inv::sample(r.started, &r.ctl));
-        }
-        for b in self.backoff.values() {
-            let f = WipeFailures {
-                consecutive: b.failures,
-                last_error: b.last_error.clone(),
-            };
-            wipes.failures.insert(b.host_path.clone(), f);
-        }
-        let changes = self.inventory_builder.build(&inventory::Inputs {
-            node: &self.s.node,
-            found,
-            unpublished,
-            pvs,
-            ledger: self.book.ledger(),
-            wipes: &wipes.running,
-            wipe_failures: &wipes.failures,
-            existing: &existing,
-            others: &others,
-            settings: &inventory::Settings {
-                failing_after: self.s.opts.wipe_failing_after,
-                ..inventory::Settings::default()
-            },
-            now: SystemTime::now(),
-        });
-        *retry |= !self.inventory.apply(changes.changes).await;
-        changes.requeue_after
-    }
-
-    fn publish_state(
-        &mut self,
-        found: Discovery,
-        unpublished: Vec<plan::Unpublished>,
-        pvs: &[Arc<PersistentVolume>],
-    ) {
-        let m = &self.s.metrics;
-        m.disks_found.set(found.disks.len() as i64);
-        // NB: PVs unchanged since the last pass are the same pointers in the index: compared, not read again.
-        let same_pvs = self.published.tally.is_of(pvs);
-        if !same_pvs || found.unusable != self.published.unusable {
-            let classes = self.s.config.classes.iter().map(|c| c.name.as_str());
-            self.published.tally.update(pvs);
-            m.publish_pass(classes, &found.unusable, &self.published.tally);
-            self.published.unusable = found.unusable.clone();
-        }
-        let ledger = match &self.published.ledger {
-            Some((stored, ledger)) if *stored == self.book.stored() => ledger.clone(),
-            _ => {
-                let ledger = Arc::new(self.book.ledger().clone());
-                self.published.ledger = Some((self.book.stored(), ledger.clone()));
-                ledger
-            }
-        };
-        self.s.http.set_disks(HttpDisks {
-            node: self.s.node.clone(),
-            found: Arc::new(found),
-            unpublished,
-            wiping: self.running.keys().cloned().collect(),
-            ledger,
-        });
-    }
-
-    /// Applies one action.
-    async fn execute(&mut self, action: Action) -> Step {
-        let retry = |ok: bool| if ok { Step::Done } else { Step::Retry };
-        let halt = |ok: bool| if ok { Step::Done } else { Step::Halt };
-        match action {
-            Action::CreatePv(pv) => self.publish_batch(vec![Action::CreatePv(pv)]).await,
-            Action::DeletePv(r) => retry(self.writer.delete(&r).await.is_ok()),
-            Action::DeleteUnclaimedPv { pv, disk } => match self.writer.delete(&pv).await {
-                Ok(true) => halt(self.book.set_disk_state(&disk, DiskState::Clean)),
-                Ok(false) => Step::Done,
-                Err(_) => Step::Retry,
-            },
-            Action::AdoptPv { name, patch } | Action::RecordIdentity { name, patch } => {
-                retry(self.writer.patch(&name, &patch).await.is_ok())
-            }
-            Action::SetDiskState { key, state } => halt(self.book.set_disk_state(&key, state)),
-            Action::RecordOwner { uid, pv } => halt(
-                self.book
-                    .update_owners(vec![OwnerChange::Record { uid, pv }]),
-            ),
-            Action::ForgetOwner { uid } => {
-                halt(self.book.update_owners(vec![OwnerChange::Forget { uid }]))
-            }
-            Action::OwnersRecorded => halt(self.book.update_owners(vec![OwnerChange::Recorded])),
-            Action::Wipe(order) => retry(self.start_wipe(*order).await),
-            Action::TagVolume { host_path, path } => match self.host.tag_volume(&path) {
-                Ok(id) => {
-                    self.probed.forget(&host_path);
-                    self.tagged = true;
-                    info!(path = %host_path.display(), volume_id = %id, "stored the volume id");
-                    Step::Done
-                }
-                Err(error) => {
-                    warn!(path = %host_path.display(), error = %crate::host::error_chain(&error), "failed to store the volume id");
-                    Step::Retry
-                }
-            },
-            Action::Event(e) => {
-                self.writer.event(&e).await;
-                Step::Done
-            }
-        }
-    }
-
-    /// Applies a run of `SetDiskState` and `CreatePv` actions: every ledger state in one write, then every name as
-    /// being created in one write (so a lost response, timeout or crash still lets the next pass recognise the PV:
-    /// `Owners::creating`), then the creates, at most [`CREATE_CONCURRENCY`] at once, then every UID as ours in one
-    /// write. Nothing is created unless the writes before it were stored.
-    async fn publish_batch(&mut self, batch: Vec<Action>) -> Step {
-        let mut states = Vec::new();
-        let mut pvs = Vec::new();
-        for action in batch {
-            match action {
-                Action::SetDiskState { key, state } => states.push((key, state)),
-                Action::CreatePv(pv) => pvs.push(*pv),
-                _ => {}
-            }
-        }
-        let owned: Vec<OwnedPv> = pvs.iter().map(owned_pv).collect();
-        if !self.book.remember_before_create(&states, &owned) {
-            return Step::Halt;
-        }
-        let writer = &self.writer;
-        let results: Vec<(usize, Result<Option<String>, effects::Failed>)> =
-            futures::stream::iter(pvs.iter().enumerate())
-                .map(|(i, pv)| async move { (i, writer.create(pv).await) })
-                .buffer_unordered(CREATE_CONCURRENCY)
-                .collect()
-                .await;
-        let mut step = Step::Done;
-        let mut created = Vec::new();
-        for (i, result) in results {
-            match result {
-                Ok(Some(uid)) => created.push((uid, owned[i].clone())),
-                Ok(None) => {}
-                Err(effects::Failed) => step = Step::Retry,
-            }
-        }
-        let recorded = self.book.update_owners(
-            created
-                .iter()
-                .map(|(uid, pv)| OwnerChange::Record {
-                    uid: uid.clone(),
-                    pv: pv.clone(),
-                })
-                .collect(),
-        );
-        for (uid, pv) in &created {
-            self.s.pvs.created(&pv.name, uid);
-        }
-        if recorded { step } else { Step::Halt }
-    }
-}
-
-/// What the ledger remembers of a PV the agent creates.
-fn owned_pv(pv: &PersistentVolume) -> OwnedPv {
-    OwnedPv {
-        name: pv.metadata.name.clone().unwrap_or_default(),
-        path: pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.local.as_ref())
-            .map(|l| PathBuf::from(&l.path))
-            .unwrap_or_default(),
-    }
 }
 
 /// What one pass gathered for the planner, besides the shell's own state.
@@ -1023,34 +481,4 @@ struct Facts<'a> {
     classes: &'a [ClassFacts],
     found: &'a Discovery,
     existing: &'a [Arc<PersistentVolume>],
-}
-
-/// How executing one action went.
-enum Step {
-    Done,
-    /// Failed in a way the next pass should retry soon.
-    Retry,
-    /// The ledger could not be written: nothing after it in this plan may run.
-    Halt,
-}
-
-/// Seeds the StorageClass and LocalDisk stores from what a clean stop left (`warmstart`) and lets their pollers
-/// begin (the first lists a period later), or lets them list at once. The Node's mark as that agent saw it, when
-/// seeded: a different one on the Node lists the LocalDisks at once (`Agent::look_for_disk_marks`).
-fn warm_start(s: &Setup) -> Option<Option<String>> {
-    let Some(snapshot) = super::warmstart::take(&s.opts.state_dir) else {
-        s.classes_polled.begin(false);
-        s.disks_polled.begin(false);
-        return None;
-    };
-    info!(
-        local_disks = snapshot.local_disks.len(),
-        storage_classes = snapshot.storage_classes.len(),
-        "starting from the API cache a clean stop left"
-    );
-    super::warmstart::seed(&s.classes, "StorageClass", snapshot.storage_classes);
-    super::warmstart::seed(&s.disks, "LocalDisk", snapshot.local_disks);
-    s.classes_polled.begin(true);
-    s.disks_polled.begin(true);
-    Some(snapshot.disks_mark)
 }

@@ -17,7 +17,6 @@
 use std::path::Path;
 
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::runtime::watcher::Event;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
@@ -86,11 +85,8 @@ where
     K: kube::Resource + Clone + PartialEq,
 {
     let reader = crate::watch::objects::<K>();
-    crate::watch::apply(store, kind, Event::<Guarded<K>>::Init, &reader);
-    for item in items {
-        crate::watch::apply(store, kind, Event::InitApply(Guarded(Ok(item))), &reader);
-    }
-    crate::watch::apply(store, kind, Event::<Guarded<K>>::InitDone, &reader);
+    let items = items.into_iter().map(|item| Guarded(Ok(item)));
+    crate::watch::replace(store, kind, items, &reader);
 }
 
 #[cfg(test)]

@@ -2,18 +2,38 @@
 //! point 2). The shell (`agent::pass`) gathers, calls these, and executes.
 //!
 //! ```text
+//!  classes, raw devices found last pass ── lists_host (every entry, or only what events named)
 //!  index complete? narrow? ── stands_in ──> plan ── needs_cluster_list ──> fill: use it / check the policy /
 //!                                            │                             list every PV / wait for the watch
 //!                                            v
-//!  plan.actions ── runs (ledger states and creates batched) ── after a halt only Events
+//!  plan.actions ── runs (ledger states and creates batched) ── Step per run ── Progress: after a halt only Events
 //!  volume id stored this pass and the last ── tagging (publish at once / did not read back)
 //!  pass ended clean? ── untaint_allowed ── taint::all_published
-//!  every reason to come back ── next_pass
+//!  a wipe's failures ── wipe_backoff ── wipe_due;  held-out wipes ── nearest_backoff ─┐
+//!  every reason to come back ──────────────────────────────────────────── next_pass
 //! ```
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use crate::disk::{Discovery, DiscoveryClass, UnusableReason, VolumeMode};
 use crate::plan::Action;
+
+/// Whether a pass lists every entry of the host, not only those a mount or directory event named. NB: block
+/// entries may change with no event in their directory (a symlink's target device appearing, a raw device of a
+/// Filesystem class mounted in another mount namespace): a configuration with a Block class, or whose last pass
+/// found a raw device ([`found_raw`]), lists the host in every pass.
+pub fn lists_host(classes: &[DiscoveryClass], raw_found_last: bool) -> bool {
+    raw_found_last || classes.iter().any(|c| c.mode == VolumeMode::Block)
+}
+
+/// Whether `found` holds a raw device: a Block disk, or an entry in use as a device (`DeviceInUse`).
+pub fn found_raw(found: &Discovery) -> bool {
+    found.disks.iter().any(|d| d.mode == VolumeMode::Block)
+        || found
+            .unusable
+            .iter()
+            .any(|u| u.reason == UnusableReason::DeviceInUse)
+}
 
 /// Whether the PV index may stand in for a list of every PV before the plan: complete, and wide (a narrow index
 /// only after the admission policy is checked, which only a plan that writes asks for).
@@ -82,6 +102,64 @@ pub fn runs(actions: Vec<Action>) -> Vec<Run> {
     out
 }
 
+/// How executing one step went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Done,
+    /// Failed in a way the next pass should retry soon.
+    Retry,
+    /// The ledger could not be written: nothing after it in this plan may run.
+    Halt,
+}
+
+impl Step {
+    /// After an API write (or a wipe start, a volume id stored): a failure is retried by a pass soon.
+    pub fn api(ok: bool) -> Step {
+        if ok { Step::Done } else { Step::Retry }
+    }
+
+    /// After a ledger write: a failure halts the plan (an unpersisted ledger change must not be acted on).
+    pub fn ledger(ok: bool) -> Step {
+        if ok { Step::Done } else { Step::Halt }
+    }
+
+    /// After a batch: its creates (`created_all`: none failed), then the owners recorded in one ledger write.
+    pub fn batch(created_all: bool, recorded: bool) -> Step {
+        match () {
+            _ if !recorded => Step::Halt,
+            _ if !created_all => Step::Retry,
+            _ => Step::Done,
+        }
+    }
+}
+
+/// How running a plan's steps goes so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// A step failed (or the list before them): plan again soon.
+    pub retry: bool,
+    /// A ledger write failed: only Events run after it (`Run::runs_after_halt`).
+    pub halted: bool,
+}
+
+impl Progress {
+    /// Whether `run` runs now.
+    pub fn runs(&self, run: &Run) -> bool {
+        !self.halted || run.runs_after_halt()
+    }
+
+    pub fn record(&mut self, step: Step) {
+        match step {
+            Step::Done => {}
+            Step::Retry => self.retry = true,
+            Step::Halt => {
+                self.retry = true;
+                self.halted = true;
+            }
+        }
+    }
+}
+
 /// What storing a volume id this pass (`tagged`) means, after the last pass did too or not (`tagged_before`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tagging {
@@ -145,6 +223,38 @@ pub struct Wakes {
 
 /// After a failed step.
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The longest a failed wipe waits before it is tried again.
+pub const MAX_WIPE_BACKOFF: Duration = Duration::from_secs(600);
+
+/// How long a wipe that failed `failures` times in a row waits before the next try: doubling per failure from
+/// twice [`FIRST_BACKOFF`], capped at [`MAX_WIPE_BACKOFF`].
+pub fn wipe_backoff(failures: u32) -> Duration {
+    FIRST_BACKOFF
+        .saturating_mul(1 << failures.min(8))
+        .min(MAX_WIPE_BACKOFF)
+}
+
+/// Whether a planned wipe starts now: not while one runs on the disk (`running`), nor before its backoff after a
+/// failure ran out (`not_before`). NB: either way the step counts as done: the running wipe's end, or the backoff's
+/// wake-up, plans again.
+pub fn wipe_due(running: bool, not_before: Option<Instant>, now: Instant) -> bool {
+    !running && not_before.is_none_or(|at| now >= at)
+}
+
+/// The wait until the nearest held-out wipe may be tried again (`not_before` of each), for [`Wakes::backoff`].
+/// NB: only backoffs still running out: one already out was tried by this pass (or its wipe is no longer planned),
+/// and counting it would plan again at once, forever.
+pub fn nearest_backoff(
+    not_before: impl IntoIterator<Item = Instant>,
+    now: Instant,
+) -> Option<Duration> {
+    not_before
+        .into_iter()
+        .filter(|at| *at > now)
+        .map(|at| at - now)
+        .min()
+}
 
 /// When to plan again: the nearest reason; at once after storing a volume id, soon after a failure.
 pub fn next_pass(ended: Ended, wakes: Wakes) -> Option<Duration> {

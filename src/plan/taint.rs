@@ -6,6 +6,7 @@
 //!  Discovery, this node's PVs, the plan's held disks ─> all_published() ─> the node is ready (once true, for good)
 //!  own Node (watch store) ─┐
 //!  taint key (config)     ─┼─> removal() ─> Some(merge patch: resourceVersion guard + the other taints) | None
+//!  version last patched   ─┴─> removal_due(): not twice from the same version of the Node
 //! ```
 //!
 //! The patch replaces the whole taint list, so it carries the Node's `resourceVersion`: a Node changed since the
@@ -76,6 +77,13 @@ pub fn removal(node: &Node, key: &str) -> Option<Value> {
     Some(json!({"metadata": {"resourceVersion": version}, "spec": {"taints": taints}}))
 }
 
+/// The removal patch to send now: `removal`, unless the last one was sent from this very version of the Node
+/// (`untainted_from`). NB: no second patch until the watch shows the Node as it is after the first.
+pub fn removal_due(node: &Node, key: &str, untainted_from: Option<&str>) -> Option<Value> {
+    let patch = removal(node, key)?;
+    (node.metadata.resource_version.as_deref() != untainted_from).then_some(patch)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +142,19 @@ mod tests {
         let mut n = node(json!([{"key": KEY, "effect": "NoSchedule"}]));
         n.metadata.resource_version = None;
         assert_eq!(removal(&n, KEY), None);
+    }
+
+    #[test]
+    fn no_second_patch_until_the_watch_shows_the_node_after_the_first() {
+        let n = node(json!([{"key": KEY, "effect": "NoSchedule"}]));
+        assert_eq!(removal_due(&n, KEY, None), removal(&n, KEY), "never sent");
+        assert_eq!(
+            removal_due(&n, KEY, Some("41")),
+            removal(&n, KEY),
+            "sent from an older Node"
+        );
+        assert_eq!(removal_due(&n, KEY, Some("42")), None, "sent from this one");
+        assert_eq!(removal_due(&node(Value::Null), KEY, None), None, "no taint");
     }
 
     fn published_now(world: &fixtures::World) -> bool {

@@ -15,13 +15,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kube::api::{Api, ListParams};
-use kube::runtime::watcher::Event;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tracing::warn;
 
-use super::{Guarded, Reader, Seen, Store, Watcher, apply_wire};
+use super::{Guarded, Reader, Seen, Store, Watcher, replace};
 
 /// When a [`Watcher::poll`] lists again: every `slow` period, or every `fast` one while its reader says something
 /// it needs is missing ([`Polled::set_missing`]).
@@ -131,11 +130,7 @@ where
     let kind = K::kind(&());
     let before = store.read(BTreeMap::clone);
     let first = !store.synced();
-    apply_wire(store, &kind, Event::<Guarded<K>>::Init, reader);
-    for object in list.items {
-        apply_wire(store, &kind, Event::InitApply(object), reader);
-    }
-    apply_wire(store, &kind, Event::<Guarded<K>>::InitDone, reader);
+    replace(store, &kind, list.items, reader);
     Ok(first || store.read(|now| *now != before))
 }
 

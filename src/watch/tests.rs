@@ -182,3 +182,24 @@ fn observe_hears_every_object_after_the_store_has_it() {
         ]
     );
 }
+
+#[test]
+fn a_replace_leaves_exactly_the_objects_given_and_the_store_synced() {
+    let (store, keep) = (Store::<Pod>::new(), objects());
+    apply(&store, "Pod", Event::Apply(pod("a", "gone")), &keep);
+    assert!(!store.synced());
+    replace(&store, "Pod", [pod("a", "web-0"), pod("b", "web-0")], &keep);
+    assert!(store.synced());
+    let mut left: Vec<_> = store
+        .all()
+        .into_iter()
+        .map(|p| p.metadata.namespace)
+        .collect();
+    left.sort();
+    assert_eq!(left, [Some("a".to_string()), Some("b".to_string())]);
+    replace(&store, "Pod", Vec::<Guarded<Pod>>::new(), &keep);
+    assert!(
+        store.is_empty() && store.synced(),
+        "an empty list empties it"
+    );
+}

@@ -7,7 +7,7 @@
 //!        └──> Agent::pass, as the loop runs it: once per wake-up, again at once while it asks (a volume id stored)
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -647,54 +647,4 @@ async fn a_volume_id_that_does_not_read_back_publishes_nothing_and_does_not_spin
         (2..=5).contains(&tags),
         "volume ids stored in the first second: {tags}"
     );
-}
-
-#[test]
-fn pvs_picked_again_are_read_only_where_the_index_changed() {
-    let pv = |name: &str, node: &str| -> Arc<PersistentVolume> {
-        let labels = json!({ crate::contract::NODE_LABEL: node });
-        Arc::new(
-            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap(),
-        )
-    };
-    let index = |generation, pvs: Vec<Arc<PersistentVolume>>| PvSnapshot {
-        generation,
-        pvs: Arc::new(pvs),
-    };
-    let names = |p: &Picked| -> Vec<String> {
-        let names = p
-            .existing
-            .iter()
-            .map(|pv| pv.metadata.name.clone().unwrap_or_default());
-        names.collect()
-    };
-    let (a, b, c) = (pv("a", NODE), pv("b", "n2"), pv("c", NODE));
-    let first = Picked::pick(None, &index(1, vec![a.clone(), b.clone(), c.clone()]), NODE);
-    assert_eq!(names(&first), ["a", "c"]);
-    // The same pointers at the same places keep their decisions; a PV replaced in place is read again, and so is
-    // every PV after an insertion (nothing is where it was).
-    let moved = pv("c", "n2");
-    let second = Picked::pick(
-        Some(&first),
-        &index(2, vec![a.clone(), b.clone(), moved]),
-        NODE,
-    );
-    assert_eq!(names(&second), ["a"]);
-    let relabelled = pv("b", NODE);
-    let third = Picked::pick(
-        Some(&second),
-        &index(3, vec![pv("0", NODE), a, relabelled, c]),
-        NODE,
-    );
-    assert_eq!(names(&third), ["0", "a", "b", "c"]);
-    // A decision is reused only for the very same PV: an equal copy is read again (and decided alike).
-    let fourth = Picked::pick(
-        Some(&third),
-        &index(
-            4,
-            third.from.iter().map(|p| Arc::new((**p).clone())).collect(),
-        ),
-        NODE,
-    );
-    assert_eq!(names(&fourth), names(&third));
 }

@@ -11,8 +11,9 @@ use tracing::{info, warn};
 
 use super::super::metrics::{StepOutcome, WipeLabels};
 use super::super::wiper::{self, WipeFailed};
-use super::{Agent, FIRST_BACKOFF, MAX_BACKOFF, WipeResult};
+use super::{Agent, WipeResult};
 use crate::effects::Reason;
+use crate::plan::cadence;
 use crate::plan::{DiskState, WipeOrder};
 use crate::wipe::Control;
 
@@ -48,14 +49,9 @@ pub(super) fn due_after_mount_change<'a>(
 
 impl Agent {
     pub(super) async fn start_wipe(&mut self, order: WipeOrder) -> bool {
-        if self.running.contains_key(&order.key) {
-            return true;
-        }
-        if self
-            .backoff
-            .get(&order.key)
-            .is_some_and(|b| Instant::now() < b.not_before)
-        {
+        let running = self.running.contains_key(&order.key);
+        let not_before = self.backoff.get(&order.key).map(|b| b.not_before);
+        if !cadence::wipe_due(running, not_before, Instant::now()) {
             return true;
         }
         if let (Some(pv), Some(patch)) = (&order.pv, &order.on_start) {
@@ -160,9 +156,7 @@ impl Agent {
                 b.incomplete = incomplete;
                 b.failures += 1;
                 b.last_error = message.clone();
-                let delay = FIRST_BACKOFF
-                    .saturating_mul(1 << b.failures.min(8))
-                    .min(MAX_BACKOFF);
+                let delay = cadence::wipe_backoff(b.failures);
                 b.not_before = Instant::now() + delay;
                 warn!(disk = %order.key, %reason, note = %message, retry_in = ?delay, "wipe did not complete");
                 if let Some(pv) = &order.pv {
