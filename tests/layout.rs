@@ -650,3 +650,95 @@ fn every_decision_in_the_architecture_map_names_a_function_that_exists() {
     }
     assert!(rows >= 10, "the map lists the decisions ({rows} rows)");
 }
+
+/// Whether a source file holds only tests or their fixtures.
+fn is_test_file(path: &Path) -> bool {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    name == "tests.rs"
+        || name == "fixtures.rs"
+        || name.ends_with("_tests.rs")
+        || path.components().any(|c| c.as_os_str() == "tests")
+}
+
+/// The type names (struct, enum, union, trait, type alias) defined at the top level of `source`.
+fn top_level_type_names(source: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in source.lines() {
+        let mut rest = line;
+        if let Some(after) = rest.strip_prefix("pub") {
+            rest = match after.strip_prefix('(') {
+                Some(scoped) => scoped.split_once(')').map_or("", |(_, r)| r),
+                None => after,
+            }
+            .trim_start();
+        }
+        for kind in ["struct ", "enum ", "union ", "trait ", "type "] {
+            if let Some(named) = rest.strip_prefix(kind) {
+                let name: String = named
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if name.starts_with(|c: char| c.is_ascii_uppercase()) {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn the_type_name_scan_sees_visibility_and_skips_nested_items() {
+    let source = "pub struct A;\npub(crate) enum B {}\nstruct C<T>(T);\ntype D = u8;\n    struct Nested;\nfn f() {}\n";
+    assert_eq!(top_level_type_names(source), ["A", "B", "C", "D"]);
+}
+
+/// docs/architecture.md's "Names in several modules": a type name defined at the top level of more than one source
+/// file (tests aside) is a role listed there, and every name listed is still defined more than once.
+#[test]
+fn a_type_name_defined_in_several_modules_is_a_listed_role() {
+    let mut defined: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in rust_files(&crate_root().join("src")) {
+        if is_test_file(file.strip_prefix(crate_root()).unwrap_or(&file)) {
+            continue;
+        }
+        let source = fs::read_to_string(&file).expect("a readable source file");
+        for name in top_level_type_names(&source) {
+            defined.entry(name).or_default().push(relative(&file));
+        }
+    }
+    let doc = fs::read_to_string(crate_root().join("docs/architecture.md"))
+        .expect("docs/architecture.md is readable");
+    let section = doc
+        .split("## Names in several modules")
+        .nth(1)
+        .expect("the section exists");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let listed: BTreeSet<String> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| ")?.split(' ').next().map(str::to_string))
+        .filter(|n| n.starts_with(|c: char| c.is_ascii_uppercase()))
+        .collect();
+    let twice: BTreeMap<&String, &Vec<String>> = defined
+        .iter()
+        .filter(|(_, files)| files.len() > 1)
+        .collect();
+    let unlisted: Vec<String> = twice
+        .iter()
+        .filter(|(name, _)| !listed.contains(**name))
+        .map(|(name, files)| format!("{name} ({})", files.join(", ")))
+        .collect();
+    let stale: Vec<&String> = listed.iter().filter(|n| !twice.contains_key(n)).collect();
+    assert!(
+        unlisted.is_empty(),
+        "type names defined in several modules with no shared meaning in docs/architecture.md: rename one, or \
+         list the role: {unlisted:#?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "docs/architecture.md lists names no longer defined twice: {stale:?}"
+    );
+}

@@ -51,7 +51,7 @@ use crate::effects::Writer;
 use crate::host::wake::MountWatcher;
 use crate::host::{Host, HostChanges};
 use crate::inventory::{self, LocalDisk};
-use crate::plan::cadence::{self, FIRST_BACKOFF, Progress, Run};
+use crate::plan::cadence::{self, FIRST_BACKOFF, Run, RunSoFar};
 use crate::plan::existing::Picked;
 use crate::plan::incremental::IncrementalPlanner;
 use crate::plan::polled::DisksMark;
@@ -345,7 +345,7 @@ impl Agent {
             existing: &existing,
         };
         let plan = self.plan(&facts, cluster.as_deref().map(Vec::as_slice));
-        let mut progress = Progress::default();
+        let mut progress = RunSoFar::default();
         let fill = cadence::fill(
             plan.needs_cluster_list,
             cluster.is_some(),

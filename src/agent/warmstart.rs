@@ -28,7 +28,7 @@ const FILE: &str = "api-cache.json";
 /// The file's content.
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Snapshot {
+pub struct ApiCache {
     /// The Node's `localpv.io/disks-changed` as the stopping agent last saw it.
     pub disks_mark: Option<String>,
     pub local_disks: Vec<LocalDisk>,
@@ -37,7 +37,7 @@ pub struct Snapshot {
 
 /// Takes what a clean stop left in `state_dir`, removing the file; `None` without one, or when it cannot be read
 /// (said in the log: the agent lists, as after a crash).
-pub fn take(state_dir: &Path) -> Option<Snapshot> {
+pub fn take(state_dir: &Path) -> Option<ApiCache> {
     let path = state_dir.join(FILE);
     let bytes = match std::fs::read(&path) {
         Ok(bytes) => bytes,
@@ -62,7 +62,7 @@ pub fn take(state_dir: &Path) -> Option<Snapshot> {
 }
 
 /// Leaves `snapshot` in `state_dir` at a clean stop (atomically); a failure only costs the next start its lists.
-pub fn leave(state_dir: &Path, snapshot: &Snapshot) {
+pub fn leave(state_dir: &Path, snapshot: &ApiCache) {
     let path = state_dir.join(FILE);
     let bytes = serde_json::to_vec(snapshot).expect("a snapshot always serialises");
     let written =
@@ -97,7 +97,7 @@ mod tests {
     fn a_snapshot_left_at_a_clean_stop_is_taken_once() {
         let dir = tempfile::tempdir().expect("state dir");
         assert!(take(dir.path()).is_none(), "nothing left yet");
-        let snapshot = Snapshot {
+        let snapshot = ApiCache {
             disks_mark: Some("t1".into()),
             local_disks: vec![LocalDisk::new("fs-1", Default::default())],
             storage_classes: Vec::new(),

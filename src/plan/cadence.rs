@@ -6,7 +6,7 @@
 //!  index complete? narrow? ── stands_in ──> plan ── needs_cluster_list ──> fill: use it / check the policy /
 //!                                            │                             list every PV / wait for the watch
 //!                                            v
-//!  plan.actions ── runs (ledger states and creates batched) ── Step per run ── Progress: after a halt only Events
+//!  plan.actions ── runs (ledger states and creates batched) ── Step per run ── RunSoFar: after a halt only Events
 //!  volume id stored this pass and the last ── tagging (publish at once / did not read back)
 //!  pass ended clean? ── untaint_allowed ── taint::all_published
 //!  a wipe's failures ── wipe_backoff ── wipe_due;  held-out wipes ── nearest_backoff ─┐
@@ -135,14 +135,14 @@ impl Step {
 
 /// How running a plan's steps goes so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Progress {
+pub struct RunSoFar {
     /// A step failed (or the list before them): plan again soon.
     pub retry: bool,
     /// A ledger write failed: only Events run after it (`Run::runs_after_halt`).
     pub halted: bool,
 }
 
-impl Progress {
+impl RunSoFar {
     /// Whether `run` runs now.
     pub fn runs(&self, run: &Run) -> bool {
         !self.halted || run.runs_after_halt()

@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams};
 use tracing::warn;
 
 use super::{Agent, Facts};
-use crate::plan::cadence::{Fill, Progress};
+use crate::plan::cadence::{Fill, RunSoFar};
 use crate::plan::{self, existing::Pvs};
 
 impl Agent {
@@ -24,7 +24,7 @@ impl Agent {
         (mut plan, mut cluster): (plan::Plan, Option<Pvs>),
         index: &Pvs,
         fill: Fill,
-        progress: &mut Progress,
+        progress: &mut RunSoFar,
     ) -> (plan::Plan, Option<Pvs>) {
         match fill {
             // NB: planned again on the narrow index once the policy is confirmed; widened otherwise (the wide

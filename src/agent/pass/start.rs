@@ -17,7 +17,7 @@ impl Agent {
         if !polled::leaves_snapshot(s.classes.synced(), s.disks.synced(), s.disks.is_empty()) {
             return;
         }
-        let snapshot = crate::agent::warmstart::Snapshot {
+        let snapshot = crate::agent::warmstart::ApiCache {
             disks_mark: self.disks_mark.last(),
             local_disks: s.disks.all(),
             storage_classes: s.classes.all(),

@@ -101,11 +101,11 @@ fn a_failed_api_write_is_retried_and_a_failed_ledger_write_halts(
 }
 
 #[rstest]
-#[case::done(&[Step::Done], Progress::default())]
-#[case::retry(&[Step::Retry, Step::Done], Progress { retry: true, halted: false })]
-#[case::halt(&[Step::Done, Step::Halt, Step::Done], Progress { retry: true, halted: true })]
-fn a_halt_is_retried_and_stops_the_rest(#[case] steps: &[Step], #[case] want: Progress) {
-    let mut progress = Progress::default();
+#[case::done(&[Step::Done], RunSoFar::default())]
+#[case::retry(&[Step::Retry, Step::Done], RunSoFar { retry: true, halted: false })]
+#[case::halt(&[Step::Done, Step::Halt, Step::Done], RunSoFar { retry: true, halted: true })]
+fn a_halt_is_retried_and_stops_the_rest(#[case] steps: &[Step], #[case] want: RunSoFar) {
+    let mut progress = RunSoFar::default();
     for step in steps {
         progress.record(*step);
     }
@@ -125,7 +125,7 @@ fn once_halted_only_events_run() {
         message: String::new(),
         claim: None,
     }));
-    let mut progress = Progress::default();
+    let mut progress = RunSoFar::default();
     assert!(progress.runs(&Run::One(forget("u"))));
     progress.record(Step::Halt);
     assert!(!progress.runs(&Run::One(forget("u"))));
