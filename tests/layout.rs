@@ -615,16 +615,21 @@ fn the_architecture_table_lists_every_top_level_module() {
     );
 }
 
+/// The text of docs/architecture.md's section `## <title>`, up to the next one.
+fn architecture_section(title: &str) -> String {
+    let doc = fs::read_to_string(crate_root().join("docs/architecture.md"))
+        .expect("docs/architecture.md is readable");
+    let after = doc
+        .split(&format!("## {title}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("docs/architecture.md has a section {title}"));
+    after.split("\n## ").next().unwrap_or(after).to_string()
+}
+
 /// docs/architecture.md's "Where each decision lives" names, for each decision, a file and a function in it.
 #[test]
 fn every_decision_in_the_architecture_map_names_a_function_that_exists() {
-    let doc = fs::read_to_string(crate_root().join("docs/architecture.md"))
-        .expect("docs/architecture.md is readable");
-    let section = doc
-        .split("## Where each decision lives")
-        .nth(1)
-        .expect("the section exists");
-    let section = section.split("\n## ").next().unwrap_or(section);
+    let section = architecture_section("Where each decision lives");
     let mut rows = 0;
     for line in section
         .lines()
@@ -710,13 +715,7 @@ fn a_type_name_defined_in_several_modules_is_a_listed_role() {
             defined.entry(name).or_default().push(relative(&file));
         }
     }
-    let doc = fs::read_to_string(crate_root().join("docs/architecture.md"))
-        .expect("docs/architecture.md is readable");
-    let section = doc
-        .split("## Names in several modules")
-        .nth(1)
-        .expect("the section exists");
-    let section = section.split("\n## ").next().unwrap_or(section);
+    let section = architecture_section("Names in several modules");
     let listed: BTreeSet<String> = section
         .lines()
         .filter_map(|l| l.strip_prefix("| ")?.split(' ').next().map(str::to_string))

@@ -297,21 +297,9 @@ impl RealNode {
 
     /// Loads an image archive into the node's containerd.
     pub fn import(&self, archive: &Path) {
-        run(
-            "ctr",
-            &[
-                "--address",
-                &self.socket.display().to_string(),
-                "-n",
-                "k8s.io",
-                "images",
-                "import",
-                &archive.display().to_string(),
-            ],
-        );
+        self.images(&["import", &archive.display().to_string()]);
     }
 
-    /// Gives an image already imported another name (e.g. a new tag for `helm upgrade`).
     /// Lets containerd pull from `host` (`127.0.0.1:<port>`) over plain HTTP: a `hosts.toml` in its `certs.d`
     /// directory, read at each pull.
     pub fn pull_over_http(&self, host: &str) {
@@ -323,21 +311,17 @@ impl RealNode {
         fs::write(dir.join("hosts.toml"), hosts).expect("hosts.toml written");
     }
 
+    /// Gives an image already imported another name (e.g. a new tag for `helm upgrade`).
     pub fn tag(&self, from: &str, to: &str) {
-        run(
-            "ctr",
-            &[
-                "--address",
-                &self.socket.display().to_string(),
-                "-n",
-                "k8s.io",
-                "images",
-                "tag",
-                "--force",
-                from,
-                to,
-            ],
-        );
+        self.images(&["tag", "--force", from, to]);
+    }
+
+    /// `ctr images <args>` against the node's containerd, in the namespace the kubelet uses.
+    fn images(&self, args: &[&str]) {
+        let socket = self.socket.display().to_string();
+        let mut all = vec!["--address", &socket, "-n", "k8s.io", "images"];
+        all.extend_from_slice(args);
+        run("ctr", &all);
     }
 }
 
