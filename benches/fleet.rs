@@ -25,6 +25,7 @@
 
 mod common;
 use localpv_test_support as support;
+use support::objects::Pv;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -713,17 +714,18 @@ async fn wait_pvs(client: &kube::Client, want: usize, what: &str) {
 /// besides the fleet's own PVs. `set` names the batch (`ghost`, `churn`).
 fn foreign_pv(set: &str, i: usize) -> PersistentVolume {
     let node = format!("{set}-node-{:04}", i % 1000);
-    serde_json::from_value(json!({
-        "metadata": {"name": format!("{set}-pv-{i:06}"), "labels": {"app.kubernetes.io/managed-by": "other"},
-                     "annotations": {"pv.kubernetes.io/provisioned-by": "other-provisioner",
-                                     "example.com/disk": format!("nvme-{i}-serial-0123456789abcdef")}},
-        "spec": {"capacity": {"storage": "100Gi"}, "volumeMode": "Filesystem", "accessModes": ["ReadWriteOnce"],
-                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "other",
-                 "local": {"path": format!("/mnt/other/vol{i}")},
-                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                     {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}},
-    }))
-    .expect("foreign PV literal")
+    Pv::local(&format!("{set}-pv-{i:06}"), &node)
+        .capacity("100Gi")
+        .reclaim("Retain")
+        .class("other")
+        .path(&format!("/mnt/other/vol{i}"))
+        .label("app.kubernetes.io/managed-by", "other")
+        .provisioned_by("other-provisioner")
+        .annotation(
+            "example.com/disk",
+            &format!("nvme-{i}-serial-0123456789abcdef"),
+        )
+        .build()
 }
 
 async fn create_foreign(client: &kube::Client, set: &str, range: std::ops::Range<usize>) {

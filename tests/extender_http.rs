@@ -13,6 +13,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use localpv::extender::model::{Claim, Class, Volume, node_labels};
 use localpv::extender::server::{AppState, Cache, ServerConfig, app};
 use localpv::extender::snapshot::Snapshot;
+use localpv_test_support::objects::Pv;
 use rstest::rstest;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -23,12 +24,8 @@ fn node_json(name: &str) -> Value {
 }
 
 fn pv_json(name: &str, node: &str, capacity: &str) -> Value {
-    json!({"metadata": {"name": name}, "spec": {
-        "capacity": {"storage": capacity}, "accessModes": ["ReadWriteOnce"], "storageClassName": "local",
-        "persistentVolumeReclaimPolicy": "Delete", "local": {"path": "/mnt/disks/x"},
-        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}},
-        "status": {"phase": "Available"}})
+    let pv = Pv::local(name, node).class("local").path("/mnt/disks/x");
+    pv.capacity(capacity).available().json()
 }
 
 /// Nodes n1, n2, n3; PVs of class `local`: 10Gi on n1, 20Gi on n2; claim default/data asks 8Gi.

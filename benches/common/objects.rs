@@ -9,6 +9,8 @@
 
 use serde_json::{Value, json};
 
+use localpv_test_support::objects::Pv;
+
 /// TopoLVM's annotation for the free space of the device class `ssd` on a node.
 pub const TOPOLVM_CAPACITY: &str = "capacity.topolvm.io/ssd";
 
@@ -74,23 +76,18 @@ pub fn node_json(i: usize) -> Value {
 }
 
 pub fn pv_json(name: &str, node: &str, size_gi: u64, claim: Option<&str>) -> Value {
-    let mut v = json!({
-        "metadata": {"name": name, "labels": {"localpv.io/node": node, "localpv.io/class": "local"},
-                     "annotations": {"pv.kubernetes.io/provisioned-by": "localpv"}},
-        "spec": {
-            "capacity": {"storage": format!("{size_gi}Gi")}, "volumeMode": "Filesystem",
-            "accessModes": ["ReadWriteOnce"], "persistentVolumeReclaimPolicy": "Delete",
-            "storageClassName": "local", "local": {"path": format!("/mnt/localpv/local/{name}")},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
-        },
-        "status": {"phase": "Available"},
-    });
-    if let Some(c) = claim {
-        v["spec"]["claimRef"] = json!({"kind": "PersistentVolumeClaim", "namespace": "apps", "name": c, "uid": format!("uid-{c}")});
-        v["status"]["phase"] = json!("Bound");
+    let pv = Pv::local(name, node)
+        .capacity(&format!("{size_gi}Gi"))
+        .class("local")
+        .path(&format!("/mnt/localpv/local/{name}"))
+        .label("localpv.io/node", node)
+        .label("localpv.io/class", "local")
+        .provisioned_by("localpv")
+        .available();
+    match claim {
+        Some(c) => pv.claim("apps", c).json(),
+        None => pv.json(),
     }
-    v
 }
 
 pub fn pvc_json(name: &str, size_gi: u64, volume: Option<&str>) -> Value {

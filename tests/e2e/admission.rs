@@ -21,6 +21,7 @@ use crate::support::cluster::{ControlPlane, Options, client_for};
 use crate::support::disks::Mount;
 use crate::support::eventually;
 use crate::support::nodes::create_node;
+use crate::support::objects::{Pv, on_host};
 use crate::support::sa;
 
 /// The node agent's ServiceAccount in the default rendering.
@@ -44,20 +45,22 @@ const VALUES: &str = "classes:
 /// A PV as the agent writes it, or as someone copies it: `source` is `local` or `hostPath`, `label` the value of
 /// `localpv.io/node` (none: unlabelled), `terms` the node affinity terms.
 fn pv(name: &str, source: &str, path: &str, label: Option<&str>, terms: Value) -> PersistentVolume {
-    let labels = label.map_or(json!({}), |n| json!({"localpv.io/node": n}));
-    obj(json!({
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "capacity": {"storage": "10Mi"}, "volumeMode": "Filesystem", "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "local-storage",
-            source: {"path": path},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": terms}},
-        },
-    }))
+    let pv = Pv::local(name, "")
+        .capacity("10Mi")
+        .reclaim("Retain")
+        .terms(terms);
+    let pv = match source {
+        "hostPath" => pv.host_path(path),
+        _ => pv.path(path),
+    };
+    match label {
+        Some(node) => pv.label("localpv.io/node", node).build(),
+        None => pv.build(),
+    }
 }
 
 fn on(node: &str) -> Value {
-    json!({"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]})
+    on_host(node)
 }
 
 fn zone(z: &str) -> Value {

@@ -19,6 +19,7 @@ use crate::support::agent::Agent;
 use crate::support::cluster::{ControlPlane, Options};
 use crate::support::disks::Mount;
 use crate::support::eventually;
+use crate::support::objects::Pv;
 
 const FOREIGN: &str = "ForeignPersistentVolume";
 
@@ -33,16 +34,8 @@ fn name(pv: &PersistentVolume) -> String {
 /// A PV someone made by hand (no label of ours, an annotation of nobody's) for `path`, with an affinity to `node`
 /// and no claim: the PV controller keeps it Available for any tenant.
 fn by_hand(new_name: &str, path: &str, node: &str) -> PersistentVolume {
-    obj(json!({
-        "metadata": {"name": new_name, "annotations": {"pv.kubernetes.io/provisioned-by": "example.com/by-hand"}},
-        "spec": {
-            "capacity": {"storage": "10Mi"}, "volumeMode": "Filesystem", "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "local-storage",
-            "local": {"path": path},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
-        },
-    }))
+    let pv = Pv::local(new_name, node).capacity("10Mi").path(path);
+    pv.provisioned_by("example.com/by-hand").build()
 }
 
 /// A PV as someone with PV rights would copy ours: same labels and annotations, spec with `path`, affinity to

@@ -14,19 +14,12 @@ use crate::support::agent::{install_crd, localpv_bin};
 use crate::support::cluster::{ControlPlane, Options, free_port};
 use crate::support::eventually;
 use crate::support::nodes::create_node;
+use crate::support::objects::Pv;
 use crate::support::proc::Component;
 
 fn pv(name: &str, node: &str) -> PersistentVolume {
-    obj(json!({
-        "metadata": {"name": name, "labels": {"localpv.io/node": node},
-                     "annotations": {"pv.kubernetes.io/provisioned-by": format!("localpv-{node}")}},
-        "spec": {
-            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "local-storage",
-            "persistentVolumeReclaimPolicy": "Delete", "local": {"path": format!("/mnt/disks/{name}")},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
-        },
-    }))
+    let pv = Pv::local(name, node).label("localpv.io/node", node);
+    pv.provisioned_by(&format!("localpv-{node}")).build()
 }
 
 #[tokio::test(flavor = "multi_thread")]

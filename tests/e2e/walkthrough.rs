@@ -12,6 +12,7 @@ use serde_json::json;
 use crate::support::cluster::{ControlPlane, Options};
 use crate::support::eventually;
 use crate::support::nodes::create_node;
+use crate::support::objects::Pv;
 
 fn obj<T: DeserializeOwned>(v: serde_json::Value) -> T {
     serde_json::from_value(v).expect("test object literal is valid")
@@ -23,23 +24,9 @@ fn obj<T: DeserializeOwned>(v: serde_json::Value) -> T {
 /// looks for an in-tree deleter, finds none for local volumes and marks the released PV `Failed`; with it, the
 /// controller leaves the `Released` PV to the named (external) provisioner, which is what a node agent relies on.
 fn local_pv(name: &str, node: &str, size: &str) -> PersistentVolume {
-    obj(json!({
-        "metadata": {
-            "name": name,
-            "annotations": {"pv.kubernetes.io/provisioned-by": format!("local-volume-provisioner-{node}")},
-        },
-        "spec": {
-            "capacity": {"storage": size},
-            "volumeMode": "Filesystem",
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Delete",
-            "storageClassName": "local-storage",
-            "local": {"path": "/mnt/disks/vol1"},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
-            ]}]}},
-        },
-    }))
+    let pv = Pv::local(name, node).capacity(size).path("/mnt/disks/vol1");
+    pv.provisioned_by(&format!("local-volume-provisioner-{node}"))
+        .build()
 }
 
 fn claim(name: &str, size: &str) -> PersistentVolumeClaim {

@@ -17,6 +17,7 @@ pub mod disks;
 pub mod extender;
 pub mod faulty;
 pub mod nodes;
+pub mod objects;
 pub mod proc;
 pub mod realnode;
 pub mod reference;
