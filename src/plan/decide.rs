@@ -33,6 +33,9 @@ mod own;
 mod place;
 mod unhealthy;
 
+#[cfg(all(test, debug_assertions))]
+mod tests;
+
 pub(super) struct Planner<'a> {
     inputs: &'a Inputs<'a>,
     /// Shared, so judging one PV can read the others (overlaps, twins).

@@ -109,9 +109,13 @@ impl World {
     }
 
     fn pass(&self, now: SystemTime) -> Changes {
+        self.with_inputs(now, build)
+    }
+
+    fn with_inputs<R>(&self, now: SystemTime, f: impl FnOnce(&Inputs<'_>) -> R) -> R {
         let pvs: Vec<Arc<PersistentVolume>> = self.pvs.iter().cloned().map(Arc::new).collect();
         let existing = self.shared();
-        build(&Inputs {
+        f(&Inputs {
             node: NODE,
             found: &self.found,
             unpublished: &self.unpublished,
@@ -626,4 +630,53 @@ fn an_unmounted_disk_under_a_pv_with_data_says_to_mount_it_back(
     if holds_data {
         assert!(message.contains("claim ns/data"), "{message}");
     }
+}
+
+// ---- the relation check (`inventory::relation`) ----
+
+/// Two disks with their objects made, and a builder deciding the first.
+#[cfg(debug_assertions)]
+fn deciding_the_first(read: impl FnOnce(&Builder<'_>, &str)) {
+    let (a, b) = (fs_disk("vol1", "uuid-1"), fs_disk("vol2", "uuid-2"));
+    let mut world = World::with_disks(vec![a.clone(), b.clone()]);
+    world.step(SystemTime::UNIX_EPOCH);
+    let other = naming::name(NODE, &DiskKey::of_disk(&b));
+    world.with_inputs(SystemTime::UNIX_EPOCH, |inputs| {
+        let mut builder = Builder::new(inputs);
+        builder.deciding(Found::Disk(&a));
+        read(&builder, &other);
+    });
+}
+
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "which it does not link")]
+fn an_entry_reading_another_entrys_object_fails_at_the_read() {
+    deciding_the_first(|builder, other| {
+        let _ = builder.object(other);
+    });
+}
+
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "which it does not link")]
+fn an_entry_asking_whether_another_entrys_name_is_taken_fails_at_the_read() {
+    deciding_the_first(|builder, other| {
+        let _ = builder.used(other);
+    });
+}
+
+#[cfg(debug_assertions)]
+#[test]
+fn an_entry_reads_its_own_names_and_the_objects_under_its_key() {
+    let a = fs_disk("vol1", "uuid-1");
+    let mut world = World::with_disks(vec![a.clone()]);
+    world.step(SystemTime::UNIX_EPOCH);
+    let key = DiskKey::of_disk(&a);
+    world.with_inputs(SystemTime::UNIX_EPOCH, |inputs| {
+        let mut builder = Builder::new(inputs);
+        builder.deciding(Found::Disk(&a));
+        assert!(builder.object(&naming::name(NODE, &key)).is_some());
+        assert!(!builder.used(&naming::node_qualified_name(NODE, &key)));
+    });
 }
