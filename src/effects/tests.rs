@@ -29,9 +29,7 @@ fn writer(steps: Vec<Exchange>) -> (Writer, Verifier, Arc<Counted>) {
 }
 
 fn pv(name: &str) -> PersistentVolume {
-    let mut pv = PersistentVolume::default();
-    pv.metadata.name = Some(name.into());
-    pv
+    localpv_test_support::objects::Pv::local(name, "n1").build()
 }
 
 fn create_step() -> Exchange {

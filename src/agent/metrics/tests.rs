@@ -18,12 +18,8 @@ fn every_known_label_set_is_exported_at_zero_before_its_first_event() {
 }
 
 fn pv(class: &str, phase: &str, size: &str) -> PersistentVolume {
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"name": format!("pv-{class}-{phase}-{size}")},
-        "spec": {"storageClassName": class, "capacity": {"storage": size}},
-        "status": {"phase": phase},
-    }))
-    .expect("PV literal is valid")
+    let pv = localpv_test_support::objects::Pv::local(&format!("pv-{class}-{phase}-{size}"), "n1");
+    pv.class(class).capacity(size).phase(phase).build()
 }
 
 #[test]
