@@ -24,6 +24,16 @@ impl Pv {
         }))
     }
 
+    pub fn uid(mut self, uid: &str) -> Pv {
+        self.0["metadata"]["uid"] = json!(uid);
+        self
+    }
+
+    pub fn resource_version(mut self, version: &str) -> Pv {
+        self.0["metadata"]["resourceVersion"] = json!(version);
+        self
+    }
+
     pub fn capacity(mut self, storage: &str) -> Pv {
         self.0["spec"]["capacity"]["storage"] = json!(storage);
         self
@@ -79,6 +89,12 @@ impl Pv {
         self.0["spec"]["claimRef"] = json!({"kind": "PersistentVolumeClaim", "namespace": namespace,
                                              "name": name, "uid": format!("uid-{name}")});
         self.phase("Bound")
+    }
+
+    /// The bound claim's UID (after [`Pv::claim`]).
+    pub fn claim_uid(mut self, uid: &str) -> Pv {
+        self.0["spec"]["claimRef"]["uid"] = json!(uid);
+        self
     }
 
     /// The status phase, as the PV controller would set it (an object in memory, not one created).

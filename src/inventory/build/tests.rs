@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use rstest::rstest;
-use serde_json::json;
+
+use localpv_test_support::objects::Pv;
 
 use super::*;
 use crate::contract::{ANN_FS_UUID, ANN_WIPE_LIFETIME, ANN_WIPE_PHASE, CLASS_LABEL, NODE_LABEL};
@@ -58,25 +59,17 @@ fn unusable(entry: &str) -> Unusable {
 
 /// A PV of ours at `/mnt/disks/<entry>` recording filesystem UUID `uuid`.
 fn pv(entry: &str, uuid: &str, phase: &str) -> PersistentVolume {
-    let mut value = json!({
-        "metadata": {
-            "name": format!("pv-{entry}"),
-            "uid": format!("uid-{entry}"),
-            "resourceVersion": "1",
-            "labels": {NODE_LABEL: NODE},
-            "annotations": {ANN_FS_UUID: uuid},
-        },
-        "spec": {
-            "local": {"path": format!("/mnt/disks/{entry}")},
-            "storageClassName": CLASS,
-            "persistentVolumeReclaimPolicy": "Delete",
-        },
-        "status": {"phase": phase},
-    });
-    if phase != "Available" {
-        value["spec"]["claimRef"] = json!({"namespace": "ns", "name": "data", "uid": "claim-1"});
+    let pv = Pv::local(&format!("pv-{entry}"), NODE)
+        .uid(&format!("uid-{entry}"))
+        .label(NODE_LABEL, NODE)
+        .annotation(ANN_FS_UUID, uuid)
+        .path(&format!("/mnt/disks/{entry}"))
+        .class(CLASS);
+    match phase {
+        "Available" => pv.phase(phase),
+        _ => pv.claim("ns", "data").claim_uid("claim-1").phase(phase),
     }
-    serde_json::from_value(value).expect("PV literal is valid")
+    .build()
 }
 
 fn with(mut pv: PersistentVolume, edit: impl FnOnce(&mut PersistentVolume)) -> PersistentVolume {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeStatus};
+use k8s_openapi::api::core::v1::PersistentVolume;
 
 use super::*;
 use crate::disk::{DiskIdentity, UnusableReason, VolumeMode};
@@ -36,18 +36,14 @@ fn disk(entry: &str, uuid: Option<&str>) -> Disk {
 }
 
 fn pv(d: &Disk, uid: &str, phase: &str, rv: u32) -> PersistentVolume {
-    let mut pv: PersistentVolume = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": format!("pv-{uid}"), "uid": uid, "resourceVersion": rv.to_string(),
-                     "labels": {crate::contract::NODE_LABEL: NODE}},
-        "spec": {"local": {"path": d.host_path.display().to_string()}, "storageClassName": d.class,
-                 "persistentVolumeReclaimPolicy": "Delete"},
-    }))
-    .expect("a PV literal");
-    pv.status = Some(PersistentVolumeStatus {
-        phase: Some(phase.into()),
-        ..Default::default()
-    });
-    pv
+    localpv_test_support::objects::Pv::local(&format!("pv-{uid}"), NODE)
+        .uid(uid)
+        .resource_version(&rv.to_string())
+        .label(crate::contract::NODE_LABEL, NODE)
+        .path(&d.host_path.display().to_string())
+        .class(&d.class)
+        .phase(phase)
+        .build()
 }
 
 /// The inputs of an inventory pass, and the objects as the API server holds them.
