@@ -59,17 +59,13 @@ fn pv(name: &str, source: &str, path: &str, label: Option<&str>, terms: Value) -
     }
 }
 
-fn on(node: &str) -> Value {
-    on_host(node)
-}
-
 fn zone(z: &str) -> Value {
     json!({"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [z]}]})
 }
 
 /// The agent's PV for `node` at `path`.
 fn agents(name: &str, path: &str, node: &str) -> PersistentVolume {
-    pv(name, "local", path, Some(node), json!([on(node)]))
+    pv(name, "local", path, Some(node), json!([on_host(node)]))
 }
 
 /// A dry-run create (admission runs, nothing is stored): Ok, or the answer's code and message.
@@ -236,7 +232,7 @@ fn forged() -> Vec<PersistentVolume> {
             "local",
             "/mnt/disks/vol1",
             None,
-            json!([on("node-1")]),
+            json!([on_host("node-1")]),
         ),
         agents("forged-other-node", "/mnt/disks/vol1", "node-2"),
         copy("forged-discovery-dir", "/mnt/disks"),
@@ -247,14 +243,14 @@ fn forged() -> Vec<PersistentVolume> {
             "hostPath",
             "/mnt/disks/vol1",
             Some("node-1"),
-            json!([on("node-1")]),
+            json!([on_host("node-1")]),
         ),
         pv(
             "forged-host-root",
             "hostPath",
             "/",
             None,
-            json!([on("node-1")]),
+            json!([on_host("node-1")]),
         ),
     ]
 }
@@ -266,7 +262,7 @@ async fn the_policy_refuses_foreign_pvs_and_admits_the_agents_own() {
         "local",
         "/mnt/disks/vol9",
         None,
-        json!([on("node-1")]),
+        json!([on_host("node-1")]),
     );
     let d = Door::open(std::slice::from_ref(&before)).await;
 
@@ -302,7 +298,7 @@ async fn the_policy_refuses_foreign_pvs_and_admits_the_agents_own() {
             source,
             "/mnt/disks/x/../vol1",
             Some("node-1"),
-            json!([on("node-1")]),
+            json!([on_host("node-1")]),
         );
         match attempt(&d.admin, &dots).await {
             Err((422, m)) if m.contains("must not contain '..'") => {}
@@ -322,7 +318,7 @@ async fn the_policy_refuses_foreign_pvs_and_admits_the_agents_own() {
         "local",
         "/mnt/zoned/vol1",
         Some("node-1"),
-        json!([on("node-1"), zone("zone-a")]),
+        json!([on_host("node-1"), zone("zone-a")]),
     );
     admitted("agent node-1", &d.node1, &zoned).await;
     let refusals = [
@@ -332,42 +328,42 @@ async fn the_policy_refuses_foreign_pvs_and_admits_the_agents_own() {
             "local",
             "/mnt/disks/vol1",
             Some("node-2"),
-            json!([on("node-1")]),
+            json!([on_host("node-1")]),
         ),
         pv(
             "affine-node-2",
             "local",
             "/mnt/disks/vol1",
             Some("node-1"),
-            json!([on("node-2")]),
+            json!([on_host("node-2")]),
         ),
         pv(
             "unlabelled",
             "local",
             "/mnt/disks/vol1",
             None,
-            json!([on("node-1")]),
+            json!([on_host("node-1")]),
         ),
         pv(
             "two-nodes",
             "local",
             "/mnt/disks/vol1",
             Some("node-1"),
-            json!([on("node-1"), on("node-2")]),
+            json!([on_host("node-1"), on_host("node-2")]),
         ),
         pv(
             "zoned-without-its-term",
             "local",
             "/mnt/zoned/vol1",
             Some("node-1"),
-            json!([on("node-1")]),
+            json!([on_host("node-1")]),
         ),
         pv(
             "zoned-other-zone",
             "local",
             "/mnt/zoned/vol1",
             Some("node-1"),
-            json!([on("node-1"), zone("zone-b")]),
+            json!([on_host("node-1"), zone("zone-b")]),
         ),
         agents("the-dir", "/mnt/disks", "node-1"),
         agents("the-dir-spelled", "/mnt/./disks/", "node-1"),
@@ -383,7 +379,7 @@ async fn the_policy_refuses_foreign_pvs_and_admits_the_agents_own() {
         ("prefix", "/mnt/disksvol1"),
         ("elsewhere", "/srv/data"),
     ] {
-        let p = pv(name, "local", path, None, json!([on("node-1")]));
+        let p = pv(name, "local", path, None, json!([on_host("node-1")]));
         admitted("admin", &d.admin, &p).await;
     }
 
@@ -579,7 +575,7 @@ async fn a_narrow_agent_checks_the_policy_before_a_wipe_and_widens_once_it_is_go
         "local",
         "/srv/data",
         None,
-        json!([on("node-1")]),
+        json!([on_host("node-1")]),
     );
     let annotated = elsewhere.metadata.annotations.get_or_insert_default();
     annotated.insert("localpv.io/fs-uuid".into(), "0000-1111".into());
